@@ -1,0 +1,72 @@
+"""The `sluice` command: one argparse tree, one module per subcommand.
+
+Each subcommand module exposes ``register(subparsers)``, which adds its parser and sets
+``func`` to a callable taking the parsed namespace and returning an exit code. Flags fall
+back to ``SLUICE_*`` environment variables through the settings models.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from pipelines.exceptions import SluiceError
+
+__all__ = ["build_parser", "main"]
+
+# Subcommand modules, in the order `sluice --help` lists them.
+SUBCOMMANDS = (
+    "up",
+    "broker",
+    "generate",
+    "stream",
+    "worker",
+    "query",
+    "status",
+    "autoscale",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sluice",
+        description="Real-time aggregation of event streams that stays correct and cheap.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in SUBCOMMANDS:
+        try:
+            module = importlib.import_module(f"orchestration.cli.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"orchestration.cli.{name}":
+                continue  # subcommand not built yet
+            raise
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if not args.verbose:
+        logging.getLogger("kafka").setLevel(logging.WARNING)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except SluiceError as exc:
+        print(f"sluice: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+"""`sluice worker`: run one stream worker on the tasks it is given (the fleet starts these)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from orchestration.runtime import Runtime
+from pipelines.stream import StreamWorker, TaskId
+
+__all__ = ["register"]
+
+log = logging.getLogger(__name__)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("worker", help="run one stream worker on given tasks")
+    parser.add_argument("--id", required=True, help="worker id, e.g. w0")
+    parser.add_argument(
+        "--tasks", required=True, help="comma-separated TOPIC:PARTITION, e.g. events:0,events:2"
+    )
+    parser.add_argument(
+        "--views", default=None, help="view definitions (default: SLUICE_VIEWS_FILE)"
+    )
+    parser.add_argument(
+        "--exit-when-idle",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="stop (with a checkpoint) after this long without new messages",
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    runtime = Runtime.from_env()
+    try:
+        tasks = [TaskId.parse(t) for t in args.tasks.split(",") if t]
+    except ValueError as exc:
+        from pipelines.exceptions import ConfigError
+
+        raise ConfigError(str(exc)) from None
+    worker = StreamWorker(
+        worker_id=args.id,
+        tasks=tasks,
+        views=runtime.views(args.views),
+        settings=runtime.settings,
+        bootstrap=runtime.bootstrap(),
+        store=runtime.store,
+        control=runtime.control,
+        kafka=runtime.kafka,
+    )
+    worker.install_signal_handlers()
+    log.info("worker %s running %s", args.id, ", ".join(map(str, tasks)))
+    worker.run(max_idle_s=args.exit_when_idle)
+    return 0

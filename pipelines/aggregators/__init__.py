@@ -1,0 +1,7 @@
+"""Mergeable aggregators, resolved by name through one registry."""
+
+from pipelines.aggregators import builtin as _builtin  # noqa: F401  (registers the built-ins)
+from pipelines.aggregators.base import AggregationSpec, Aggregator, InputKind
+from pipelines.aggregators.registry import build, get, names, register
+
+__all__ = ["AggregationSpec", "Aggregator", "InputKind", "build", "get", "names", "register"]

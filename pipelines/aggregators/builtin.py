@@ -1,0 +1,391 @@
+"""The built-in aggregations. Adding one is one small class with ``@register``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import datasketches as ds
+import numpy as np
+import orjson
+import pyarrow as pa
+
+from pipelines.aggregators.base import Aggregator, InputKind
+from pipelines.aggregators.registry import register
+
+__all__ = [
+    "ApproxCountDistinct",
+    "Count",
+    "CountDistinct",
+    "First",
+    "Last",
+    "Max",
+    "Mean",
+    "Min",
+    "Quantiles",
+    "Sum",
+    "TopK",
+]
+
+
+def _F():
+    from pyspark.sql import functions
+
+    return functions
+
+
+class _JsonState(Aggregator[Any]):
+    """States that are plain JSON values (numbers, pairs, lists)."""
+
+    def serialize(self, state: Any) -> bytes:
+        return orjson.dumps(state)
+
+    def deserialize(self, data: bytes) -> Any:
+        return orjson.loads(data)
+
+
+@register
+class Count(_JsonState):
+    name = "count"
+    input_kind = InputKind.NONE
+
+    def initialize(self) -> int:
+        return 0
+
+    def update(self, state: int, values: np.ndarray | None, times: np.ndarray) -> int:
+        return state + len(times)
+
+    def merge(self, a: int, b: int) -> int:
+        return a + b
+
+    def result(self, state: int) -> dict[str, Any]:
+        return {self.out: state}
+
+    def result_type(self) -> pa.DataType:
+        return pa.int64()
+
+    def spark_columns(self, event_time):
+        return [_F().count(event_time).alias(self.out)]
+
+
+@register
+class Sum(_JsonState):
+    name = "sum"
+    input_kind = InputKind.NUMERIC
+
+    def initialize(self) -> float:
+        return 0
+
+    def update(self, state, values, times):
+        return state + values.sum().item()
+
+    def merge(self, a, b):
+        return a + b
+
+    def result(self, state) -> dict[str, Any]:
+        return {self.out: float(state)}
+
+    def spark_columns(self, event_time):
+        return [_F().sum(self.spec.col_name).cast("double").alias(self.out)]
+
+
+@register
+class Min(_JsonState):
+    name = "min"
+    input_kind = InputKind.NUMERIC
+
+    def initialize(self):
+        return None
+
+    def update(self, state, values, times):
+        low = values.min().item()
+        return low if state is None or low < state else state
+
+    def merge(self, a, b):
+        if a is None or b is None:
+            return b if a is None else a
+        return min(a, b)
+
+    def result(self, state) -> dict[str, Any]:
+        return {self.out: None if state is None else float(state)}
+
+    def spark_columns(self, event_time):
+        return [_F().min(self.spec.col_name).cast("double").alias(self.out)]
+
+
+@register
+class Max(Min):
+    name = "max"
+
+    def update(self, state, values, times):
+        high = values.max().item()
+        return high if state is None or high > state else state
+
+    def merge(self, a, b):
+        if a is None or b is None:
+            return b if a is None else a
+        return max(a, b)
+
+    def spark_columns(self, event_time):
+        return [_F().max(self.spec.col_name).cast("double").alias(self.out)]
+
+
+@register
+class Mean(_JsonState):
+    """Keeps (sum, count) so that means of partials merge exactly."""
+
+    name = "mean"
+    input_kind = InputKind.NUMERIC
+
+    def initialize(self) -> list:
+        return [0, 0]
+
+    def update(self, state, values, times):
+        return [state[0] + values.sum().item(), state[1] + len(values)]
+
+    def merge(self, a, b):
+        return [a[0] + b[0], a[1] + b[1]]
+
+    def result(self, state) -> dict[str, Any]:
+        return {self.out: state[0] / state[1] if state[1] else None}
+
+    def spark_columns(self, event_time):
+        return [_F().avg(self.spec.col_name).cast("double").alias(self.out)]
+
+
+@register
+class CountDistinct(Aggregator[set]):
+    """Exact distinct count: keeps the set, so use it only on modest cardinalities."""
+
+    name = "count_distinct"
+
+    def initialize(self) -> set:
+        return set()
+
+    def update(self, state, values, times):
+        state.update(values.tolist())
+        return state
+
+    def merge(self, a, b):
+        return a | b
+
+    def serialize(self, state) -> bytes:
+        return orjson.dumps(sorted(state, key=str))
+
+    def deserialize(self, data: bytes) -> set:
+        return set(orjson.loads(data))
+
+    def result(self, state) -> dict[str, Any]:
+        return {self.out: len(state)}
+
+    def result_type(self) -> pa.DataType:
+        return pa.int64()
+
+    def spark_columns(self, event_time):
+        return [_F().count_distinct(self.spec.col_name).alias(self.out)]
+
+
+@register
+class ApproxCountDistinct(Aggregator[Any]):
+    """HyperLogLog (Apache DataSketches), the format Spark's ``hll_sketch_agg`` also writes.
+
+    State is an ``hll_union`` so merges never lose precision; Spark computes the exact count,
+    which is what a correction should publish.
+    """
+
+    name = "approx_count_distinct"
+    params_schema = {"lg_k": int}
+
+    @property
+    def lg_k(self) -> int:
+        return int(self.spec.params.get("lg_k", 12))
+
+    def initialize(self):
+        return ds.hll_union(self.lg_k)
+
+    def update(self, state, values, times):
+        sketch = ds.hll_sketch(self.lg_k, ds.tgt_hll_type.HLL_8)
+        for item in set(values.tolist()):
+            sketch.update(item)
+        state.update(sketch)
+        return state
+
+    def merge(self, a, b):
+        merged = ds.hll_union(self.lg_k)
+        merged.update(a.get_result())
+        merged.update(b.get_result())
+        return merged
+
+    def serialize(self, state) -> bytes:
+        return state.get_result(ds.tgt_hll_type.HLL_8).serialize_compact()
+
+    def deserialize(self, data: bytes):
+        union = ds.hll_union(self.lg_k)
+        union.update(ds.hll_sketch.deserialize(data))
+        return union
+
+    def result(self, state) -> dict[str, Any]:
+        return {self.out: round(state.get_estimate())}
+
+    def result_type(self) -> pa.DataType:
+        return pa.int64()
+
+    def relative_standard_error(self) -> float:
+        """HLL's RSE, ~1.04/sqrt(2^lg_k); tolerances are stated in multiples of it."""
+        return 1.04 / (2 ** (self.lg_k / 2))
+
+    def spark_columns(self, event_time):
+        return [_F().count_distinct(self.spec.col_name).alias(self.out)]
+
+
+@register
+class Quantiles(Aggregator[Any]):
+    """KLL quantiles sketch; outputs one column per quantile, e.g. ``latency_p95``."""
+
+    name = "quantiles"
+    input_kind = InputKind.NUMERIC
+    params_schema = {"quantiles": list, "k": int}
+
+    @property
+    def quantiles(self) -> list[float]:
+        return [float(q) for q in self.spec.params.get("quantiles", [0.5, 0.95, 0.99])]
+
+    @property
+    def k(self) -> int:
+        return int(self.spec.params.get("k", 200))
+
+    def column_for(self, q: float) -> str:
+        label = f"{q * 100:g}".replace(".", "_")
+        return f"{self.out}_p{label}"
+
+    def initialize(self):
+        return ds.kll_doubles_sketch(self.k)
+
+    def update(self, state, values, times):
+        state.update(values.astype(np.float64))
+        return state
+
+    def merge(self, a, b):
+        merged = ds.kll_doubles_sketch(self.k)
+        merged.merge(a)
+        merged.merge(b)
+        return merged
+
+    def serialize(self, state) -> bytes:
+        return state.serialize()
+
+    def deserialize(self, data: bytes):
+        return ds.kll_doubles_sketch.deserialize(data)
+
+    def result(self, state) -> dict[str, Any]:
+        if state.is_empty():
+            return {self.column_for(q): None for q in self.quantiles}
+        return {self.column_for(q): float(state.get_quantile(q)) for q in self.quantiles}
+
+    def output_fields(self) -> list[pa.Field]:
+        return [pa.field(self.column_for(q), pa.float64()) for q in self.quantiles]
+
+    def spark_columns(self, event_time):
+        F = _F()
+        col = F.col(self.spec.col_name).cast("double")
+        return [F.percentile(col, F.lit(q)).alias(self.column_for(q)) for q in self.quantiles]
+
+
+@register
+class TopK(Aggregator[Any]):
+    """Most frequent items (DataSketches frequent items); result is a JSON list.
+
+    The result is ``[{"item": ..., "count": ...}, ...]``, most frequent first, ties by item.
+    """
+
+    name = "top_k"
+    params_schema = {"k": int, "lg_max_map_size": int}
+
+    @property
+    def k(self) -> int:
+        return int(self.spec.params.get("k", 10))
+
+    @property
+    def lg_max_map_size(self) -> int:
+        return int(self.spec.params.get("lg_max_map_size", 10))
+
+    def initialize(self):
+        return ds.frequent_strings_sketch(self.lg_max_map_size)
+
+    def update(self, state, values, times):
+        items, counts = np.unique(values.astype(str), return_counts=True)
+        for item, count in zip(items.tolist(), counts.tolist(), strict=True):
+            state.update(item, count)
+        return state
+
+    def merge(self, a, b):
+        merged = ds.frequent_strings_sketch(self.lg_max_map_size)
+        merged.merge(a)
+        merged.merge(b)
+        return merged
+
+    def serialize(self, state) -> bytes:
+        return state.serialize()
+
+    def deserialize(self, data: bytes):
+        return ds.frequent_strings_sketch.deserialize(data)
+
+    def result(self, state) -> dict[str, Any]:
+        rows = state.get_frequent_items(ds.frequent_items_error_type.NO_FALSE_POSITIVES)
+        ranked = sorted(((int(est), item) for item, est, _lb, _ub in rows), key=_rank)
+        top = [{"item": item, "count": count} for count, item in ranked[: self.k]]
+        return {self.out: orjson.dumps(top).decode()}
+
+    def result_type(self) -> pa.DataType:
+        return pa.string()
+
+    def spark_columns(self, event_time):
+        raise NotImplementedError("top_k is computed by the batch job in two stages")
+
+
+def _rank(pair: tuple[int, str]) -> tuple[int, str]:
+    return (-pair[0], pair[1])
+
+
+class _ByEventTime(_JsonState):
+    """First/last value by event time; ties broken by the value so merges are deterministic."""
+
+    pick = staticmethod(min)
+
+    def initialize(self):
+        return None
+
+    def update(self, state, values, times):
+        index = int(np.argmin(times) if self.pick is min else np.argmax(times))
+        t = int(times[index])
+        tied = values[times == t].tolist()
+        candidate = [t, self.pick(tied)]
+        return candidate if state is None else self.merge(state, candidate)
+
+    def merge(self, a, b):
+        if a is None or b is None:
+            return b if a is None else a
+        return self.pick(a, b, key=lambda pair: (pair[0], pair[1]))
+
+    def result(self, state) -> dict[str, Any]:
+        return {self.out: None if state is None else state[1]}
+
+    def result_type(self) -> pa.DataType:
+        return pa.int64() if self.spec.col_kind == "int" else pa.string()
+
+    def spark_columns(self, event_time):
+        F = _F()
+        pair = F.struct(event_time.alias("t"), F.col(self.spec.col_name).alias("v"))
+        agg = F.min(pair) if self.pick is min else F.max(pair)
+        return [agg.getField("v").alias(self.out)]
+
+
+@register
+class First(_ByEventTime):
+    name = "first"
+    pick = staticmethod(min)
+
+
+@register
+class Last(_ByEventTime):
+    name = "last"
+    pick = staticmethod(max)

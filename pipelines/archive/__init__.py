@@ -1,0 +1,17 @@
+"""The raw archive of valid events and dead letters, by event-time hour."""
+
+from pipelines.archive.writer import (
+    ARCHIVE_SCHEMA,
+    DEAD_LETTER_SCHEMA,
+    ArchiveBuffer,
+    ArchiveRange,
+    discard_uncommitted,
+)
+
+__all__ = [
+    "ARCHIVE_SCHEMA",
+    "DEAD_LETTER_SCHEMA",
+    "ArchiveBuffer",
+    "ArchiveRange",
+    "discard_uncommitted",
+]

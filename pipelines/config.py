@@ -1,0 +1,124 @@
+"""Every setting a user configures, in one place: environment variables with the embedded default.
+
+Settings are pydantic models read from ``SLUICE_*`` variables (and ``KAFKA_BOOTSTRAP_SERVERS``,
+the name Kafka tooling already uses). Unset, Sluice runs on one machine: the embedded broker,
+a local storage root and a SQLite control store under the state directory.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from pydantic import AliasChoices, Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["PROJECT_ROOT", "KafkaSettings", "SluiceSettings", "get_settings"]
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+"""The checkout; shipped data (traces, example views) lives under ``data/``."""
+
+
+class KafkaSettings(BaseSettings):
+    """How to reach the Kafka-protocol cluster; unset bootstrap servers mean the embedded broker."""
+
+    model_config = SettingsConfigDict(env_prefix="SLUICE_KAFKA_", extra="ignore")
+
+    bootstrap_servers: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("KAFKA_BOOTSTRAP_SERVERS", "SLUICE_KAFKA_BOOTSTRAP_SERVERS"),
+        description="host:port[,host:port]; unset = the embedded broker started by `sluice broker`.",
+    )
+    security_protocol: str = Field(
+        default="PLAINTEXT", description="PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL (MSK)."
+    )
+    sasl_mechanism: str | None = Field(default=None, description="PLAIN, SCRAM-SHA-512, ...")
+    sasl_username: str | None = Field(default=None, description="SASL user name.")
+    sasl_password: SecretStr | None = Field(
+        default=None, description="SASL password; never logged."
+    )
+    ssl_cafile: str | None = Field(default=None, description="CA bundle for SSL.")
+
+    def client_kwargs(self, bootstrap_servers: str) -> dict[str, Any]:
+        """The one converter from settings to kafka-python client keyword arguments."""
+        kwargs: dict[str, Any] = {
+            "bootstrap_servers": bootstrap_servers.split(","),
+            "security_protocol": self.security_protocol,
+        }
+        if self.sasl_mechanism:
+            kwargs["sasl_mechanism"] = self.sasl_mechanism
+            kwargs["sasl_plain_username"] = self.sasl_username
+            if self.sasl_password is not None:
+                kwargs["sasl_plain_password"] = self.sasl_password.get_secret_value()
+        if self.ssl_cafile:
+            kwargs["ssl_cafile"] = self.ssl_cafile
+        return kwargs
+
+
+class SluiceSettings(BaseSettings):
+    """Where Sluice keeps its state and how its stream workers behave."""
+
+    model_config = SettingsConfigDict(env_prefix="SLUICE_", extra="ignore")
+
+    state_dir: Path = Field(
+        default=Path(".sluice"),
+        description="Broker state, PID files, Dagster home and the default storage root.",
+    )
+    storage_root: str | None = Field(
+        default=None,
+        description="Segments, checkpoints and the raw archive: a directory or s3://bucket/prefix. "
+        "Default: <state_dir>/storage.",
+    )
+    s3_endpoint_url: str | None = Field(
+        default=None, description="S3-compatible endpoint (tests, MinIO); unset = AWS."
+    )
+    control_store_url: str | None = Field(
+        default=None,
+        description="SQLAlchemy URL of the control store (task metrics, job model). "
+        "Default: sqlite:///<state_dir>/control.db.",
+    )
+    views_file: Path = Field(
+        default=PROJECT_ROOT / "data" / "views.yaml", description="The view definitions (YAML)."
+    )
+    topic: str = Field(default="events", description="Topic the generator writes to.")
+    dead_letter_topic: str = Field(
+        default="events.dlq", description="Where bad input goes, with its reason."
+    )
+    partitions: int = Field(default=4, ge=1, description="Partitions of a topic Sluice creates.")
+    flush_interval_s: float = Field(
+        default=60.0, ge=1.0, description="How often a task writes its realtime segments."
+    )
+    checkpoint_interval_s: float = Field(
+        default=60.0, ge=1.0, description="How often a task checkpoints state and offsets."
+    )
+    status_interval_s: float = Field(
+        default=2.0, gt=0, description="How often a worker reports task metrics."
+    )
+    max_message_bytes: int = Field(
+        default=64 * 1024, ge=256, description="Larger messages are dead-lettered as oversize."
+    )
+    max_future_s: float = Field(
+        default=6 * 3600.0,
+        gt=0,
+        description="An event this far ahead of its task's watermark is dead-lettered.",
+    )
+    poll_max_records: int = Field(default=5000, ge=1, description="Records per decode batch.")
+
+    @property
+    def resolved_state_dir(self) -> Path:
+        return self.state_dir.expanduser().resolve()
+
+    @property
+    def resolved_storage_root(self) -> str:
+        return self.storage_root or str(self.resolved_state_dir / "storage")
+
+    @property
+    def resolved_control_store_url(self) -> str:
+        return self.control_store_url or f"sqlite:///{self.resolved_state_dir / 'control.db'}"
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> SluiceSettings:
+    """Settings from the environment, read once per process."""
+    return SluiceSettings()

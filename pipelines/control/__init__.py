@@ -1,0 +1,5 @@
+"""The control store shared by the stream workers (writers) and the control plane (readers)."""
+
+from pipelines.control.store import ControlStore, TaskStatus
+
+__all__ = ["ControlStore", "TaskStatus"]

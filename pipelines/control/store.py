@@ -1,0 +1,172 @@
+"""The control store: what workers report and what the control plane decides.
+
+SQLite under the state directory by default (WAL, so several worker processes can write),
+any SQLAlchemy URL (PostgreSQL) by configuration. Workers write their task metrics and
+heartbeats here; `sluice status`, the lag evaluation and the autoscaler read them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (
+    Column,
+    Float,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    create_engine,
+    event,
+    select,
+)
+from sqlalchemy.engine import Engine
+
+__all__ = ["ControlStore", "TaskStatus"]
+
+metadata = MetaData()
+
+task_status = Table(
+    "task_status",
+    metadata,
+    Column("task", String(255), primary_key=True),
+    Column("topic", String(255), nullable=False),
+    Column("partition", Integer, nullable=False),
+    Column("worker_id", String(64), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("consumed", Integer, nullable=False, default=0),
+    Column("processed", Integer, nullable=False, default=0),
+    Column("dead_lettered", Integer, nullable=False, default=0),
+    Column("dropped_late", Integer, nullable=False, default=0),
+    Column("busy_s", Float, nullable=False, default=0.0),
+    Column("utilization", Float, nullable=False, default=0.0),
+    Column("rate_in", Float, nullable=False, default=0.0),
+    Column("next_offset", Integer, nullable=False, default=0),
+    Column("end_offset", Integer, nullable=False, default=0),
+    Column("backlog", Integer, nullable=False, default=0),
+    Column("last_processed_ts", Float, nullable=True),
+    Column("watermark", Float, nullable=True),
+    Column("checkpointed_offset", Integer, nullable=True),
+    Column("heartbeat_at", Float, nullable=False),
+    Column("state", String(32), nullable=False),
+    Column("views", Text, nullable=False, default="{}"),
+)
+
+worker_status = Table(
+    "worker_status",
+    metadata,
+    Column("worker_id", String(64), primary_key=True),
+    Column("pid", Integer, nullable=False),
+    Column("tasks", Text, nullable=False),
+    Column("started_at", Float, nullable=False),
+    Column("heartbeat_at", Float, nullable=False),
+    Column("state", String(32), nullable=False),
+)
+
+
+@dataclass
+class TaskStatus:
+    """One task's metrics as its worker last reported them."""
+
+    task: str
+    topic: str
+    partition: int
+    worker_id: str
+    pid: int
+    consumed: int = 0
+    processed: int = 0
+    dead_lettered: int = 0
+    dropped_late: int = 0
+    busy_s: float = 0.0
+    utilization: float = 0.0
+    rate_in: float = 0.0
+    next_offset: int = 0
+    end_offset: int = 0
+    backlog: int = 0
+    last_processed_ts: float | None = None
+    watermark: float | None = None
+    checkpointed_offset: int | None = None
+    heartbeat_at: float = field(default_factory=time.time)
+    state: str = "running"
+    views: dict[str, Any] = field(default_factory=dict)
+
+    def row(self) -> dict[str, Any]:
+        row = asdict(self)
+        row["views"] = json.dumps(self.views)
+        return row
+
+    @classmethod
+    def from_row(cls, row: Any) -> TaskStatus:
+        data = dict(row._mapping)
+        data["views"] = json.loads(data["views"] or "{}")
+        return cls(**data)
+
+
+class ControlStore:
+    def __init__(self, url: str) -> None:
+        if url.startswith("sqlite:///"):
+            Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        self.url = url
+        self.engine: Engine = create_engine(url, future=True, pool_pre_ping=True)
+        if self.engine.dialect.name == "sqlite":
+            event.listen(self.engine, "connect", _sqlite_pragmas)
+        metadata.create_all(self.engine)
+
+    def report_tasks(self, statuses: list[TaskStatus]) -> None:
+        """Upsert task rows in one transaction."""
+        if not statuses:
+            return
+        with self.engine.begin() as conn:
+            for status in statuses:
+                row = status.row()
+                updated = conn.execute(
+                    task_status.update().where(task_status.c.task == status.task).values(**row)
+                )
+                if updated.rowcount == 0:
+                    conn.execute(task_status.insert().values(**row))
+
+    def report_worker(self, worker_id: str, pid: int, tasks: list[str], state: str) -> None:
+        now = time.time()
+        with self.engine.begin() as conn:
+            updated = conn.execute(
+                worker_status.update()
+                .where(worker_status.c.worker_id == worker_id)
+                .values(pid=pid, tasks=json.dumps(tasks), heartbeat_at=now, state=state)
+            )
+            if updated.rowcount == 0:
+                conn.execute(
+                    worker_status.insert().values(
+                        worker_id=worker_id,
+                        pid=pid,
+                        tasks=json.dumps(tasks),
+                        started_at=now,
+                        heartbeat_at=now,
+                        state=state,
+                    )
+                )
+
+    def tasks(self) -> list[TaskStatus]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(task_status).order_by(task_status.c.task)).all()
+        return [TaskStatus.from_row(r) for r in rows]
+
+    def workers(self) -> list[dict[str, Any]]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(worker_status).order_by(worker_status.c.worker_id)).all()
+        return [{**dict(r._mapping), "tasks": json.loads(r.tasks)} for r in rows]
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA busy_timeout=10000")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()

@@ -1,0 +1,11 @@
+"""The serving query over realtime and corrected segments."""
+
+from pipelines.serving.query import (
+    SOURCE,
+    SegmentSource,
+    merge_realtime,
+    query_view,
+    read_published,
+)
+
+__all__ = ["SOURCE", "SegmentSource", "merge_realtime", "query_view", "read_published"]

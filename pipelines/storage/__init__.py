@@ -1,0 +1,17 @@
+"""Object storage under the storage root: a local directory by default, or ``s3://``."""
+
+from __future__ import annotations
+
+from pipelines.storage.base import ObjectStore
+from pipelines.storage.local import LocalObjectStore
+
+__all__ = ["LocalObjectStore", "ObjectStore", "open_store"]
+
+
+def open_store(root: str, s3_endpoint_url: str | None = None) -> ObjectStore:
+    """The backend for ``root``: ``s3://bucket/prefix`` or a directory path."""
+    if root.startswith("s3://"):
+        from pipelines.storage.s3 import S3ObjectStore
+
+        return S3ObjectStore(root, endpoint_url=s3_endpoint_url)
+    return LocalObjectStore(root)

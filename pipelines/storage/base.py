@@ -1,0 +1,44 @@
+"""The storage root: segments, checkpoints and the archive live under one key space.
+
+Every write is atomic (write then publish: a rename locally, one PUT on S3), so a reader
+sees a whole object or none, and a crash never leaves half a checkpoint.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+__all__ = ["ObjectStore"]
+
+
+class ObjectStore(ABC):
+    """Keys are '/'-separated relative paths such as ``segments/v/2015-02-26T21/t-0.parquet``."""
+
+    root: str
+
+    @abstractmethod
+    def put(self, key: str, data: bytes) -> None:
+        """Write ``data`` at ``key`` atomically, replacing what was there."""
+
+    @abstractmethod
+    def get(self, key: str) -> bytes:
+        """The bytes at ``key``; :class:`FileNotFoundError` if there are none."""
+
+    @abstractmethod
+    def list(self, prefix: str) -> list[str]:
+        """Keys under ``prefix`` (recursively), sorted."""
+
+    @abstractmethod
+    def delete(self, key: str) -> None:
+        """Remove ``key``; no error if it is already gone."""
+
+    def exists(self, key: str) -> bool:
+        try:
+            self.get(key)
+        except FileNotFoundError:
+            return False
+        return True
+
+    def uri(self, key: str) -> str:
+        """A URI Spark, DuckDB or pyarrow can read the object from."""
+        return f"{self.root.rstrip('/')}/{key}"

@@ -1,0 +1,92 @@
+"""A task's checkpoint: its window state and the next offset, as one atomic object.
+
+The checkpoint is the source of truth for where a task resumes; the offset committed to the
+Kafka consumer group mirrors it for external lag tools and is never ahead of it.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipelines.exceptions import CheckpointError
+from pipelines.segments.layout import checkpoint_key
+from pipelines.storage import ObjectStore
+
+__all__ = ["TaskCheckpoint", "load_checkpoint", "save_checkpoint"]
+
+FORMAT_VERSION = 1
+
+
+@dataclass
+class TaskCheckpoint:
+    topic: str
+    partition: int
+    next_offset: int
+    watermark: int
+    consumed: int
+    dead_lettered: dict[str, int]
+    views: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per view: fingerprint, processed, late."""
+    states: dict[str, bytes] = field(default_factory=dict)
+    """Per view: the Parquet bytes of its open windows (ViewState.all_table)."""
+
+
+def save_checkpoint(store: ObjectStore, checkpoint: TaskCheckpoint) -> None:
+    header = {
+        "format": FORMAT_VERSION,
+        "topic": checkpoint.topic,
+        "partition": checkpoint.partition,
+        "next_offset": checkpoint.next_offset,
+        "watermark": checkpoint.watermark,
+        "consumed": checkpoint.consumed,
+        "dead_lettered": checkpoint.dead_lettered,
+        "views": checkpoint.views,
+    }
+    names = sorted(checkpoint.states)
+    table = pa.table(
+        {"view": names, "state": [checkpoint.states[n] for n in names]},
+        schema=pa.schema(
+            [pa.field("view", pa.string()), pa.field("state", pa.binary())],
+            metadata={"sluice_checkpoint": json.dumps(header)},
+        ),
+    )
+    sink = io.BytesIO()
+    pq.write_table(table, sink, compression="zstd")
+    store.put(checkpoint_key(checkpoint.topic, checkpoint.partition), sink.getvalue())
+
+
+def load_checkpoint(store: ObjectStore, topic: str, partition: int) -> TaskCheckpoint | None:
+    key = checkpoint_key(topic, partition)
+    try:
+        data = store.get(key)
+    except FileNotFoundError:
+        return None
+    try:
+        table = pq.read_table(io.BytesIO(data))
+        header = json.loads(table.schema.metadata[b"sluice_checkpoint"])
+    except (pa.ArrowException, KeyError, ValueError) as exc:
+        raise CheckpointError(f"checkpoint {store.uri(key)} is unreadable: {exc}") from exc
+    if header.get("format") != FORMAT_VERSION:
+        raise CheckpointError(
+            f"checkpoint {store.uri(key)} has format {header.get('format')}, "
+            f"this Sluice reads format {FORMAT_VERSION}"
+        )
+    states = dict(
+        zip(table.column("view").to_pylist(), table.column("state").to_pylist(), strict=True)
+    )
+    return TaskCheckpoint(
+        topic=header["topic"],
+        partition=header["partition"],
+        next_offset=header["next_offset"],
+        watermark=header["watermark"],
+        consumed=header["consumed"],
+        dead_lettered=header["dead_lettered"],
+        views=header["views"],
+        states=states,
+    )

@@ -1,0 +1,187 @@
+"""A stream task: one partition of a topic, aggregated into every view on that topic.
+
+Its output is a deterministic function of the partition's contents: windows and lateness
+follow event time and the task's own watermark, so a replay after a crash rewrites
+identical segments. At-least-once delivery plus idempotent writes give exactly-once results.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+
+from pipelines.archive import ArchiveBuffer, discard_uncommitted
+from pipelines.config import SluiceSettings
+from pipelines.events.decode import NO_WATERMARK, RawRecord, decode_batch
+from pipelines.segments.layout import realtime_key
+from pipelines.storage import ObjectStore
+from pipelines.stream.checkpoint import TaskCheckpoint, load_checkpoint, save_checkpoint
+from pipelines.stream.dead_letters import DeadLetterSink
+from pipelines.stream.state import ViewState, read_state_table, table_to_parquet
+from pipelines.views.model import View
+
+__all__ = ["StreamTask"]
+
+log = logging.getLogger(__name__)
+
+
+class StreamTask:
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        views: Sequence[View],
+        store: ObjectStore,
+        dead_letters: DeadLetterSink,
+        settings: SluiceSettings,
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.name = f"{topic}:{partition}"
+        self.views = [v for v in views if v.topic == topic and not v.disabled]
+        self.store = store
+        self.sink = dead_letters
+        self.settings = settings
+        self.states = {v.name: ViewState(v) for v in self.views}
+        self.watermark = NO_WATERMARK
+        self.next_offset = 0
+        self.consumed = 0
+        self.dead_lettered: Counter[str] = Counter()
+        self.last_processed_ts: int | None = None
+        self.checkpointed_offset: int | None = None
+        self.archive = ArchiveBuffer(topic, partition, 0)
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    def restore(self) -> int | None:
+        """Load the last checkpoint; the offset to resume from, or None to start at the beginning."""
+        checkpoint = load_checkpoint(self.store, self.topic, self.partition)
+        if checkpoint is None:
+            discard_uncommitted(self.store, self.topic, self.partition, 0)
+            return None
+        self.next_offset = checkpoint.next_offset
+        self.checkpointed_offset = checkpoint.next_offset
+        self.watermark = checkpoint.watermark
+        self.consumed = checkpoint.consumed
+        self.dead_lettered = Counter(checkpoint.dead_lettered)
+        for name, state in self.states.items():
+            saved = checkpoint.views.get(name)
+            if saved is None or saved.get("fingerprint") != state.view.fingerprint:
+                log.warning(
+                    "%s: view %s is new or changed since the checkpoint; it starts at offset %d",
+                    self.name,
+                    name,
+                    checkpoint.next_offset,
+                )
+                continue
+            state.processed = saved["processed"]
+            state.late = saved["late"]
+            state.load(read_state_table(checkpoint.states[name]))
+        self.archive = ArchiveBuffer(self.topic, self.partition, checkpoint.next_offset)
+        discard_uncommitted(self.store, self.topic, self.partition, checkpoint.next_offset)
+        log.info("%s: restored checkpoint at offset %d", self.name, checkpoint.next_offset)
+        return checkpoint.next_offset
+
+    def start_at(self, offset: int) -> None:
+        """Where consumption begins when there is no checkpoint (the log start)."""
+        self.next_offset = offset
+        self.archive = ArchiveBuffer(self.topic, self.partition, offset)
+
+    # --- the hot path --------------------------------------------------------------------
+
+    def process(self, records: Sequence[RawRecord]) -> None:
+        if not records:
+            return
+        batch = decode_batch(
+            records,
+            self.watermark,
+            max_message_bytes=self.settings.max_message_bytes,
+            max_future_ms=int(self.settings.max_future_s * 1000),
+        )
+        for letter in batch.dead_letters:
+            self.sink.send(self.topic, self.partition, letter)
+            self.dead_lettered[letter.reason] += 1
+        for state in self.states.values():
+            state.update(batch)
+        self.archive.add(batch)
+        self.watermark = batch.watermark
+        self.consumed += batch.consumed
+        self.next_offset = batch.next_offset
+        self.last_processed_ts = records[-1].timestamp
+
+    # --- durability ----------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Make everything consumed so far durable, except the offset itself.
+
+        1. Archive the events and dead letters consumed since the last flush.
+        2. Rewrite the realtime segment of every segment touched since the last flush.
+        3. Wait until the dead-letter topic has every dead letter sent so far.
+        """
+        self.archive.write(self.store)  # 1
+        for state in self.states.values():  # 2
+            for segment in sorted(state.dirty):
+                key = realtime_key(state.view.name, segment, self.topic, self.partition)
+                self.store.put(key, table_to_parquet(state.segment_table(segment)))
+            state.dirty.clear()
+        self.sink.flush()  # 3
+
+    def checkpoint(self, commit_offset: Callable[[int], None] | None = None) -> None:
+        """Persist state and offset so that a restart resumes exactly here.
+
+        1. Flush: archive, segments and dead letters become durable.
+        2. Evict segments no in-time event can reach; their final state is in step 1's files.
+        3. Write the checkpoint (window state, next offset, watermark, counters) atomically.
+        4. Commit the next offset to the Kafka consumer group, so external lag tools agree.
+        """
+        started = time.monotonic()
+        self.flush()  # 1
+        for state in self.states.values():  # 2
+            state.evict(state.closed_segments(self.watermark))
+        checkpoint = TaskCheckpoint(  # 3
+            topic=self.topic,
+            partition=self.partition,
+            next_offset=self.next_offset,
+            watermark=self.watermark,
+            consumed=self.consumed,
+            dead_lettered=dict(self.dead_lettered),
+            views={
+                name: {
+                    "fingerprint": s.view.fingerprint,
+                    "processed": s.processed,
+                    "late": s.late,
+                }
+                for name, s in self.states.items()
+            },
+            states={name: table_to_parquet(s.all_table()) for name, s in self.states.items()},
+        )
+        save_checkpoint(self.store, checkpoint)
+        self.checkpointed_offset = self.next_offset
+        if commit_offset is not None:  # 4
+            commit_offset(self.next_offset)
+        log.debug(
+            "%s: checkpoint at offset %d in %.3fs",
+            self.name,
+            self.next_offset,
+            time.monotonic() - started,
+        )
+
+    # --- reporting -----------------------------------------------------------------------
+
+    @property
+    def total_dead_lettered(self) -> int:
+        return sum(self.dead_lettered.values())
+
+    def view_counters(self) -> dict[str, dict[str, int]]:
+        """Per view: consumed = processed + dead_lettered + dropped_late, always."""
+        return {
+            name: {
+                "consumed": self.consumed,
+                "processed": s.processed,
+                "dead_lettered": self.total_dead_lettered,
+                "dropped_late": s.late,
+            }
+            for name, s in self.states.items()
+        }
