@@ -25,6 +25,8 @@ SUBCOMMANDS = (
     "worker",
     "query",
     "status",
+    "batch",
+    "report",
     "autoscale",
 )
 

@@ -27,7 +27,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Engine
 
-__all__ = ["ControlStore", "TaskStatus"]
+__all__ = ["VIEW_STATES", "ControlStore", "TaskStatus"]
 
 metadata = MetaData()
 
@@ -67,6 +67,21 @@ worker_status = Table(
     Column("heartbeat_at", Float, nullable=False),
     Column("state", String(32), nullable=False),
 )
+
+
+view_deployments = Table(
+    "view_deployments",
+    metadata,
+    Column("name", String(255), primary_key=True),
+    Column("fingerprint", Text, nullable=False),
+    Column("definition", Text, nullable=False),
+    Column("state", String(32), nullable=False),
+    Column("deployed_at", Float, nullable=False),
+    Column("crashes", Text, nullable=False, default="[]"),
+)
+"""The views the fleet should run, with Mist's states: Waiting, Scheduled, Running, Disabled."""
+
+VIEW_STATES = ("Waiting", "Scheduled", "Running", "Disabled")
 
 
 @dataclass
@@ -159,6 +174,51 @@ class ControlStore:
         with self.engine.connect() as conn:
             rows = conn.execute(select(worker_status).order_by(worker_status.c.worker_id)).all()
         return [{**dict(r._mapping), "tasks": json.loads(r.tasks)} for r in rows]
+
+    def deploy_view(self, name: str, fingerprint: str, definition: dict[str, Any]) -> bool:
+        """Record the definition the fleet should run; True if it changed (workers must reload)."""
+        now = time.time()
+        with self.engine.begin() as conn:
+            current = conn.execute(
+                select(view_deployments.c.fingerprint).where(view_deployments.c.name == name)
+            ).scalar_one_or_none()
+            if current == fingerprint:
+                return False
+            values = {
+                "fingerprint": fingerprint,
+                "definition": json.dumps(definition),
+                "state": "Scheduled",
+                "deployed_at": now,
+            }
+            if current is None:
+                conn.execute(view_deployments.insert().values(name=name, crashes="[]", **values))
+            else:
+                conn.execute(
+                    view_deployments.update()
+                    .where(view_deployments.c.name == name)
+                    .values(**values)
+                )
+            return True
+
+    def set_view_state(self, name: str, state: str) -> None:
+        if state not in VIEW_STATES:
+            raise ValueError(f"view state {state!r} is not one of {VIEW_STATES}")
+        with self.engine.begin() as conn:
+            conn.execute(
+                view_deployments.update().where(view_deployments.c.name == name).values(state=state)
+            )
+
+    def deployed_views(self) -> list[dict[str, Any]]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(view_deployments).order_by(view_deployments.c.name)).all()
+        return [
+            {
+                **dict(r._mapping),
+                "definition": json.loads(r.definition),
+                "crashes": json.loads(r.crashes),
+            }
+            for r in rows
+        ]
 
     def close(self) -> None:
         self.engine.dispose()

@@ -23,7 +23,14 @@ from pipelines.storage import ObjectStore
 from pipelines.stream.state import state_column
 from pipelines.views.model import WINDOW_END, WINDOW_START, View
 
-__all__ = ["SOURCE", "SegmentSource", "merge_realtime", "query_view", "read_published"]
+__all__ = [
+    "SOURCE",
+    "SegmentSource",
+    "merge_realtime",
+    "query_view",
+    "read_published",
+    "segment_sources",
+]
 
 log = logging.getLogger(__name__)
 
@@ -55,17 +62,20 @@ def _read(store: ObjectStore, key: str) -> pa.Table:
 
 
 def segment_sources(
-    store: ObjectStore, view: View, start_ms: int, end_ms: int
+    store: ObjectStore, view: View, start_ms: int, end_ms: int, prefer: str = "newest"
 ) -> list[SegmentSource]:
+    """Per segment in range, what to serve: ``newest`` version, or only ``realtime``/``batch``."""
+    if prefer not in ("newest", "realtime", "batch"):
+        raise QueryError(f"prefer must be newest, realtime or batch, got {prefer!r}")
     sources = []
     segment = view.segment_start(start_ms)
     while segment < end_ms:
-        manifest = read_published(store, view.name, segment)
+        manifest = None if prefer == "realtime" else read_published(store, view.name, segment)
         if manifest is not None:
             sources.append(
                 SegmentSource(segment, "batch", int(manifest["version"]), tuple(manifest["files"]))
             )
-        else:
+        elif prefer != "batch":
             files = tuple(store.list(realtime_prefix(view.name, segment)))
             if files:
                 sources.append(SegmentSource(segment, "realtime", 0, files))
@@ -99,13 +109,18 @@ def merge_realtime(view: View, tables: Iterable[pa.Table]) -> dict[tuple, list[A
     return merged
 
 
-def query_view(store: ObjectStore, view: View, start_ms: int, end_ms: int) -> pa.Table:
-    """Windows starting in ``[start_ms, end_ms)``, sorted by window and group."""
+def query_view(
+    store: ObjectStore, view: View, start_ms: int, end_ms: int, prefer: str = "newest"
+) -> pa.Table:
+    """Windows starting in ``[start_ms, end_ms)``, sorted by window and group.
+
+    ``prefer="realtime"`` ignores corrections (to compare), ``"batch"`` serves only them.
+    """
     if end_ms <= start_ms:
         raise QueryError(f"empty range: end {end_ms} is not after start {start_ms}")
     schema = view.output_schema().append(pa.field(SOURCE, pa.string()))
     rows: list[dict[str, Any]] = []
-    for source in segment_sources(store, view, start_ms, end_ms):
+    for source in segment_sources(store, view, start_ms, end_ms, prefer):
         if source.kind == "batch":
             for key in source.files:
                 for row in _read(store, key).to_pylist():
