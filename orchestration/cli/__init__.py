@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     if not args.verbose:
-        logging.getLogger("kafka").setLevel(logging.WARNING)
+        logging.getLogger("kafka").setLevel(logging.ERROR)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

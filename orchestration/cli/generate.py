@@ -19,7 +19,7 @@ DEFAULTS = GeneratorOptions()
 
 def add_generator_flags(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("traffic")
-    g.add_argument("--trace", default="Twitter_volume_AAPL", help="shipped trace name or CSV path")
+    g.add_argument("--trace", default="nyc_taxi", help="shipped trace name or CSV path")
     g.add_argument("--seed", type=int, default=DEFAULTS.seed)
     g.add_argument(
         "--peak-rate", type=float, default=DEFAULTS.peak_rate, help="msg/s at the trace peak"

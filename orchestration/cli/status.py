@@ -1,0 +1,134 @@
+"""`sluice status`: per task, messages in, %util, backlog, time lag and heartbeat, live."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from orchestration.lag import TaskLag, newest_produced_timestamps, task_lags
+from orchestration.runtime import Runtime
+from pipelines.exceptions import BrokerUnavailable
+
+__all__ = ["collect", "register"]
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("status", help="live per-task metrics of the stream fleet")
+    parser.add_argument("--once", action="store_true", help="print one table and exit")
+    parser.add_argument("--json", action="store_true", help="print one JSON snapshot and exit")
+    parser.add_argument("--interval", type=float, default=2.0, help="refresh seconds")
+    parser.add_argument(
+        "--stale-after", type=float, default=300.0, help="heartbeat age that marks a task stale"
+    )
+    parser.set_defaults(func=run)
+
+
+def collect(runtime: Runtime, stale_after_s: float = 300.0) -> list[TaskLag]:
+    statuses = runtime.control.tasks()
+    produced = {}
+    try:
+        bootstrap = runtime.bootstrap()
+        for topic in sorted({s.topic for s in statuses}):
+            parts = sorted(s.partition for s in statuses if s.topic == topic)
+            produced[topic] = newest_produced_timestamps(bootstrap, topic, parts, runtime.kafka)
+    except BrokerUnavailable:
+        pass  # show what the workers last reported
+    return task_lags(statuses, produced, stale_after_s=stale_after_s)
+
+
+def _fmt_s(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    if seconds < 120:
+        return f"{seconds:.1f}s"
+    return f"{seconds / 60:.1f}m"
+
+
+def render(lags: list[TaskLag]) -> Group:
+    table = Table(title="Sluice stream tasks", title_justify="left")
+    for name, justify in (
+        ("task", "left"),
+        ("worker", "left"),
+        ("pid", "right"),
+        ("state", "left"),
+        ("in", "right"),
+        ("rate/s", "right"),
+        ("util", "right"),
+        ("backlog", "right"),
+        ("time lag", "right"),
+        ("dlq", "right"),
+        ("late", "right"),
+        ("checkpoint", "right"),
+        ("seen", "right"),
+    ):
+        table.add_column(name, justify=justify)
+    for lag in lags:
+        s = lag.status
+        state = Text("stale", style="bold red") if lag.stale else Text(s.state)
+        table.add_row(
+            s.task,
+            s.worker_id,
+            str(s.pid),
+            state,
+            f"{s.consumed:,}",
+            f"{s.rate_in:,.0f}",
+            f"{s.utilization:.0%}",
+            f"{lag.backlog:,}",
+            _fmt_s(lag.time_lag_s),
+            f"{s.dead_lettered:,}",
+            f"{s.dropped_late:,}",
+            "-" if s.checkpointed_offset is None else f"{s.checkpointed_offset:,}",
+            _fmt_s(lag.heartbeat_age_s),
+        )
+    total_in = sum(lag.status.consumed for lag in lags)
+    total_backlog = sum(lag.backlog for lag in lags)
+    footer = Text(
+        f"{len(lags)} tasks  in {total_in:,}  backlog {total_backlog:,}  "
+        f"dead-lettered {sum(lag.status.dead_lettered for lag in lags):,}",
+        style="dim",
+    )
+    if not lags:
+        footer = Text("no task has reported yet: is the fleet running? (sluice stream / sluice up)")
+    return Group(table, footer)
+
+
+def _snapshot(lags: list[TaskLag]) -> list[dict]:
+    return [
+        {
+            **lag.status.row(),
+            "views": lag.status.views,
+            "backlog": lag.backlog,
+            "time_lag_s": lag.time_lag_s,
+            "heartbeat_age_s": round(lag.heartbeat_age_s, 3),
+            "stale": lag.stale,
+        }
+        for lag in lags
+    ]
+
+
+def run(args: argparse.Namespace) -> int:
+    runtime = Runtime.from_env()
+    if args.json:
+        json.dump(_snapshot(collect(runtime, args.stale_after)), sys.stdout, indent=2)
+        print()
+        return 0
+    console = Console()
+    if args.once:
+        console.print(render(collect(runtime, args.stale_after)))
+        return 0
+    with Live(
+        render(collect(runtime, args.stale_after)), console=console, auto_refresh=False
+    ) as live:
+        try:
+            while True:
+                time.sleep(args.interval)
+                live.update(render(collect(runtime, args.stale_after)), refresh=True)
+        except KeyboardInterrupt:
+            return 0

@@ -1,0 +1,188 @@
+"""`sluice up`: the main job on one machine, started and stopped as one.
+
+Starts the embedded broker (unless KAFKA_BOOTSTRAP_SERVERS points elsewhere), the stream
+workers over the example views, the generator replaying a shipped trace (a simulated day in
+a few minutes) and the Dagster webserver and daemon; shows progress; Ctrl-C stops every
+process it started, workers first so they checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.text import Text
+
+from orchestration.cli.status import collect, render
+from orchestration.cli.stream import start_fleet
+from orchestration.runtime import Runtime
+from pipelines.kafka import EmbeddedBroker, ensure_topics
+
+__all__ = ["register"]
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("up", help="run everything: broker, workers, generator, Dagster")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--views", default=None, help="view definitions (default: the examples)")
+    parser.add_argument("--trace", default="nyc_taxi", help="shipped trace or CSV")
+    parser.add_argument("--duration", default="1d", help="simulated time to replay (default 1d)")
+    parser.add_argument("--speedup", type=float, default=480.0, help="simulated s per wall s")
+    parser.add_argument("--peak-rate", type=float, default=3000.0, help="msg/s at the trace peak")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--flush-interval",
+        type=float,
+        default=None,
+        help="segment flush seconds (default 5 here, so a compressed day shows up quickly; "
+        "SLUICE_FLUSH_INTERVAL_S wins if set)",
+    )
+    parser.add_argument("--no-dagster", action="store_true", help="do not start Dagster")
+    parser.add_argument(
+        "--exit-when-done",
+        action="store_true",
+        help="stop once the replay is over and the workers have caught up",
+    )
+    parser.set_defaults(func=run)
+
+
+def _generator(args: argparse.Namespace, env: dict[str, str], state_dir: Path) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "orchestration.cli", "generate", "--trace", args.trace]
+    cmd += ["--duration", args.duration, "--speedup", str(args.speedup)]
+    cmd += ["--peak-rate", str(args.peak_rate), "--seed", str(args.seed)]
+    cmd += ["--report", str(state_dir / "generate-report.json")]
+    log = open(state_dir / "logs" / "generator.log", "ab")  # noqa: SIM115
+    try:
+        return subprocess.Popen(
+            cmd,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    finally:
+        log.close()
+
+
+def _stop_process(process: subprocess.Popen | None, timeout_s: float = 10.0) -> None:
+    if process is None or process.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=5)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.flush_interval is not None:
+        os.environ["SLUICE_FLUSH_INTERVAL_S"] = str(args.flush_interval)
+    else:
+        os.environ.setdefault("SLUICE_FLUSH_INTERVAL_S", "5")
+    os.environ.setdefault("SLUICE_CHECKPOINT_INTERVAL_S", "15")
+    from pipelines.config import get_settings
+
+    get_settings.cache_clear()
+    runtime = Runtime.from_env()
+    settings = runtime.settings
+    state_dir = settings.resolved_state_dir
+    (state_dir / "logs").mkdir(parents=True, exist_ok=True)
+    console = Console()
+    broker = None
+    fleet = None
+    generator = None
+    dagster = None
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        if runtime.kafka.bootstrap_servers:
+            bootstrap = runtime.kafka.bootstrap_servers
+            console.print(f"using the Kafka cluster at {bootstrap}")
+        else:
+            broker = EmbeddedBroker(state_dir)
+            info = broker.start()
+            bootstrap = info.bootstrap
+            console.print(f"embedded broker pid {info.pid} at {bootstrap}")
+            os.environ["KAFKA_BOOTSTRAP_SERVERS"] = bootstrap
+            runtime = Runtime.from_env()
+        ensure_topics(
+            bootstrap,
+            {settings.topic: settings.partitions, settings.dead_letter_topic: 1},
+            runtime.kafka,
+        )
+        fleet = start_fleet(runtime, args.workers, args.views, None)
+        console.print(f"{len(fleet.workers)} stream workers: {fleet.job_model.describe()}")
+        if not args.no_dagster:
+            dagster = _start_dagster(settings, console)
+        env = {
+            **os.environ,
+            "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
+            "SLUICE_STATE_DIR": str(state_dir),
+        }
+        generator = _generator(args, env, state_dir)
+        console.print(
+            f"replaying {args.trace} ({args.duration} simulated at {args.speedup:g}x); "
+            f"logs in {state_dir / 'logs'}; Ctrl-C stops everything"
+        )
+        _watch(runtime, fleet, generator, dagster, console, stop, args.exit_when_done)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        console.print("stopping: generator, workers (checkpointing), Dagster, broker...")
+        _stop_process(generator)
+        if fleet is not None:
+            fleet.stop()
+        if dagster is not None:
+            dagster.stop()
+        if broker is not None:
+            broker.stop()
+        console.print("stopped")
+    return 0
+
+
+def _start_dagster(settings, console: Console):
+    try:
+        from orchestration.dagster_service import start_dagster
+    except ImportError as exc:
+        console.print(f"[yellow]Dagster is not available ({exc}); continuing without it[/]")
+        return None
+    handle = start_dagster(settings)
+    console.print(f"Dagster UI: [bold]{handle.url}[/]")
+    return handle
+
+
+def _watch(runtime, fleet, generator, dagster, console, stop, exit_when_done: bool) -> None:
+    caught_up_since = None
+    with Live(console=console, auto_refresh=False) as live:
+        while not stop.wait(2.0):
+            for event in fleet.supervise():
+                console.print(event)
+            lags = collect(runtime)
+            gen_state = (
+                "running" if generator.poll() is None else f"done (exit {generator.returncode})"
+            )
+            header = Text(f"generator: {gen_state}")
+            if dagster is not None:
+                header.append(f"   Dagster: {dagster.url}")
+            live.update(Group(header, render(lags)), refresh=True)
+            done = generator.poll() is not None and lags and all(lag.backlog == 0 for lag in lags)
+            if exit_when_done and done:
+                caught_up_since = caught_up_since or time.monotonic()
+                # one more flush interval so the last windows are in the segments
+                if time.monotonic() - caught_up_since > runtime.settings.flush_interval_s + 2:
+                    return
+            else:
+                caught_up_since = None

@@ -1,0 +1,137 @@
+"""A fleet of stream-worker processes on this machine, supervised.
+
+The supervisor starts one `sluice worker` process per worker of the job model, restarts a
+worker that dies (it resumes from its checkpoint), and, like Mist's scheduler, gives up on a
+worker that crashed three times within ten minutes. Stopping sends SIGTERM (each worker
+checkpoints and exits), then SIGKILL after a deadline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from orchestration.job_model import JobModel
+
+__all__ = ["LocalFleet", "WorkerProcess"]
+
+log = logging.getLogger(__name__)
+
+CRASH_LIMIT = 3
+CRASH_WINDOW_S = 600.0
+
+
+@dataclass
+class WorkerProcess:
+    worker_id: str
+    tasks: str
+    process: subprocess.Popen | None = None
+    crashes: deque = field(default_factory=lambda: deque(maxlen=CRASH_LIMIT))
+    disabled: bool = False
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+
+class LocalFleet:
+    def __init__(
+        self,
+        job_model: JobModel,
+        *,
+        views_file: str | Path | None = None,
+        env: dict[str, str] | None = None,
+        log_dir: Path | None = None,
+    ) -> None:
+        self.job_model = job_model
+        self.views_file = str(views_file) if views_file else None
+        self.env = {**os.environ, **(env or {})}
+        self.log_dir = log_dir
+        self.workers: dict[str, WorkerProcess] = {
+            w: WorkerProcess(w, ",".join(map(str, job_model.tasks_of(w))))
+            for w in job_model.workers
+        }
+
+    def _command(self, worker: WorkerProcess) -> list[str]:
+        cmd = [sys.executable, "-m", "orchestration.cli", "worker", "--id", worker.worker_id]
+        cmd += ["--tasks", worker.tasks]
+        if self.views_file:
+            cmd += ["--views", self.views_file]
+        return cmd
+
+    def _spawn(self, worker: WorkerProcess) -> None:
+        out = subprocess.DEVNULL
+        if self.log_dir is not None:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            out = open(self.log_dir / f"worker-{worker.worker_id}.log", "ab")  # noqa: SIM115
+        try:
+            worker.process = subprocess.Popen(
+                self._command(worker),
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        finally:
+            if out is not subprocess.DEVNULL:
+                out.close()
+        log.info("started worker %s (pid %d) on %s", worker.worker_id, worker.pid, worker.tasks)
+
+    def start(self) -> None:
+        for worker in self.workers.values():
+            self._spawn(worker)
+
+    def supervise(self) -> list[str]:
+        """Restart dead workers; returns what happened, for the caller to show."""
+        events = []
+        now = time.monotonic()
+        for worker in self.workers.values():
+            if worker.disabled or worker.process is None or worker.alive():
+                continue
+            code = worker.process.returncode
+            worker.crashes.append(now)
+            recent = [t for t in worker.crashes if now - t <= CRASH_WINDOW_S]
+            if len(recent) >= CRASH_LIMIT:
+                worker.disabled = True
+                events.append(
+                    f"worker {worker.worker_id} exited {code} {CRASH_LIMIT} times in "
+                    f"{CRASH_WINDOW_S / 60:.0f} min: disabled"
+                )
+                log.error(events[-1])
+                continue
+            events.append(f"worker {worker.worker_id} exited {code}: restarting")
+            log.warning(events[-1])
+            self._spawn(worker)
+        return events
+
+    def pids(self) -> dict[str, int | None]:
+        return {w: p.pid for w, p in self.workers.items()}
+
+    def stop(self, timeout_s: float = 20.0) -> None:
+        for worker in self.workers.values():
+            if worker.alive():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(worker.process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        for worker in self.workers.values():
+            if worker.process is None:
+                continue
+            try:
+                worker.process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.warning("worker %s did not stop in %.0fs: SIGKILL", worker.worker_id, timeout_s)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(worker.process.pid, signal.SIGKILL)
+                worker.process.wait(timeout=5)
