@@ -339,7 +339,31 @@ class TopK(Aggregator[Any]):
         return pa.string()
 
     def spark_columns(self, event_time):
-        raise NotImplementedError("top_k is computed by the batch job in two stages")
+        raise NotImplementedError("top_k needs two stages in Spark: use spark_frame")
+
+    def spark_frame(self, events, keys: list[str]):
+        """Exact top k per key, in two stages that scale with the number of distinct items.
+
+        1. Count each item per key (one hash aggregation).
+        2. Keep the k best per key by (count desc, item asc) and render them as the same
+           JSON the stream writes (items as strings, most frequent first, ties by item).
+
+        Returns a DataFrame of ``keys`` plus the output column, to be joined on ``keys``.
+        Strings compare by UTF-8 bytes in Spark and by code point in Python: same order.
+        """
+        from pyspark.sql import Window
+
+        F = _F()
+        item = F.col(self.spec.col_name).cast("string").alias("item")
+        counts = events.groupBy(*keys, item).agg(F.count(F.lit(1)).alias("count"))
+        best = Window.partitionBy(*keys).orderBy(F.col("count").desc(), F.col("item").asc())
+        ranked = counts.withColumn("rank", F.row_number().over(best)).where(F.col("rank") <= self.k)
+        top = F.array_sort(F.collect_list(F.struct("rank", "item", "count")))
+
+        def entry(ranked_item):
+            return F.struct(ranked_item["item"].alias("item"), ranked_item["count"].alias("count"))
+
+        return ranked.groupBy(*keys).agg(F.to_json(F.transform(top, entry)).alias(self.out))
 
 
 def _rank(pair: tuple[int, str]) -> tuple[int, str]:

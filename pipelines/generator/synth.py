@@ -136,24 +136,25 @@ def synthesize(trace: Trace, options: GeneratorOptions) -> Iterator[Message]:
         else min(options.duration_s, trace.duration_s)
     )
     per_step = options.peak_rate * options.step_s / options.speedup
-    steps = np.arange(0.0, end_s, options.step_s)
-    expected = per_step * trace.shape_at(trace.start_s + steps)
-    counts = np.diff(np.floor(np.concatenate([[0.0], np.cumsum(expected)]))).astype(np.int64)
-    cumulative = np.cumsum(counts)
     emitted = 0
     serial = 0
-    chunk_events = 50_000
-    first = 0
-    while first < len(steps):
-        # Enough steps for ~chunk_events messages, drawn in one go.
-        before = int(cumulative[first - 1]) if first else 0
-        last = min(int(np.searchsorted(cumulative, before + chunk_events)) + 1, len(steps))
-        chunk_counts = counts[first:last]
-        n = int(chunk_counts.sum())
-        step_index = np.repeat(np.arange(first, last), chunk_counts)
-        first = last
+    expected_so_far = 0.0  # running sum of expected messages, so fractions carry over
+    # Blocks of about 50k messages at peak rate: big enough to vectorize, small enough not
+    # to draw far more than max_events.
+    block_s = options.step_s * max(1.0, min(3600.0, 50_000 / per_step))
+    block_start = 0.0
+    while block_start < end_s:
+        # One block of simulated time at a time, its messages drawn in one go.
+        steps = np.arange(block_start, min(block_start + block_s, end_s), options.step_s)
+        block_start += block_s
+        expected = per_step * trace.shape_at(trace.start_s + steps)
+        cumulative = expected_so_far + np.cumsum(expected)
+        counts = np.diff(np.floor(np.concatenate([[expected_so_far], cumulative]))).astype(np.int64)
+        expected_so_far = float(cumulative[-1])
+        n = int(counts.sum())
         if n == 0:
             continue
+        step_index = np.repeat(np.arange(len(steps)), counts)
         jitter = rng.random(n)
         jitter = jitter[np.lexsort((jitter, step_index))]
         offsets = steps[step_index] + jitter * options.step_s

@@ -18,7 +18,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipelines.exceptions import QueryError
-from pipelines.segments.layout import published_key, realtime_prefix
+from pipelines.segments.layout import (
+    parse_hour_label,
+    published_key,
+    realtime_prefix,
+    view_prefix,
+)
 from pipelines.storage import ObjectStore
 from pipelines.stream.state import state_column
 from pipelines.views.model import WINDOW_END, WINDOW_START, View
@@ -68,8 +73,7 @@ def segment_sources(
     if prefer not in ("newest", "realtime", "batch"):
         raise QueryError(f"prefer must be newest, realtime or batch, got {prefer!r}")
     sources = []
-    segment = view.segment_start(start_ms)
-    while segment < end_ms:
+    for segment in _segments_in_range(store, view, start_ms, end_ms):
         manifest = None if prefer == "realtime" else read_published(store, view.name, segment)
         if manifest is not None:
             sources.append(
@@ -79,8 +83,20 @@ def segment_sources(
             files = tuple(store.list(realtime_prefix(view.name, segment)))
             if files:
                 sources.append(SegmentSource(segment, "realtime", 0, files))
-        segment += view.segment_ms
     return sources
+
+
+MAX_PROBED_SEGMENTS = 2000
+
+
+def _segments_in_range(store: ObjectStore, view: View, start_ms: int, end_ms: int) -> list[int]:
+    """Segment starts overlapping the range: probed one by one for short ranges, listed for long."""
+    first = view.segment_start(start_ms)
+    if (end_ms - first) // view.segment_ms <= MAX_PROBED_SEGMENTS:
+        return list(range(first, end_ms, view.segment_ms))
+    labels = {key.split("/")[2] for key in store.list(view_prefix(view.name))}
+    starts = sorted(parse_hour_label(label) for label in labels)
+    return [s for s in starts if first <= s < end_ms]
 
 
 def merge_realtime(view: View, tables: Iterable[pa.Table]) -> dict[tuple, list[Any]]:

@@ -1,0 +1,354 @@
+"""The batch correction: recompute views exactly from the raw archive and publish a new version.
+
+Stream workers drop events that come too late, count duplicates twice and answer distinct
+counts and quantiles from sketches. The correction reads what the archive holds for whole
+segments (late events included), drops duplicate ``event_id``s, computes every aggregation
+exactly with the Spark expressions of the aggregator registry and publishes the result as
+a batch version that overshadows the segment's realtime partials, as in Druid.
+
+Per (view, segment), :func:`correct_hours`:
+
+1. lists the archive files of every hour of the segment; no file at all means the segment
+   is skipped, never published (an empty version would hide the realtime values);
+2. reads the files of all segments of all views in one Spark read, drops duplicates and
+   caches the result, so every view is computed from the same events;
+3. aggregates each view in one pass (plus one two-stage pass per ``top_k``) and collects
+   the small result through Arrow;
+4. writes ``batch/v<N+1>/part-00000.parquet`` through the ObjectStore (so S3 works
+   without Hadoop committers), then, last, publishes ``_published.json`` atomically.
+
+The archive is immutable per hour once the stream has passed it, and the computation is
+deterministic (sorted output, duplicates resolved by content), so a rerun publishes the
+next version with identical values.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema
+
+from pipelines.aggregators import Aggregator
+from pipelines.archive.writer import ARCHIVE_SCHEMA
+from pipelines.batch.exceptions import InvalidHour
+from pipelines.batch.spark import spark_uri
+from pipelines.segments.layout import (
+    archive_events_key,
+    batch_prefix,
+    hour_label,
+    parse_hour_label,
+    published_key,
+)
+from pipelines.serving.query import read_published
+from pipelines.storage import ObjectStore
+from pipelines.views.model import HOUR_MS, WINDOW_START, View
+
+__all__ = [
+    "CorrectionResult",
+    "archive_hours",
+    "batch_schema",
+    "correct_hours",
+    "segment_hours",
+]
+
+log = logging.getLogger(__name__)
+
+_KAFKA_COLUMNS = ("topic", "partition", "offset", "kafka_timestamp")
+_EVENT_PAYLOAD = [f.name for f in ARCHIVE_SCHEMA if f.name not in (*_KAFKA_COLUMNS, "event_id")]
+"""Event columns besides the id; where a copy sat in Kafka never changes a view's values."""
+_COPIES = "__copies"
+_HOUR = "__hour"
+_EVENTS = "__events"
+PART_FILE = "part-00000.parquet"
+
+
+@dataclass(frozen=True)
+class CorrectionResult:
+    """What the correction did for one (view, segment).
+
+    ``version`` is the published version, 0 when ``skipped``. ``seconds`` is the wall time
+    of the view's aggregation shared evenly by its segments, plus this segment's write.
+    """
+
+    view: str
+    segment_start_ms: int
+    version: int
+    rows: int
+    events: int
+    duplicates_dropped: int
+    files: tuple[str, ...]
+    seconds: float
+    skipped: bool = False
+    reason: str = ""
+    hours: tuple[str, ...] = ()
+    """Hour labels whose archive was read for this segment."""
+    hours_missing: tuple[str, ...] = field(default=())
+    """Hours of the segment without any archived event (no traffic, or not archived yet)."""
+
+    @property
+    def segment(self) -> str:
+        return hour_label(self.segment_start_ms)
+
+
+def _events_hour_prefix(hour_ms: int) -> str:
+    # Derived from the writer's key so the two can never disagree.
+    return archive_events_key(hour_ms, "t", 0, 0, 0).rpartition("/")[0] + "/"
+
+
+_EVENTS_ROOT = _events_hour_prefix(0).rsplit("hour=", 1)[0]
+
+
+def archive_hours(store: ObjectStore) -> list[int]:
+    """Hour starts (epoch ms) for which the archive holds at least one events file.
+
+    Lists the whole events archive: fine locally, a long listing on a large S3 bucket.
+    """
+    hours: set[int] = set()
+    for key in store.list(_EVENTS_ROOT):
+        part = key[len(_EVENTS_ROOT) :].split("/", 1)[0]
+        if part.startswith("hour=") and key.endswith(".parquet"):
+            hours.add(parse_hour_label(part.removeprefix("hour=")))
+    return sorted(hours)
+
+
+def segment_hours(view: View, segment_start_ms: int) -> list[int]:
+    """Every hour whose events can belong to the segment's windows."""
+    return list(range(segment_start_ms, segment_start_ms + view.segment_ms, HOUR_MS))
+
+
+def batch_schema(view: View) -> pa.Schema:
+    """Columns of a batch segment file: window_start (epoch ms), groups, aggregator outputs."""
+    fields = [pa.field(WINDOW_START, pa.int64())]
+    fields += [pa.field(col, pa.string()) for col in view.grouping_cols]
+    for agg in view.aggregators:
+        fields += agg.output_fields()
+    meta = {"view": view.name, "fingerprint": view.fingerprint, "kind": "batch"}
+    return pa.schema(fields, metadata={"sluice": json.dumps(meta)})
+
+
+def _check_hours(hours: Sequence[int]) -> list[int]:
+    bad = [h for h in hours if not isinstance(h, int) or h % HOUR_MS]
+    if bad:
+        raise InvalidHour(f"hours must be epoch-ms hour starts (multiples of {HOUR_MS}), got {bad}")
+    return sorted(set(hours))
+
+
+def _list_hour_files(store: ObjectStore, hours: Sequence[int]) -> dict[int, list[str]]:
+    files = {}
+    for hour in hours:
+        keys = [k for k in store.list(_events_hour_prefix(hour)) if k.endswith(".parquet")]
+        if keys:
+            files[hour] = keys
+    return files
+
+
+def _read_deduplicated(spark: SparkSession, uris: list[str]) -> DataFrame:
+    """The archived events, one row per (topic, event_id), with how many copies there were.
+
+    A duplicate is resolved by content (the smallest copy), not by arrival, so the choice
+    never depends on how Spark split the files.
+    """
+    raw = spark.read.schema(from_arrow_schema(ARCHIVE_SCHEMA)).parquet(*uris)
+    first = F.min(F.struct(*_EVENT_PAYLOAD)).alias("e")
+    return (
+        raw.groupBy("topic", "event_id")
+        .agg(first, F.count(F.lit(1)).alias(_COPIES))
+        .select("topic", "event_id", *(F.col(f"e.{c}").alias(c) for c in _EVENT_PAYLOAD), _COPIES)
+        .withColumn(_HOUR, F.col("event_time") - F.col("event_time") % F.lit(HOUR_MS))
+    )
+
+
+def _spark_frame(agg: Aggregator) -> Callable[[DataFrame, list[str]], DataFrame] | None:
+    """An aggregator whose exact result needs more than one aggregate (``top_k``) provides
+    ``spark_frame(events, keys) -> DataFrame`` of keys plus its output columns."""
+    frame = getattr(agg, "spark_frame", None)
+    return frame if callable(frame) else None
+
+
+def _aggregate_view(events: DataFrame, view: View, segments: Sequence[int]) -> pa.Table:
+    """Exact values of every window of ``segments``, one row per (window, group), sorted."""
+    window = F.col("event_time") - F.col("event_time") % F.lit(view.interval_ms)
+    rows = events.where(F.col("topic") == view.topic).withColumn(WINDOW_START, window)
+    segment = F.col(WINDOW_START) - F.col(WINDOW_START) % F.lit(view.segment_ms)
+    rows = rows.where(segment.isin(list(segments)))
+    keys = [WINDOW_START, *view.grouping_cols]
+    columns: list[Column] = [F.count(F.lit(1)).alias(_EVENTS)]
+    frames: list[DataFrame] = []
+    for agg in view.aggregators:
+        frame = _spark_frame(agg)
+        if frame is not None:
+            frames.append(frame(rows, keys))
+        else:
+            columns += agg.spark_columns(F.col("event_time"))
+    result = rows.groupBy(*keys).agg(*columns)
+    for frame in frames:
+        result = result.join(frame, on=keys, how="inner")
+    schema = batch_schema(view)
+    table = result.select(*schema.names).toArrow()
+    table = table.cast(schema) if table.num_rows else schema.empty_table()
+    return table.sort_by([(name, "ascending") for name in keys])
+
+
+def _parquet(table: pa.Table) -> bytes:
+    sink = io.BytesIO()
+    pq.write_table(table, sink, compression="zstd")
+    return sink.getvalue()
+
+
+def _publish(
+    store: ObjectStore,
+    view: View,
+    segment: int,
+    table: pa.Table,
+    events: int,
+    duplicates: int,
+    hours: list[str],
+) -> tuple[int, list[str]]:
+    """Write the next version's file, then, last, its manifest; returns (version, files)."""
+    current = read_published(store, view.name, segment)
+    version = int(current["version"]) + 1 if current else 1
+    key = f"{batch_prefix(view.name, segment, version)}{PART_FILE}"
+    store.put(key, _parquet(table))
+    manifest = {
+        "version": version,
+        "files": [key],
+        "kind": "batch",
+        "created_at": int(time.time()),
+        "events": events,
+        "duplicates_dropped": duplicates,
+        "hours": hours,
+    }
+    store.put(published_key(view.name, segment), json.dumps(manifest, indent=2).encode())
+    return version, [key]
+
+
+def correct_hours(
+    spark: SparkSession,
+    store: ObjectStore,
+    views: Sequence[View],
+    hours: Sequence[int],
+    *,
+    s3_scheme: str = "s3a",
+    on_result: Callable[[CorrectionResult], None] | None = None,
+) -> list[CorrectionResult]:
+    """Correct every segment of every view that covers one of ``hours`` (epoch-ms hour starts).
+
+    Returns one result per (view, segment), in view order then time order; segments whose
+    hours have no archive are skipped with a warning, not published. ``on_result`` is
+    called as each result is ready (progress display).
+    """
+    wanted = _check_hours(hours)
+    plan: dict[str, list[int]] = {
+        view.name: sorted({view.segment_start(h) for h in wanted}) for view in views
+    }
+    by_name = {view.name: view for view in views}
+    needed = sorted(
+        {h for name, segs in plan.items() for s in segs for h in segment_hours(by_name[name], s)}
+    )
+    files = _list_hour_files(store, needed)
+    results: list[CorrectionResult] = []
+
+    def emit(result: CorrectionResult) -> None:
+        results.append(result)
+        if on_result is not None:
+            on_result(result)
+
+    todo: dict[str, list[int]] = {}
+    for view in views:
+        for segment in plan[view.name]:
+            if any(h in files for h in segment_hours(view, segment)):
+                todo.setdefault(view.name, []).append(segment)
+                continue
+            labels = [hour_label(h) for h in segment_hours(view, segment)]
+            reason = f"no archived events for hour(s) {', '.join(labels)}"
+            log.warning("%s %s: skipped, %s", view.name, hour_label(segment), reason)
+            emit(CorrectionResult(view.name, segment, 0, 0, 0, 0, (), 0.0, True, reason))
+    if not todo:
+        return results
+
+    # 2. One read of every needed hour, deduplicated and cached for all views.
+    started = time.monotonic()
+    uris = [spark_uri(store, key, s3_scheme) for keys in files.values() for key in keys]
+    events = _read_deduplicated(spark, uris).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        counts: dict[tuple[str, int], tuple[int, int]] = defaultdict(lambda: (0, 0))
+        stats = events.groupBy("topic", _HOUR).agg(
+            F.count(F.lit(1)).alias("events"), F.sum(_COPIES).alias("copies")
+        )
+        for row in stats.collect():
+            counts[(row["topic"], row[_HOUR])] = (row["events"], row["copies"] - row["events"])
+        log.info(
+            "read %d file(s) of %d hour(s): %d events, %d duplicates dropped, in %.1fs",
+            len(uris),
+            len(files),
+            sum(c[0] for c in counts.values()),
+            sum(c[1] for c in counts.values()),
+            time.monotonic() - started,
+        )
+        for view in views:
+            segments = todo.get(view.name)
+            if not segments:
+                continue
+            view_started = time.monotonic()
+            table = _aggregate_view(events, view, segments)  # 3
+            share = (time.monotonic() - view_started) / len(segments)
+            starts = table.column(WINDOW_START).to_numpy()
+            for segment in segments:
+                write_started = time.monotonic()
+                in_segment = (starts >= segment) & (starts < segment + view.segment_ms)
+                part = table.filter(pa.array(in_segment))
+                seg_hours = segment_hours(view, segment)
+                read = [hour_label(h) for h in seg_hours if h in files]
+                missing = tuple(hour_label(h) for h in seg_hours if h not in files)
+                n_events = sum(counts[(view.topic, h)][0] for h in seg_hours)
+                duplicates = sum(counts[(view.topic, h)][1] for h in seg_hours)
+                if missing:
+                    log.warning(
+                        "%s %s: no archive for hour(s) %s; publishing what the others hold",
+                        view.name,
+                        hour_label(segment),
+                        ", ".join(missing),
+                    )
+                version, keys = _publish(  # 4
+                    store, view, segment, part, n_events, duplicates, read
+                )
+                seconds = share + time.monotonic() - write_started
+                log.info(
+                    "%s %s: published batch v%d, %d rows from %d events (%d duplicates)",
+                    view.name,
+                    hour_label(segment),
+                    version,
+                    part.num_rows,
+                    n_events,
+                    duplicates,
+                )
+                emit(
+                    CorrectionResult(
+                        view.name,
+                        segment,
+                        version,
+                        part.num_rows,
+                        n_events,
+                        duplicates,
+                        tuple(keys),
+                        round(seconds, 3),
+                        hours=tuple(read),
+                        hours_missing=missing,
+                    )
+                )
+    finally:
+        events.unpersist()
+    order = {name: i for i, name in enumerate(by_name)}
+    results.sort(key=lambda r: (order[r.view], r.segment_start_ms))
+    return results

@@ -1,0 +1,85 @@
+"""One way to get a SparkSession and to name storage objects in a way Spark can read them.
+
+The session comes from :class:`SparkSettings` alone, so the batch job runs unchanged on
+``local[2]``, a standalone cluster, EMR (``yarn``) or Kubernetes; only the master and the
+extra configuration differ.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pipelines.batch.config import SparkSettings
+from pipelines.storage import ObjectStore
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["build_spark", "spark_conf", "spark_uri"]
+
+log = logging.getLogger(__name__)
+
+
+def spark_conf(settings: SparkSettings, s3_endpoint_url: str | None = None) -> dict[str, str]:
+    """Every configuration entry the session gets, so callers and docs can show them."""
+    conf = {
+        "spark.ui.enabled": str(settings.ui_enabled).lower(),
+        "spark.ui.showConsoleProgress": "false",  # progress bars garble logs and the CLI
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.pyspark.python": settings.python,
+    }
+    host = settings.driver_host or ("127.0.0.1" if settings.is_local else None)
+    if host:
+        conf["spark.driver.host"] = host
+    if settings.driver_memory:
+        conf["spark.driver.memory"] = settings.driver_memory
+    if settings.shuffle_partitions:
+        conf["spark.sql.shuffle.partitions"] = str(settings.shuffle_partitions)
+    elif settings.is_local:
+        conf["spark.sql.shuffle.partitions"] = str(4 * settings.local_cores())
+    if s3_endpoint_url:
+        # S3-compatible stores (MinIO, moto) need path-style addressing.
+        conf["spark.hadoop.fs.s3a.endpoint"] = s3_endpoint_url
+        conf["spark.hadoop.fs.s3a.path.style.access"] = "true"
+    conf.update(settings.conf)
+    return conf
+
+
+def build_spark(
+    settings: SparkSettings | None = None, s3_endpoint_url: str | None = None
+) -> SparkSession:
+    """The session for the batch job; reuses a running one (``getOrCreate``).
+
+    ``PYSPARK_PYTHON`` is set to the configured interpreter when unset, so Python workers
+    (if any) run in the same environment, with pyarrow.
+    """
+    from pyspark.sql import SparkSession
+
+    settings = settings or SparkSettings()
+    os.environ.setdefault("PYSPARK_PYTHON", settings.python)
+    builder = SparkSession.builder.master(settings.master).appName(settings.app_name)
+    for key, value in spark_conf(settings, s3_endpoint_url).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(settings.log_level)
+    log.info("Spark %s session on %s", spark.version, settings.master)
+    return spark
+
+
+def spark_uri(store: ObjectStore, key: str, s3_scheme: str = "s3a") -> str:
+    """Where Spark reads ``key``: ``s3a://`` (or EMRFS ``s3://``) for S3, ``file://`` locally.
+
+    Local paths get an explicit ``file://`` so a cluster whose default filesystem is HDFS
+    does not look for them there.
+    """
+    uri = store.uri(key)
+    if uri.startswith("s3://"):
+        return f"{s3_scheme}://{uri.removeprefix('s3://')}"
+    if "://" not in uri:
+        # Not Path.as_uri(): it percent-encodes "=" in hour=..., which Hadoop keeps literally.
+        return f"file://{Path(uri).resolve()}"
+    return uri

@@ -1,0 +1,52 @@
+"""Shared fixtures: the embedded broker (one per test session) and isolated Sluice settings."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pipelines.config import SluiceSettings
+from pipelines.kafka import BrokerInfo, EmbeddedBroker
+
+ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerInfo]:
+    """A real Kafka-protocol broker (embedded Tansu, or KAFKA_BOOTSTRAP_SERVERS if set)."""
+    external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    if external:
+        yield BrokerInfo(pid=-1, port=-1, bootstrap=external, started_at=0.0, log_file="")
+        return
+    embedded = EmbeddedBroker(tmp_path_factory.mktemp("broker"))
+    info = embedded.start()
+    try:
+        yield info
+    finally:
+        embedded.stop()
+
+
+@pytest.fixture
+def topic_name() -> str:
+    return f"events-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> SluiceSettings:
+    """Settings isolated under tmp_path, with fast flushes and checkpoints."""
+    return SluiceSettings(
+        state_dir=tmp_path / "state",
+        flush_interval_s=1.0,
+        checkpoint_interval_s=2.0,
+        status_interval_s=0.5,
+    )
+
+
+@pytest.fixture(scope="session")
+def artifacts_dir() -> Path:
+    ARTIFACTS.mkdir(exist_ok=True)
+    return ARTIFACTS

@@ -1,0 +1,90 @@
+"""The decoder: bad input becomes a dead letter with its reason, never an exception."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import orjson
+import pytest
+
+from pipelines.events.decode import NO_WATERMARK, decode_batch
+
+BASE = {
+    "event_id": "e1",
+    "event_time": 1_404_172_800_000,
+    "org": "org-001",
+    "client": "c1",
+    "bytes_tx": 10,
+    "session_id": "s1",
+    "event_type": "view",
+}
+
+
+@dataclass
+class Rec:
+    offset: int
+    value: bytes | None
+    timestamp: int = 0
+
+
+def _decode(values, watermark=NO_WATERMARK):
+    records = [Rec(i, v) for i, v in enumerate(values)]
+    return decode_batch(records, watermark, max_message_bytes=1024, max_future_ms=3_600_000)
+
+
+def _event(**changes):
+    return orjson.dumps({**BASE, **changes})
+
+
+@pytest.mark.parametrize(
+    ("value", "reason", "detail"),
+    [
+        (b'{"event_id": "x", ', "malformed_json", ""),
+        (b"[1, 2]", "not_an_object", "expected a JSON object, got list"),
+        (
+            orjson.dumps({k: v for k, v in BASE.items() if k != "org"}),
+            "missing_field",
+            "missing field 'org'",
+        ),
+        (_event(bytes_tx="10"), "wrong_type", "bytes_tx must be an integer, got str"),
+        (_event(bytes_tx=True), "wrong_type", "bytes_tx must be an integer, got bool"),
+        (_event(org=""), "wrong_type", "org must be a non-empty string"),
+        (_event(bytes_tx=-5), "out_of_range", "bytes_tx -5 < 0"),
+        (_event(event_time=12), "out_of_range", "event_time 12 outside"),
+        (_event(padding="x" * 2000), "oversize", "bytes > max_message_bytes 1024"),
+        (None, "empty", "message has no value"),
+    ],
+)
+def test_each_kind_of_bad_input_is_dead_lettered_with_its_reason(value, reason, detail):
+    batch = _decode([_event(), value, _event(event_id="e2")])
+    assert len(batch) == 2
+    assert [d.reason for d in batch.dead_letters] == [reason]
+    assert detail in batch.dead_letters[0].detail
+    assert batch.dead_letters[0].offset == 1
+    assert batch.consumed == 3 and batch.next_offset == 3
+
+
+def test_far_future_events_are_dead_lettered_relative_to_the_watermark():
+    future = BASE["event_time"] + 2 * 3_600_000
+    batch = _decode(
+        [_event(), _event(event_time=future), _event(event_time=BASE["event_time"] + 1)]
+    )
+    assert [d.reason for d in batch.dead_letters] == ["future_event_time"]
+    assert batch.watermark == BASE["event_time"] + 1
+
+
+def test_watermark_before_each_event_does_not_depend_on_batch_cuts():
+    times = [100_000, 500_000, 200_000, 900_000, 300_000, 950_000]
+    values = [
+        _event(event_id=f"e{i}", event_time=BASE["event_time"] + t) for i, t in enumerate(times)
+    ]
+    whole = _decode(values)
+    first = _decode(values[:3])
+    second = decode_batch(
+        [Rec(i + 3, v) for i, v in enumerate(values[3:])],
+        first.watermark,
+        max_message_bytes=1024,
+        max_future_ms=3_600_000,
+    )
+    assert list(whole.prior_watermark) == list(first.prior_watermark) + list(second.prior_watermark)
+    assert whole.watermark == second.watermark == BASE["event_time"] + 950_000
