@@ -1,0 +1,256 @@
+"""End to end on the real broker with real worker processes: results equal an oracle computed
+from the messages actually in the topic, through crashes (SIGKILL) and graceful restarts."""
+
+from __future__ import annotations
+
+import random
+import signal
+from pathlib import Path
+
+import pytest
+import yaml
+from kafka import TopicPartition
+
+from pipelines.config import PROJECT_ROOT, SluiceSettings
+from pipelines.control import ControlStore
+from pipelines.generator import GeneratorOptions, load_trace, replay
+from pipelines.kafka import consumer, end_offsets, ensure_topics, producer
+from pipelines.serving import query_view
+from pipelines.storage import LocalObjectStore
+from pipelines.views import load_views
+from tests.fixtures.oracle import Truth, compare_view
+from tests.fixtures.processes import sluice_process, stop_process, wait_until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.broker]
+
+PARTITIONS = 4
+EVENTS = 200_000
+
+
+def _read_partitions(bootstrap: str, topic: str) -> dict[int, list]:
+    client = consumer(bootstrap)
+    try:
+        tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+        client.assign(tps)
+        client.seek_to_beginning(*tps)
+        ends = end_offsets(client, tps)
+        out: dict[int, list] = {p: [] for p in range(PARTITIONS)}
+
+        def drained():
+            for tp, records in client.poll(timeout_ms=500, max_records=20_000).items():
+                out[tp.partition].extend(r.value for r in records)
+            ends.update(end_offsets(client, tps))
+            return all(len(out[tp.partition]) >= ends[tp] for tp in tps)
+
+        wait_until(drained, 120, f"reading back {topic}", every_s=0)
+        return out
+    finally:
+        client.close()
+
+
+@pytest.fixture(scope="module")
+def stream(broker, tmp_path_factory):
+    """A topic holding >= 200k generated events with late, duplicate and malformed messages."""
+    topic = "e2e-events"
+    ensure_topics(broker.bootstrap, {topic: PARTITIONS, f"{topic}.dlq": 1})
+    options = GeneratorOptions(
+        seed=11,
+        max_events=EVENTS,
+        peak_rate=40_000,
+        speedup=120,
+        late_share=0.03,
+        duplicate_share=0.02,
+        malformed_share=0.005,
+    )
+    out = producer(broker.bootstrap, max_request_size=4 * 1024 * 1024)
+    report = replay(
+        load_trace("nyc_taxi"),
+        options,
+        lambda m: out.send(topic, key=m.key, value=m.value),
+        pace=False,
+    )
+    out.flush()
+    out.close()
+    assert report.produced == EVENTS and report.late > 0 and report.duplicates > 0
+    partitions = _read_partitions(broker.bootstrap, topic)
+    assert sum(len(v) for v in partitions.values()) == EVENTS
+    views_file = tmp_path_factory.mktemp("views") / "views.yaml"
+    document = yaml.safe_load((PROJECT_ROOT / "data" / "views.yaml").read_text())
+    for view in document["views"]:
+        view["topic"] = topic
+    views_file.write_text(yaml.safe_dump(document))
+    views = load_views(views_file)
+    defaults = SluiceSettings()
+    truth = Truth(views)
+    for p in range(PARTITIONS):
+        truth.add_partition(
+            partitions[p], defaults.max_message_bytes, int(defaults.max_future_s * 1000)
+        )
+    assert truth.dead == report.malformed_total
+    return {
+        "topic": topic,
+        "report": report,
+        "views": views,
+        "views_file": views_file,
+        "truth": truth,
+        "ends": {p: len(v) for p, v in partitions.items()},
+    }
+
+
+class Fleet:
+    """Worker processes under test, each on a fixed set of partitions."""
+
+    def __init__(
+        self, tmp_path: Path, bootstrap: str, stream: dict, assignment: dict[str, list[int]]
+    ):
+        self.tmp_path = tmp_path
+        self.stream = stream
+        self.assignment = assignment
+        self.env = {
+            "SLUICE_STATE_DIR": str(tmp_path / "state"),
+            "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
+            "SLUICE_DEAD_LETTER_TOPIC": f"{stream['topic']}.dlq",
+            "SLUICE_FLUSH_INTERVAL_S": "1",
+            "SLUICE_CHECKPOINT_INTERVAL_S": "1.5",
+            "SLUICE_STATUS_INTERVAL_S": "0.3",
+        }
+        self.processes = {}
+        self.control = ControlStore(f"sqlite:///{tmp_path / 'state' / 'control.db'}")
+        self.store = LocalObjectStore(tmp_path / "state" / "storage")
+
+    def start(self, worker: str) -> None:
+        tasks = ",".join(f"{self.stream['topic']}:{p}" for p in self.assignment[worker])
+        args = [
+            "worker",
+            "--id",
+            worker,
+            "--tasks",
+            tasks,
+            "--views",
+            str(self.stream["views_file"]),
+        ]
+        self.processes[worker] = sluice_process(args, self.env, self.tmp_path / f"{worker}.log")
+
+    def consumed(self) -> int:
+        return sum(t.consumed for t in self.control.tasks())
+
+    def caught_up(self) -> bool:
+        tasks = {t.partition: t for t in self.control.tasks()}
+        return len(tasks) == PARTITIONS and all(
+            tasks[p].next_offset >= end for p, end in self.stream["ends"].items()
+        )
+
+    def alive(self) -> bool:
+        return all(p.poll() is None for p in self.processes.values())
+
+    def stop_all(self) -> dict[str, int]:
+        return {w: stop_process(p, signal.SIGTERM) for w, p in self.processes.items()}
+
+    def check_against_oracle(self) -> None:
+        truth = self.stream["truth"]
+        problems = []
+        for view in self.stream["views"]:
+            rows = query_view(self.store, view, 0, 2**62, prefer="realtime").to_pylist()
+            problems += compare_view(view, rows, truth.expected(view))
+        assert not problems, "\n".join(problems[:20])
+        tasks = self.control.tasks()
+        assert sum(t.dead_lettered for t in tasks) == self.stream["report"].malformed_total
+        for task in tasks:
+            for name, c in task.views["counters"].items():
+                assert c["consumed"] == c["processed"] + c["dead_lettered"] + c["dropped_late"], (
+                    name
+                )
+        late = {
+            name: sum(t.views["counters"][name]["dropped_late"] for t in tasks)
+            for name in truth.late
+        }
+        assert late == dict(truth.late)
+
+
+@pytest.fixture
+def fleet_factory(tmp_path, broker, stream):
+    fleets = []
+
+    def make(assignment):
+        fleet = Fleet(tmp_path, broker.bootstrap, stream, assignment)
+        fleets.append(fleet)
+        return fleet
+
+    yield make
+    for fleet in fleets:
+        fleet.stop_all()
+        fleet.control.close()
+
+
+def _dead_letter_keys(bootstrap: str, topic: str) -> set[bytes]:
+    client = consumer(bootstrap)
+    try:
+        tp = TopicPartition(topic, 0)
+        client.assign([tp])
+        client.seek_to_beginning(tp)
+        keys: set[bytes] = set()
+        end = end_offsets(client, [tp])[tp]
+        seen = [0]
+
+        def drained():
+            for records in client.poll(timeout_ms=500).values():
+                keys.update(r.key for r in records)
+                seen[0] += len(records)
+            return seen[0] >= end
+
+        wait_until(drained, 60, "reading the dead-letter topic", every_s=0)
+        return keys
+    finally:
+        client.close()
+
+
+def test_two_workers_match_the_oracle(fleet_factory, stream, broker):
+    fleet = fleet_factory({"w0": [0, 2], "w1": [1, 3]})
+    fleet.start("w0")
+    fleet.start("w1")
+    wait_until(lambda: fleet.caught_up() or not fleet.alive(), 240, "workers to catch up")
+    assert fleet.alive(), "a worker died"
+    assert fleet.stop_all() == {"w0": 0, "w1": 0}
+    fleet.check_against_oracle()
+    dead_letters = _dead_letter_keys(broker.bootstrap, f"{stream['topic']}.dlq")
+    assert len(dead_letters) == stream["report"].malformed_total
+
+
+def test_sigkill_three_times_loses_nothing_and_counts_nothing_twice(fleet_factory, stream):
+    rng = random.Random(20261122)
+    fleet = fleet_factory({"w0": [0, 2], "w1": [1, 3]})
+    fleet.start("w0")
+    fleet.start("w1")
+    for low, high in ((0.10, 0.30), (0.35, 0.60), (0.65, 0.90)):
+        target = int(EVENTS * rng.uniform(low, high))
+        wait_until(
+            lambda t=target: fleet.consumed() >= t or fleet.caught_up(), 240, f"{target} consumed"
+        )
+        victim = rng.choice(["w0", "w1"])
+        stop_process(fleet.processes[victim], signal.SIGKILL, timeout_s=10)
+        fleet.start(victim)  # restarts from its last checkpoint
+    wait_until(
+        lambda: fleet.caught_up() or not fleet.alive(), 240, "workers to catch up after crashes"
+    )
+    assert fleet.alive(), "a worker died"
+    assert fleet.stop_all() == {"w0": 0, "w1": 0}
+    fleet.check_against_oracle()
+
+
+def test_graceful_stop_resumes_from_the_checkpoint(fleet_factory, stream):
+    fleet = fleet_factory({"w0": [0, 1, 2, 3]})
+    fleet.start("w0")
+    wait_until(lambda: fleet.consumed() >= EVENTS // 3, 240, "a third consumed")
+    assert stop_process(fleet.processes["w0"], signal.SIGTERM) == 0
+    stopped = {t.partition: t for t in fleet.control.tasks()}
+    assert all(t.state == "stopped" for t in stopped.values())
+    assert all(t.checkpointed_offset == t.next_offset for t in stopped.values())
+    assert sum(t.consumed for t in stopped.values()) < EVENTS
+    fleet.start("w0")
+    wait_until(
+        lambda: fleet.caught_up() or not fleet.alive(), 240, "the restarted worker to catch up"
+    )
+    assert fleet.stop_all() == {"w0": 0}
+    # graceful stop: the final checkpoint was exact, so nothing was consumed twice
+    assert fleet.consumed() == EVENTS
+    fleet.check_against_oracle()
