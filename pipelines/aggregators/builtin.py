@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import datasketches as ds
@@ -312,8 +313,10 @@ class TopK(Aggregator[Any]):
         return ds.frequent_strings_sketch(self.lg_max_map_size)
 
     def update(self, state, values, times):
-        items, counts = np.unique(values.astype(str), return_counts=True)
-        for item, count in zip(items.tolist(), counts.tolist(), strict=True):
+        items = values.tolist()
+        if values.dtype != object:
+            items = [str(item) for item in items]
+        for item, count in Counter(items).items():
             state.update(item, count)
         return state
 

@@ -89,6 +89,9 @@ class StreamWorker:
             raise ValueError(f"a worker serves one topic's tasks, got {topics}")
         self.consumer = make_consumer(bootstrap, kafka, group_id=consumer_group(topics[0]))
         self.busy_s = 0.0
+        self.started_at: float | None = None
+        self.last_progress_at: float | None = None
+        """Monotonic time of the last batch processed; benchmarks measure up to it."""
         self._ends: dict[TopicPartition, int] = {}
 
     def install_signal_handlers(self) -> None:
@@ -123,14 +126,14 @@ class StreamWorker:
         """Consume until stopped (or, for tests and benchmarks, idle for ``max_idle_s``)."""
         self._assign()
         settings = self.settings
-        now = time.monotonic()
+        now = self.started_at = time.monotonic()
         next_flush = now + settings.flush_interval_s
         next_checkpoint = now + settings.checkpoint_interval_s
         next_status = now
         last_status = now
         last_consumed = {tp: t.consumed for tp, t in self.tasks.items()}
         busy_at_status = 0.0
-        idle_since = now
+        idle_since: float | None = None  # start of the current run of empty polls
         try:
             while not self.stop_event.is_set():
                 poll_started = time.monotonic()
@@ -138,8 +141,11 @@ class StreamWorker:
                 if polled:
                     for tp, records in polled.items():
                         self.tasks[tp].process(records)
-                    idle_since = time.monotonic()
-                    self.busy_s += idle_since - poll_started
+                    idle_since = None
+                    self.last_progress_at = time.monotonic()
+                    self.busy_s += self.last_progress_at - poll_started
+                elif idle_since is None:
+                    idle_since = poll_started
                 now = time.monotonic()
                 if now >= next_checkpoint:
                     started = now
@@ -163,7 +169,7 @@ class StreamWorker:
                     last_consumed = {tp: t.consumed for tp, t in self.tasks.items()}
                     busy_at_status, last_status = self.busy_s, now
                     next_status = now + settings.status_interval_s
-                if max_idle_s is not None and now - idle_since > max_idle_s:
+                if max_idle_s is not None and idle_since is not None and now - idle_since > max_idle_s:
                     break
         finally:
             self._shutdown()
