@@ -1,0 +1,33 @@
+"""Group names and asset keys shared by the asset packages, checks, jobs and schedules."""
+
+from __future__ import annotations
+
+import dagster as dg
+
+__all__ = [
+    "EVENTS_KEY",
+    "RAW_ARCHIVE_KEY",
+    "RAW_GROUP",
+    "VIEWS_GROUP",
+    "corrected_key",
+    "realtime_key",
+]
+
+RAW_GROUP = "raw"
+"""The ``events`` topic and the raw archive the stream workers write."""
+
+VIEWS_GROUP = "views"
+"""Per view: the realtime asset (deployed to the fleet) and the hourly corrected asset."""
+
+EVENTS_KEY = dg.AssetKey("events")
+RAW_ARCHIVE_KEY = dg.AssetKey("raw_archive")
+
+
+def realtime_key(view: str) -> dg.AssetKey:
+    """Key of the asset that deploys ``view`` to the stream fleet."""
+    return dg.AssetKey(f"realtime_{view}")
+
+
+def corrected_key(view: str) -> dg.AssetKey:
+    """Key of the hourly Spark correction of ``view``."""
+    return dg.AssetKey(f"corrected_{view}")

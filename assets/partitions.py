@@ -1,0 +1,57 @@
+"""The hourly partitions of the archive and the corrections, in event (trace) time.
+
+Event time is the replayed trace's time, so partitions start where the shipped trace starts
+(Twitter_volume_AAPL begins 2015-02-26T21:42:53Z); ``SLUICE_PARTITIONS_START`` moves the
+start and ``SLUICE_PARTITIONS_END`` (optional) caps the end, e.g. at the trace's last hour.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from datetime import UTC, datetime
+
+import dagster as dg
+
+from pipelines.views import HOUR_MS
+
+__all__ = [
+    "DEFAULT_PARTITIONS_START",
+    "HOURLY",
+    "PARTITION_FORMAT",
+    "hourly_partitions",
+    "hours_in_window",
+    "partition_key_for",
+]
+
+DEFAULT_PARTITIONS_START = "2015-02-26-21:00"
+PARTITION_FORMAT = "%Y-%m-%d-%H:%M"
+
+
+def hourly_partitions(start: str | None = None, end: str | None = None) -> dg.PartitionsDefinition:
+    """UTC hours from ``start`` (``YYYY-MM-DD-HH:MM``); defaults from the environment."""
+    start = start or os.environ.get("SLUICE_PARTITIONS_START") or DEFAULT_PARTITIONS_START
+    end = end or os.environ.get("SLUICE_PARTITIONS_END") or None
+    return dg.HourlyPartitionsDefinition(
+        start_date=start, end_date=end, timezone="UTC", fmt=PARTITION_FORMAT
+    )
+
+
+HOURLY = hourly_partitions()
+"""The one hourly partitioning shared by ``raw_archive`` and every ``corrected_<view>``."""
+
+
+def hours_in_window(start: datetime, end: datetime) -> list[int]:
+    """Epoch-ms starts of the hours in ``[start, end)`` (a run's partition time window)."""
+    first = int(start.timestamp() * 1000)
+    last = int(end.timestamp() * 1000)
+    return list(range(first - first % HOUR_MS, last, HOUR_MS))
+
+
+def partition_key_for(hour_ms: int) -> str:
+    """The partition key of the hour starting at ``hour_ms``."""
+    return datetime.fromtimestamp(hour_ms / 1000, tz=UTC).strftime(PARTITION_FORMAT)
+
+
+def partition_keys_for(hours: Iterable[int]) -> list[str]:
+    return [partition_key_for(h) for h in hours]

@@ -1,0 +1,82 @@
+"""The hourly correction schedule: each hour is corrected once its late data had time to arrive.
+
+The schedule fires every hour at minute ``grace % 60`` (UTC) and requests the hour that ended
+at least ``SLUICE_CORRECTION_GRACE_MINUTES`` (default 15) ago. Hours the archive holds no
+events for are skipped with a reason. Event time is replayed trace time in demos, so hours
+of the past are corrected from the UI (partition picker, backfill) instead.
+"""
+
+import logging
+import os
+from datetime import UTC, datetime, timedelta
+
+import dagster as dg
+from dagster._core.definitions.unresolved_asset_job_definition import (
+    UnresolvedAssetJobDefinition,
+)
+
+from assets.partitions import partition_key_for
+from orchestration.resources import StorageResource
+from pipelines.exceptions import ConfigError
+from pipelines.views import HOUR_MS
+from quality.completeness import archive_completeness
+
+__all__ = ["DEFAULT_GRACE_MINUTES", "build_correction_schedule", "grace_minutes", "hour_to_correct"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_GRACE_MINUTES = 15
+GRACE_ENV = "SLUICE_CORRECTION_GRACE_MINUTES"
+
+
+def grace_minutes() -> int:
+    """``SLUICE_CORRECTION_GRACE_MINUTES``: how long after an hour ends it is corrected."""
+    raw = os.environ.get(GRACE_ENV, str(DEFAULT_GRACE_MINUTES))
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{GRACE_ENV}={raw!r} is not a whole number of minutes") from None
+    if not 0 <= value <= 24 * 60:
+        raise ConfigError(f"{GRACE_ENV}={value} must be between 0 and 1440 minutes")
+    return value
+
+
+def hour_to_correct(scheduled: datetime, grace: int) -> int:
+    """Epoch ms of the latest hour that ended at least ``grace`` minutes before ``scheduled``."""
+    cutoff = scheduled.astimezone(UTC) - timedelta(minutes=grace)
+    cutoff_ms = int(cutoff.timestamp() * 1000)
+    return cutoff_ms - cutoff_ms % HOUR_MS - HOUR_MS
+
+
+def build_correction_schedule(
+    job: UnresolvedAssetJobDefinition,
+    grace: int | None = None,
+    default_status: dg.DefaultScheduleStatus = dg.DefaultScheduleStatus.RUNNING,
+) -> dg.ScheduleDefinition:
+    """Hourly at minute ``grace % 60``: a run of ``job`` for the hour past its grace period."""
+    grace = grace_minutes() if grace is None else grace
+
+    @dg.schedule(
+        name=f"{job.name}_hourly",
+        job=job,
+        cron_schedule=f"{grace % 60} * * * *",
+        execution_timezone="UTC",
+        default_status=default_status,
+        description=f"Correct each hour {grace} minutes after it ends (late data grace).",
+    )
+    def _schedule(
+        context: dg.ScheduleEvaluationContext, storage: StorageResource
+    ) -> dg.RunRequest | dg.SkipReason:
+        scheduled = context.scheduled_execution_time or datetime.now(UTC)
+        hour = hour_to_correct(scheduled, grace)
+        key = partition_key_for(hour)
+        (report,) = archive_completeness(storage.open(), [hour])
+        if report.events == 0:
+            return dg.SkipReason(f"no archived events for hour {key}")
+        return dg.RunRequest(
+            run_key=f"correct-{key}",
+            partition_key=key,
+            tags={"sluice/trigger": "schedule", "sluice/archive_complete": str(report.complete)},
+        )
+
+    return _schedule

@@ -1,0 +1,116 @@
+"""Observe each realtime view's lag and freshness from the control store's task metrics.
+
+The stream workers, not Dagster, keep ``realtime_<view>`` up to date, so its health is
+recorded as asset observations: backlog (offsets not yet processed), heartbeat age and stale
+tasks (Mist's controller: stale after 5 minutes), the event-time watermark (how far the
+view's windows are complete) and how old the newest processed record is. The cursor keeps
+the newest heartbeat seen per view, so a tick without new reports records nothing.
+"""
+
+import json
+import logging
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import dagster as dg
+
+from assets.constants import realtime_key
+from orchestration.lag import task_lags
+from orchestration.resources import ControlStoreResource
+from pipelines.control import TaskStatus
+from pipelines.views import View
+
+__all__ = ["make_realtime_lag_sensor", "realtime_observations"]
+
+log = logging.getLogger(__name__)
+
+STALE_AFTER_S = 300.0
+
+
+def _iso(epoch_ms: float | None) -> str:
+    if epoch_ms is None:
+        return ""
+    return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC).isoformat(timespec="seconds")
+
+
+def realtime_observations(
+    views: Sequence[View],
+    statuses: Sequence[TaskStatus],
+    deployed: dict[str, str],
+    *,
+    now: float | None = None,
+    stale_after_s: float = STALE_AFTER_S,
+) -> dict[str, dict[str, Any]]:
+    """Per view with reporting tasks: the lag and freshness metadata of its observation."""
+    now = time.time() if now is None else now
+    result: dict[str, dict[str, Any]] = {}
+    lags = task_lags(statuses, stale_after_s=stale_after_s, now=now)
+    for view in views:
+        mine = [lag for lag in lags if lag.status.topic == view.topic]
+        if not mine:
+            continue
+        counters = [lag.status.views.get("counters", {}).get(view.name, {}) for lag in mine]
+        watermarks = [lag.status.watermark for lag in mine if lag.status.watermark is not None]
+        processed_ts = [
+            lag.status.last_processed_ts for lag in mine if lag.status.last_processed_ts is not None
+        ]
+        newest = max(processed_ts) if processed_ts else None
+        result[view.name] = {
+            "tasks": len(mine),
+            "tasks_stale": sum(lag.stale for lag in mine),
+            "backlog": sum(lag.backlog for lag in mine),
+            "max_heartbeat_age_s": round(max(lag.heartbeat_age_s for lag in mine), 3),
+            "newest_heartbeat": max(lag.status.heartbeat_at for lag in mine),
+            "event_time_watermark": _iso(min(watermarks) if watermarks else None),
+            "last_processed_age_s": round(now - newest / 1000, 3) if newest else -1.0,
+            "processed": sum(int(c.get("processed", 0)) for c in counters),
+            "dropped_late": sum(int(c.get("dropped_late", 0)) for c in counters),
+            "dead_lettered": sum(lag.status.dead_lettered for lag in mine),
+            "utilization_mean": round(sum(lag.status.utilization for lag in mine) / len(mine), 4),
+            "deployment_state": deployed.get(view.name, "not deployed"),
+        }
+    return result
+
+
+def make_realtime_lag_sensor(
+    views: Sequence[View],
+    *,
+    name: str = "realtime_lag",
+    minimum_interval_seconds: int = 30,
+    stale_after_s: float = STALE_AFTER_S,
+    default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.RUNNING,
+) -> dg.SensorDefinition:
+    """A sensor recording an observation of ``realtime_<view>`` whenever its tasks reported."""
+    views = list(views)
+
+    @dg.sensor(
+        name=name,
+        minimum_interval_seconds=minimum_interval_seconds,
+        default_status=default_status,
+        description="Records lag and freshness of every realtime view from the control store.",
+    )
+    def _sensor(
+        context: dg.SensorEvaluationContext, control_store: ControlStoreResource
+    ) -> dg.SensorResult | dg.SkipReason:
+        cursor: dict[str, float] = json.loads(context.cursor) if context.cursor else {}
+        control = control_store.open()
+        try:
+            statuses = control.tasks()
+            deployed = {d["name"]: d["state"] for d in control.deployed_views()}
+        finally:
+            control.close()
+        observed = realtime_observations(views, statuses, deployed, stale_after_s=stale_after_s)
+        events = []
+        for view_name, metadata in observed.items():
+            newest = metadata.pop("newest_heartbeat")
+            if newest <= cursor.get(view_name, 0.0):
+                continue
+            cursor[view_name] = newest
+            events.append(dg.AssetObservation(asset_key=realtime_key(view_name), metadata=metadata))
+        if not events:
+            return dg.SkipReason("no new task reports since the last tick")
+        return dg.SensorResult(asset_events=events, cursor=json.dumps(cursor, sort_keys=True))
+
+    return _sensor

@@ -1,0 +1,138 @@
+"""Asset checks built from specs: does a correction agree with what the stream served?
+
+One blocking check per corrected view. For the hours the run just materialized it queries
+the corrected values (``prefer="batch"``) and the realtime values (``prefer="realtime"``)
+and compares them with :func:`quality.compare.compare_tables`. Missing or extra groups and
+per-metric errors become metadata; the check fails when they exceed the tolerance, and, being
+blocking, stops anything downstream of the correction in the same run.
+:func:`evaluate_correction` is the check's body, callable without Dagster's machinery.
+"""
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import dagster as dg
+
+from assets.constants import corrected_key
+from orchestration.resources import StorageResource
+from pipelines.segments.layout import hour_label
+from pipelines.serving.query import query_view
+from pipelines.storage import ObjectStore
+from pipelines.views import View
+from quality.compare import Comparison, Tolerance, compare_tables, metric_kinds, view_keys
+
+__all__ = [
+    "CORRECTION_CHECK",
+    "build_correction_checks",
+    "comparison_metadata",
+    "evaluate_correction",
+]
+
+log = logging.getLogger(__name__)
+
+CORRECTION_CHECK = "realtime_within_tolerance"
+
+
+def _number(value: float | None) -> float:
+    return float("nan") if value is None else round(float(value), 6)
+
+
+def comparison_metadata(comparison: Comparison) -> dict[str, Any]:
+    """Dagster metadata of a comparison: counts, per-metric errors, and why it failed."""
+    metadata: dict[str, Any] = {
+        "corrected_rows": comparison.expected_rows,
+        "realtime_rows": comparison.actual_rows,
+        "matched_rows": comparison.matched,
+        "groups_missing": len(comparison.missing),
+        "groups_extra": len(comparison.extra),
+        "group_mismatch": dg.MetadataValue.float(comparison.group_mismatch),
+        "tolerance_relative": comparison.tolerance.relative,
+        "tolerance_approximate": comparison.tolerance.approximate_relative,
+        "tolerance_statistic": comparison.tolerance.statistic,
+        "failures": dg.MetadataValue.json(comparison.failures),
+        "errors": dg.MetadataValue.json(comparison.summary()["metrics"]),
+    }
+    if comparison.missing:
+        metadata["missing_sample"] = dg.MetadataValue.json(
+            [list(map(str, k)) for k in comparison.missing[:10]]
+        )
+    if comparison.extra:
+        metadata["extra_sample"] = dg.MetadataValue.json(
+            [list(map(str, k)) for k in comparison.extra[:10]]
+        )
+    for metric in comparison.metrics:
+        metadata[f"{metric.column}_rel_max"] = dg.MetadataValue.float(_number(metric.rel_max))
+        metadata[f"{metric.column}_rel_mean"] = dg.MetadataValue.float(_number(metric.rel_mean))
+        metadata[f"{metric.column}_abs_max"] = dg.MetadataValue.float(_number(metric.abs_max))
+        metadata[f"{metric.column}_abs_mean"] = dg.MetadataValue.float(_number(metric.abs_mean))
+    return metadata
+
+
+def evaluate_correction(
+    store: ObjectStore,
+    view: View,
+    start_ms: int,
+    end_ms: int,
+    tolerance: Tolerance | None = None,
+) -> dg.AssetCheckResult:
+    """Compare corrected with realtime values of ``view`` for windows in ``[start_ms, end_ms)``."""
+    tolerance = tolerance or Tolerance()
+    corrected = query_view(store, view, start_ms, end_ms, prefer="batch")
+    realtime = query_view(store, view, start_ms, end_ms, prefer="realtime")
+    comparison = compare_tables(corrected, realtime, view_keys(view), metric_kinds(view), tolerance)
+    metadata = comparison_metadata(comparison)
+    metadata["hours"] = f"{hour_label(start_ms)} .. {hour_label(end_ms - 1)}"
+    if comparison.failures:
+        log.warning("%s: realtime differs from corrected: %s", view.name, comparison.failures)
+    return dg.AssetCheckResult(
+        passed=comparison.passed,
+        severity=dg.AssetCheckSeverity.ERROR,
+        metadata=metadata,
+        description="; ".join(comparison.failures) or "realtime agrees with the correction",
+    )
+
+
+def _window_ms(context: dg.AssetCheckExecutionContext) -> tuple[int, int] | None:
+    """The run's partition range as epoch ms, or None when the run is not partitioned."""
+    op_context = context.op_execution_context
+    if not (op_context.has_partition_key or op_context.has_partition_key_range):
+        return None
+    window = op_context.partition_time_window
+    return int(window.start.timestamp() * 1000), int(window.end.timestamp() * 1000)
+
+
+def build_correction_check(
+    view: View, tolerance: Tolerance | None = None
+) -> dg.AssetChecksDefinition:
+    """The blocking check of ``corrected_<view>`` for the partitions its run materialized."""
+    tolerance = tolerance or Tolerance()
+
+    @dg.asset_check(
+        asset=corrected_key(view.name),
+        name=CORRECTION_CHECK,
+        blocking=True,
+        description=f"Realtime values of {view.name} are within tolerance of the correction "
+        f"(exact metrics: {tolerance.statistic} relative error <= {tolerance.relative:.0%}).",
+    )
+    def _check(
+        context: dg.AssetCheckExecutionContext, storage: StorageResource
+    ) -> dg.AssetCheckResult:
+        window = _window_ms(context)
+        if window is None:
+            return dg.AssetCheckResult(
+                passed=True,
+                severity=dg.AssetCheckSeverity.WARN,
+                description="not run in a partitioned run: nothing to compare",
+            )
+        return evaluate_correction(storage.open(), view, window[0], window[1], tolerance)
+
+    return _check
+
+
+def build_correction_checks(
+    views: Sequence[View], tolerance: Tolerance | None = None
+) -> list[dg.AssetChecksDefinition]:
+    """One check per enabled view; the tolerance defaults to :meth:`Tolerance.from_env`."""
+    tolerance = tolerance or Tolerance.from_env()
+    return [build_correction_check(v, tolerance) for v in views if not v.disabled]

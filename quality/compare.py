@@ -1,0 +1,286 @@
+"""Compare a view's realtime values with its corrected (batch) values: how wrong was the stream?
+
+Pure functions over two pyarrow tables as :func:`pipelines.serving.query_view` returns them
+(window_start, window_end, group columns, metric columns, source). The corrected table is
+the reference. Rows are matched on (window_start, group columns); per metric the absolute
+and relative errors are summarised (max and mean) and held against a tolerance that depends
+on how the stream computes the metric: exact aggregations (count, sum, min, ...) must agree
+within ``Tolerance.relative``; sketches (HLL, KLL) within ``Tolerance.approximate_relative``;
+rankings (top_k) are reported but never fail the comparison. No Dagster imports here: the
+asset checks in :mod:`quality.checks` wrap these results.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from pipelines.exceptions import ConfigError
+from pipelines.views.model import WINDOW_START, View
+
+__all__ = [
+    "APPROXIMATE",
+    "EXACT",
+    "INFORMATIONAL",
+    "Comparison",
+    "MetricError",
+    "Tolerance",
+    "compare_tables",
+    "metric_kinds",
+    "view_keys",
+]
+
+log = logging.getLogger(__name__)
+
+EXACT = "exact"
+APPROXIMATE = "approximate"
+INFORMATIONAL = "informational"
+
+_APPROXIMATE_AGGREGATIONS = {"approx_count_distinct", "quantiles"}
+_INFORMATIONAL_AGGREGATIONS = {"top_k"}
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How far realtime may be from corrected and still pass."""
+
+    relative: float = 0.05
+    """Bound on the relative error of exact aggregations."""
+    approximate_relative: float = 0.10
+    """Bound for sketch-based aggregations (HLL distinct counts, KLL quantiles)."""
+    statistic: str = "mean"
+    """Which per-metric relative error is held against the bound: ``mean`` or ``max``."""
+    max_group_mismatch: float = 0.05
+    """Bound on (missing + extra groups) / corrected groups."""
+
+    def __post_init__(self) -> None:
+        if self.statistic not in ("mean", "max"):
+            raise ConfigError(f"tolerance statistic must be mean or max, got {self.statistic!r}")
+        for name in ("relative", "approximate_relative", "max_group_mismatch"):
+            value = getattr(self, name)
+            if not (value >= 0 and math.isfinite(value)):
+                raise ConfigError(f"tolerance {name} must be a finite number >= 0, got {value!r}")
+
+    @classmethod
+    def from_env(cls) -> Tolerance:
+        """``SLUICE_CHECK_RELATIVE_TOLERANCE`` (0.05), ``..._APPROXIMATE_TOLERANCE`` (0.10),
+        ``SLUICE_CHECK_STATISTIC`` (mean), ``SLUICE_CHECK_GROUP_MISMATCH`` (0.05)."""
+        try:
+            return cls(
+                relative=float(os.environ.get("SLUICE_CHECK_RELATIVE_TOLERANCE", "0.05")),
+                approximate_relative=float(
+                    os.environ.get("SLUICE_CHECK_APPROXIMATE_TOLERANCE", "0.10")
+                ),
+                statistic=os.environ.get("SLUICE_CHECK_STATISTIC", "mean"),
+                max_group_mismatch=float(os.environ.get("SLUICE_CHECK_GROUP_MISMATCH", "0.05")),
+            )
+        except ValueError as exc:
+            raise ConfigError(f"bad SLUICE_CHECK_* tolerance setting: {exc}") from exc
+
+    def bound(self, kind: str) -> float | None:
+        if kind == EXACT:
+            return self.relative
+        if kind == APPROXIMATE:
+            return self.approximate_relative
+        return None
+
+
+@dataclass(frozen=True)
+class MetricError:
+    """Errors of one metric column over the matched rows."""
+
+    column: str
+    kind: str
+    compared: int
+    abs_max: float | None = None
+    abs_mean: float | None = None
+    rel_max: float | None = None
+    rel_mean: float | None = None
+    mismatched: int = 0
+    """Rows whose values differ (any difference; for strings the only measure)."""
+    bound: float | None = None
+    passed: bool = True
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The outcome of comparing realtime (actual) with corrected (expected) values."""
+
+    expected_rows: int
+    actual_rows: int
+    matched: int
+    missing: list[tuple] = field(default_factory=list)
+    """Keys the correction has but realtime lacks."""
+    extra: list[tuple] = field(default_factory=list)
+    """Keys realtime has but the correction lacks."""
+    metrics: list[MetricError] = field(default_factory=list)
+    tolerance: Tolerance = field(default_factory=Tolerance)
+
+    @property
+    def group_mismatch(self) -> float:
+        if self.expected_rows == 0:
+            return 0.0 if self.actual_rows == 0 else 1.0
+        return (len(self.missing) + len(self.extra)) / self.expected_rows
+
+    @property
+    def failures(self) -> list[str]:
+        """Why the comparison fails; empty when it passes."""
+        reasons = []
+        if self.group_mismatch > self.tolerance.max_group_mismatch:
+            reasons.append(
+                f"{len(self.missing)} missing and {len(self.extra)} extra groups "
+                f"({self.group_mismatch:.1%} > {self.tolerance.max_group_mismatch:.1%})"
+            )
+        for metric in self.metrics:
+            if not metric.passed:
+                reasons.append(
+                    f"{metric.column}: {self.tolerance.statistic} relative error "
+                    f"{_statistic(metric, self.tolerance.statistic):.2%} > {metric.bound:.2%}"
+                )
+        return reasons
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    def summary(self) -> dict[str, Any]:
+        """Plain JSON-able values (what a report or an asset check records)."""
+        return {
+            "passed": self.passed,
+            "expected_rows": self.expected_rows,
+            "actual_rows": self.actual_rows,
+            "matched": self.matched,
+            "groups_missing": len(self.missing),
+            "groups_extra": len(self.extra),
+            "group_mismatch": self.group_mismatch,
+            "failures": self.failures,
+            "metrics": {
+                m.column: {
+                    "kind": m.kind,
+                    "compared": m.compared,
+                    "abs_max": m.abs_max,
+                    "abs_mean": m.abs_mean,
+                    "rel_max": m.rel_max,
+                    "rel_mean": m.rel_mean,
+                    "mismatched": m.mismatched,
+                    "bound": m.bound,
+                    "passed": m.passed,
+                }
+                for m in self.metrics
+            },
+        }
+
+
+def metric_kinds(view: View) -> dict[str, str]:
+    """Per output column of ``view``: exact, approximate (sketch) or informational (ranking)."""
+    kinds = {}
+    for agg in view.aggregators:
+        if agg.name in _INFORMATIONAL_AGGREGATIONS:
+            kind = INFORMATIONAL
+        elif agg.name in _APPROXIMATE_AGGREGATIONS:
+            kind = APPROXIMATE
+        else:
+            kind = EXACT
+        for out in agg.output_fields():
+            kinds[out.name] = kind
+    return kinds
+
+
+def _statistic(metric: MetricError, statistic: str) -> float:
+    value = metric.rel_mean if statistic == "mean" else metric.rel_max
+    return 0.0 if value is None else value
+
+
+def _key_value(value: Any) -> Any:
+    return value.isoformat() if hasattr(value, "isoformat") else value
+
+
+def _rows_by_key(table: pa.Table, keys: Sequence[str]) -> dict[tuple, dict[str, Any]]:
+    rows: dict[tuple, dict[str, Any]] = {}
+    for row in table.to_pylist():
+        rows[tuple(_key_value(row[k]) for k in keys)] = row
+    return rows
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _metric_error(
+    column: str, kind: str, pairs: list[tuple[Any, Any]], tolerance: Tolerance
+) -> MetricError:
+    abs_errors: list[float] = []
+    rel_errors: list[float] = []
+    mismatched = 0
+    for expected, actual in pairs:
+        if expected == actual:
+            if _is_number(expected):
+                abs_errors.append(0.0)
+                rel_errors.append(0.0)
+            continue
+        mismatched += 1
+        if _is_number(expected) and _is_number(actual):
+            diff = abs(float(actual) - float(expected))
+            abs_errors.append(diff)
+            rel_errors.append(diff / abs(float(expected)) if expected else 1.0)
+        else:  # a null on one side, or differing strings: entirely wrong
+            rel_errors.append(1.0)
+    bound = tolerance.bound(kind)
+    metric = MetricError(
+        column=column,
+        kind=kind,
+        compared=len(pairs),
+        abs_max=max(abs_errors) if abs_errors else None,
+        abs_mean=sum(abs_errors) / len(abs_errors) if abs_errors else None,
+        rel_max=max(rel_errors) if rel_errors else None,
+        rel_mean=sum(rel_errors) / len(rel_errors) if rel_errors else None,
+        mismatched=mismatched,
+        bound=bound,
+    )
+    passed = bound is None or _statistic(metric, tolerance.statistic) <= bound
+    return MetricError(**{**metric.__dict__, "passed": passed})
+
+
+def compare_tables(
+    expected: pa.Table,
+    actual: pa.Table,
+    keys: Sequence[str],
+    metrics: Mapping[str, str],
+    tolerance: Tolerance | None = None,
+) -> Comparison:
+    """Compare ``actual`` (realtime) against ``expected`` (corrected).
+
+    ``keys`` identify a row (window start and group columns); ``metrics`` maps each metric
+    column to its kind (:func:`metric_kinds`). Rows missing on either side count as group
+    mismatches, not as metric errors.
+    """
+    tolerance = tolerance or Tolerance()
+    want = _rows_by_key(expected, keys)
+    got = _rows_by_key(actual, keys)
+    matched = [k for k in want if k in got]
+    errors = [
+        _metric_error(
+            column, kind, [(want[k].get(column), got[k].get(column)) for k in matched], tolerance
+        )
+        for column, kind in metrics.items()
+    ]
+    return Comparison(
+        expected_rows=len(want),
+        actual_rows=len(got),
+        matched=len(matched),
+        missing=sorted(k for k in want if k not in got),
+        extra=sorted(k for k in got if k not in want),
+        metrics=errors,
+        tolerance=tolerance,
+    )
+
+
+def view_keys(view: View) -> list[str]:
+    """Columns that identify a row of ``view``'s output."""
+    return [WINDOW_START, *view.grouping_cols]

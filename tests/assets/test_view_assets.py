@@ -1,0 +1,209 @@
+"""Assets materialize in-process on a small real archive; the correction check passes and fails.
+
+One module for everything that needs Spark, so the session starts once (FACTS.md: ~7 s).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import dagster as dg
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from assets.constants import corrected_key, realtime_key
+from assets.partitions import partition_key_for
+from assets.raw import raw_archive
+from assets.views import corrected_assets, realtime_assets
+from orchestration.resources import (
+    LocalControlStoreResource,
+    LocalSparkResource,
+    LocalStorageResource,
+)
+from pipelines.control import ControlStore
+from pipelines.segments.layout import batch_prefix, published_key
+from pipelines.serving.query import query_view, read_published
+from pipelines.storage import LocalObjectStore, ObjectStore
+from pipelines.views import HOUR_MS, View
+from quality.checks import CORRECTION_CHECK, build_correction_check, evaluate_correction
+from quality.compare import Tolerance
+from tests.fixtures.dagster_fixture import build_archive, copy_storage, example_views
+from tests.fixtures.spark import spark  # noqa: F401  (session-scoped SparkSession)
+
+pytestmark = [pytest.mark.spark, pytest.mark.filterwarnings("ignore::dagster.BetaWarning")]
+
+VIEWS = {v.name: v for v in example_views()}
+
+
+@pytest.fixture
+def spark_session(spark):  # noqa: F811  (the session fixture imported above)
+    return spark
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[int]]:
+    """A built storage root and its event hours (2015-02-26T21..23)."""
+    root = tmp_path_factory.mktemp("archive") / "storage"
+    run = build_archive(root)
+    return root, run.event_hours()
+
+
+@pytest.fixture
+def storage_root(archive, tmp_path: Path) -> Path:
+    return copy_storage(archive[0], tmp_path / "storage")
+
+
+def _range_tags(hours: list[int]) -> dict[str, str]:
+    return {
+        "dagster/asset_partition_range_start": partition_key_for(hours[0]),
+        "dagster/asset_partition_range_end": partition_key_for(hours[-1]),
+    }
+
+
+def _asset(assets: list[dg.AssetsDefinition], key: dg.AssetKey) -> dg.AssetsDefinition:
+    return next(a for a in assets if a.key == key)
+
+
+def test_raw_archive_records_completeness_per_hour(archive, storage_root: Path) -> None:
+    _, hours = archive
+    assert len(hours) == 3
+    result = dg.materialize(
+        [raw_archive],
+        resources={"storage": LocalStorageResource(root=str(storage_root))},
+        tags=_range_tags(hours),
+    )
+    events = {
+        e.materialization.partition: e.materialization.metadata
+        for e in result.get_asset_materialization_events()
+    }
+    assert set(events) == {partition_key_for(h) for h in hours}
+    archived = pq.read_table(storage_root / "archive" / "events").num_rows
+    assert sum(m["events"].value for m in events.values()) == archived
+    for metadata in events.values():
+        assert metadata["partitions"].value == [f"events-{p}" for p in range(4)]
+        assert metadata["gaps"].value == {}
+        assert all(r for r in metadata["offset_ranges"].value.values())
+    last = events[partition_key_for(hours[-1])]
+    assert not last["complete"].value  # no partition has moved past the last hour yet
+    assert last["open_partitions"].value
+
+
+def test_realtime_asset_deploys_the_view_once(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'control.db'}"
+    asset = _asset(realtime_assets, realtime_key("traffic_by_org"))
+    resources = {"control_store": LocalControlStoreResource(sqlite_url=url)}
+    first = dg.materialize([asset], resources=resources)
+    second = dg.materialize([asset], resources=resources)
+    changed = [
+        r.get_asset_materialization_events()[0].materialization.metadata["changed"].value
+        for r in (first, second)
+    ]
+    assert changed == [True, False]
+    control = ControlStore(url)
+    (deployed,) = control.deployed_views()
+    control.close()
+    assert deployed["name"] == "traffic_by_org"
+    assert deployed["fingerprint"] == VIEWS["traffic_by_org"].fingerprint
+    assert deployed["definition"]["interval"] == "10m"
+
+
+@pytest.mark.usefixtures("spark")
+def test_corrected_assets_and_blocking_checks_for_a_range_in_one_run(
+    archive, storage_root: Path
+) -> None:
+    _, hours = archive
+    names = ["traffic_by_org", "top_clients_hourly"]
+    assets = [_asset(corrected_assets, corrected_key(n)) for n in names]
+    checks = [build_correction_check(VIEWS[n]) for n in names]
+    result = dg.materialize(
+        [*assets, *checks],
+        resources={
+            "storage": LocalStorageResource(root=str(storage_root)),
+            "spark": LocalSparkResource(),
+        },
+        tags=_range_tags(hours),
+    )
+    assert result.success
+    materialized = {
+        (e.materialization.asset_key, e.materialization.partition)
+        for e in result.get_asset_materialization_events()
+    }
+    assert materialized == {(corrected_key(n), partition_key_for(h)) for n in names for h in hours}
+    evaluations = result.get_asset_check_evaluations()
+    assert {e.asset_key for e in evaluations} == {corrected_key(n) for n in names}
+    assert all(e.passed and e.check_name == CORRECTION_CHECK for e in evaluations)
+    store = LocalObjectStore(str(storage_root))
+    for name in names:
+        served = query_view(store, VIEWS[name], hours[0], hours[-1] + HOUR_MS)
+        assert served.num_rows > 0
+        assert set(served.column("source").to_pylist()) == {"batch v1"}
+
+
+def _tamper(store: ObjectStore, view: View, segment: int, column: str, factor: float) -> None:
+    """Publish a new batch version of ``segment`` with ``column`` scaled by ``factor``."""
+    manifest = read_published(store, view.name, segment)
+    table = pq.read_table(io.BytesIO(store.get(manifest["files"][0])))
+    index = table.schema.get_field_index(column)
+    scaled = pc.cast(
+        pc.round(pc.multiply(table.column(column), factor)), table.schema.field(column).type
+    )
+    table = table.set_column(index, table.schema.field(column), scaled)
+    version = int(manifest["version"]) + 1
+    key = f"{batch_prefix(view.name, segment, version)}part-00000.parquet"
+    sink = io.BytesIO()
+    pq.write_table(table, sink)
+    store.put(key, sink.getvalue())
+    store.put(
+        published_key(view.name, segment),
+        json.dumps({**manifest, "version": version, "files": [key]}).encode(),
+    )
+
+
+def test_check_passes_when_realtime_agrees_and_fails_beyond_tolerance(
+    spark_session, archive, storage_root: Path
+) -> None:
+    from pipelines.batch import correct_hours
+
+    _, hours = archive
+    view = VIEWS["traffic_by_org"]
+    store = LocalObjectStore(str(storage_root))
+    correct_hours(spark_session, store, [view], hours)
+    start, end = hours[0], hours[-1] + HOUR_MS
+
+    agrees = evaluate_correction(store, view, start, end)
+    assert agrees.passed
+    assert agrees.metadata["groups_missing"].value + agrees.metadata["groups_extra"].value <= 3
+    assert agrees.metadata["events_rel_mean"].value < 0.05
+    assert agrees.metadata["failures"].value == []
+
+    _tamper(store, view, hours[1], "events", 1.5)
+    differs = evaluate_correction(store, view, start, end)
+    assert not differs.passed
+    assert differs.severity == dg.AssetCheckSeverity.ERROR
+    assert differs.metadata["events_rel_max"].value >= 0.3
+    assert any(f.startswith("events:") for f in differs.metadata["failures"].value)
+    # other metrics were untouched and still agree
+    assert differs.metadata["bytes_total_rel_mean"].value < 0.05
+
+
+@pytest.mark.usefixtures("spark")
+def test_a_failing_blocking_check_fails_the_run(archive, storage_root: Path) -> None:
+    _, hours = archive
+    view = VIEWS["traffic_by_org"]
+    asset = _asset(corrected_assets, corrected_key(view.name))
+    zero = build_correction_check(view, Tolerance(relative=0.0, statistic="max"))
+    result = dg.materialize(
+        [asset, zero],
+        resources={
+            "storage": LocalStorageResource(root=str(storage_root)),
+            "spark": LocalSparkResource(),
+        },
+        tags=_range_tags(hours[1:2]),
+        raise_on_error=False,
+    )
+    (evaluation,) = result.get_asset_check_evaluations()
+    assert not evaluation.passed  # duplicates and late events make realtime inexact
+    assert not result.success

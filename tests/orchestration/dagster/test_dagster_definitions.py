@@ -1,0 +1,183 @@
+"""The code location loads, every job resolves, resources match per env, schedule and sensor."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import yaml
+
+from assets.constants import corrected_key, realtime_key
+from assets.partitions import DEFAULT_PARTITIONS_START, HOURLY, partition_key_for
+from orchestration import resources
+from orchestration.definitions import correction_job, defs
+from orchestration.resources import LocalControlStoreResource, LocalStorageResource
+from orchestration.schedules import build_correction_schedule, grace_minutes, hour_to_correct
+from orchestration.sensors import make_realtime_lag_sensor
+from pipelines.config import PROJECT_ROOT
+from pipelines.control import ControlStore, TaskStatus
+from pipelines.exceptions import ConfigError
+from pipelines.segments.layout import parse_hour_label
+from tests.fixtures.dagster_fixture import build_archive, example_views
+
+pytestmark = pytest.mark.filterwarnings("ignore::dagster.BetaWarning")
+
+
+def test_workspace_yaml_points_at_the_definitions_module() -> None:
+    workspace = yaml.safe_load((PROJECT_ROOT / "workspace.yaml").read_text())
+    (entry,) = workspace["load_from"]
+    assert entry["python_module"]["module_name"] == "orchestration.definitions"
+    assert entry["python_module"]["location_name"] == "sluice"
+
+
+def test_definitions_load_and_every_job_resolves() -> None:
+    repo = defs.get_repository_def()
+    jobs = repo.get_all_jobs()
+    assert {job.name for job in jobs} >= {"correct_views"}
+    for job in jobs:
+        assert defs.resolve_job_def(job.name).name == job.name
+    assert repo.has_schedule_def("correct_views_hourly")
+    assert repo.has_sensor_def("realtime_lag")
+
+
+def test_every_view_has_a_realtime_and_a_corrected_asset_with_a_blocking_check() -> None:
+    repo = defs.get_repository_def()
+    graph = repo.asset_graph
+    keys = graph.get_all_asset_keys()
+    for view in example_views():
+        assert realtime_key(view.name) in keys
+        corrected = graph.get(corrected_key(view.name))
+        assert corrected.partitions_def == HOURLY
+        assert corrected.backfill_policy == dg.BackfillPolicy.single_run()
+        assert dg.AssetKey("raw_archive") in corrected.parent_keys
+        checks = [c for c in graph.asset_check_keys if c.asset_key == corrected_key(view.name)]
+        assert len(checks) == 1
+        assert graph.get_check_spec(checks[0]).blocking
+    groups = {graph.get(k).group_name for k in keys}
+    assert groups == {"raw", "views"}
+
+
+def test_partitions_start_at_the_shipped_trace() -> None:
+    assert DEFAULT_PARTITIONS_START == "2015-02-26-21:00"
+    assert HOURLY.get_first_partition_key() == "2015-02-26-21:00"
+
+
+def test_resource_sets_have_identical_keys_and_env_selects_one(monkeypatch) -> None:
+    assert set(resources.RESOURCES_BY_ENV) == {"local", "prod"}
+    assert (
+        set(resources.RESOURCES_BY_ENV["local"])
+        == set(resources.RESOURCES_BY_ENV["prod"])
+        == {"kafka", "spark", "storage", "control_store"}
+    )
+    monkeypatch.delenv("SLUICE_ENV", raising=False)
+    assert resources.get_env() == "local"
+    monkeypatch.setenv("SLUICE_ENV", "prod")
+    assert resources.get_env() == "prod"
+    monkeypatch.setenv("SLUICE_ENV", "staging")
+    with pytest.raises(ConfigError, match="staging"):
+        resources.get_env()
+
+
+def test_assets_annotate_the_abstract_resources() -> None:
+    repo = defs.get_repository_def()
+    corrected = repo.asset_graph.get(corrected_key("traffic_by_org")).assets_def
+    assert corrected.required_resource_keys >= {"spark", "storage"}
+    realtime = repo.asset_graph.get(realtime_key("traffic_by_org")).assets_def
+    assert "control_store" in realtime.required_resource_keys
+
+
+@pytest.mark.parametrize(
+    ("scheduled", "grace", "hour"),
+    [
+        ("2015-02-26T23:15:00", 15, "2015-02-26T22"),
+        ("2015-02-26T23:00:00", 0, "2015-02-26T22"),
+        ("2015-02-27T00:30:00", 90, "2015-02-26T22"),
+    ],
+)
+def test_the_schedule_corrects_the_hour_past_its_grace(
+    scheduled: str, grace: int, hour: str
+) -> None:
+    moment = datetime.fromisoformat(scheduled).replace(tzinfo=UTC)
+    assert hour_to_correct(moment, grace) == parse_hour_label(hour)
+
+
+def test_grace_comes_from_the_environment(monkeypatch) -> None:
+    monkeypatch.delenv("SLUICE_CORRECTION_GRACE_MINUTES", raising=False)
+    assert grace_minutes() == 15
+    monkeypatch.setenv("SLUICE_CORRECTION_GRACE_MINUTES", "40")
+    assert grace_minutes() == 40
+    assert build_correction_schedule(correction_job).cron_schedule == "40 * * * *"
+    monkeypatch.setenv("SLUICE_CORRECTION_GRACE_MINUTES", "soon")
+    with pytest.raises(ConfigError, match="soon"):
+        grace_minutes()
+
+
+def test_schedule_requests_archived_hours_and_skips_empty_ones(tmp_path: Path) -> None:
+    run = build_archive(tmp_path / "storage")
+    storage = LocalStorageResource(root=str(tmp_path / "storage"))
+    schedule = build_correction_schedule(correction_job, grace=15)
+    repo = defs.get_repository_def()
+    archived = run.event_hours()[1]
+    when = datetime.fromtimestamp(archived / 1000 + 3600 + 15 * 60, tz=UTC)
+    with dg.build_schedule_context(
+        scheduled_execution_time=when, resources={"storage": storage}, repository_def=repo
+    ) as ctx:
+        (request,) = schedule.evaluate_tick(ctx).run_requests
+    assert request.partition_key == partition_key_for(archived)
+    later = datetime(2016, 1, 1, 0, 15, tzinfo=UTC)
+    with dg.build_schedule_context(
+        scheduled_execution_time=later, resources={"storage": storage}, repository_def=repo
+    ) as ctx:
+        result = schedule.evaluate_tick(ctx)
+    assert not result.run_requests
+    assert "no archived events" in result.skip_message
+
+
+def test_lag_sensor_records_observations_only_for_new_reports(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'control.db'}"
+    store = ControlStore(url)
+    now = time.time()
+    store.report_tasks(
+        [
+            TaskStatus(
+                task=f"events:{p}",
+                topic="events",
+                partition=p,
+                worker_id="w1",
+                pid=1,
+                next_offset=100,
+                end_offset=100 + 10 * p,
+                watermark=1424987000000.0 + p,
+                last_processed_ts=(now - 3) * 1000,
+                heartbeat_at=now - (400 if p == 3 else 1),
+                views={"counters": {"traffic_by_org": {"processed": 100, "dropped_late": 2}}},
+            )
+            for p in range(4)
+        ]
+    )
+    store.close()
+    views = example_views()
+    sensor = make_realtime_lag_sensor(views)
+    control = LocalControlStoreResource(sqlite_url=url)
+    with dg.build_sensor_context(resources={"control_store": control}) as ctx:
+        result = sensor.evaluate_tick(ctx)
+    observations = {e.asset_key: e for e in result.asset_events}
+    assert set(observations) == {realtime_key(v.name) for v in views}
+    meta = observations[realtime_key("traffic_by_org")].metadata
+    assert meta["backlog"].value == 60
+    assert meta["tasks"].value == 4
+    assert meta["tasks_stale"].value == 1
+    assert meta["processed"].value == 400
+    assert meta["dropped_late"].value == 8
+    assert meta["event_time_watermark"].value.startswith("2015-02-26T21:43")
+    assert 2 <= meta["last_processed_age_s"].value < 60
+    cursor = json.loads(result.cursor)
+    assert set(cursor) == {v.name for v in views}
+    with dg.build_sensor_context(resources={"control_store": control}, cursor=result.cursor) as ctx:
+        again = sensor.evaluate_tick(ctx)
+    assert not again.asset_events
+    assert "no new task reports" in again.skip_message

@@ -1,0 +1,179 @@
+"""Against a running webserver and daemon: a GraphQL backfill, and the asset graph in a browser.
+
+Dagster is started through :mod:`orchestration.dagster_service` (free port, DAGSTER_HOME
+under tmp_path) once for the module and stopped by process group in teardown, which must
+leave no process behind.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from assets.constants import corrected_key, realtime_key
+from assets.partitions import partition_key_for
+from orchestration.dagster_service import DagsterHandle, start_dagster
+from pipelines.config import SluiceSettings
+from pipelines.serving.query import query_view
+from pipelines.storage import LocalObjectStore
+from pipelines.views import HOUR_MS
+from tests.fixtures.dagster_fixture import build_archive, example_views
+
+pytestmark = pytest.mark.e2e
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
+TERMINAL = {"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED"}
+
+LAUNCH = """
+mutation Launch($params: LaunchBackfillParams!) {
+  launchPartitionBackfill(backfillParams: $params) {
+    __typename
+    ... on LaunchBackfillSuccess { backfillId }
+    ... on PythonError { message }
+  }
+}
+"""
+POLL = """
+query Poll($id: String!) {
+  partitionBackfillOrError(backfillId: $id) {
+    __typename
+    ... on PartitionBackfill { status numPartitions error { message } runs(limit: 10) { id status } }
+    ... on PythonError { message }
+  }
+}
+"""
+
+
+def _poll(condition, timeout_s: float, what: str, every_s: float = 1.0):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = condition()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+        time.sleep(every_s)
+
+
+@pytest.fixture(scope="module")
+def dagster(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[DagsterHandle, SluiceSettings, list[int]]]:
+    state = tmp_path_factory.mktemp("dagster-e2e") / "state"
+    settings = SluiceSettings(state_dir=state)
+    run = build_archive(Path(settings.resolved_storage_root))
+    handle = start_dagster(
+        settings,
+        extra_env={
+            "SLUICE_ENV": "local",
+            "SLUICE_SPARK_SHUFFLE_PARTITIONS": "2",
+            "SLUICE_SPARK_DRIVER_MEMORY": "1g",
+        },
+        timeout_s=240,
+    )
+    try:
+        yield handle, settings, run.event_hours()
+    finally:
+        handle.stop()
+        assert not handle.pids, f"Dagster left processes behind: {handle.pids}"
+        assert handle.process.poll() is not None
+
+
+def test_dagster_home_is_prepared(dagster) -> None:
+    handle, settings, _ = dagster
+    assert handle.dagster_home == settings.resolved_state_dir / "dagster"
+    assert "enabled: false" in (handle.dagster_home / "dagster.yaml").read_text()
+    assert (handle.dagster_home / ".nux" / "nux.yaml").read_text().strip() == "seen: 1"
+    assert handle.url.startswith("http://127.0.0.1:")
+    assert len(handle.pids) >= 3  # dagster dev, webserver, daemon (and the code server)
+
+
+def test_backfill_of_three_hours_is_one_run_and_served(dagster) -> None:
+    handle, settings, hours = dagster
+    assert len(hours) == 3
+    view = next(v for v in example_views() if v.name == "traffic_by_org")
+    params = {
+        "partitionNames": [partition_key_for(h) for h in hours],
+        "assetSelection": [{"path": corrected_key(view.name).path}],
+        "fromFailure": False,
+        "title": "e2e: three hours",
+    }
+    launched = handle.graphql(LAUNCH, {"params": params})["launchPartitionBackfill"]
+    assert launched["__typename"] == "LaunchBackfillSuccess", launched
+    backfill_id = launched["backfillId"]
+
+    def finished():
+        answer = handle.graphql(POLL, {"id": backfill_id})["partitionBackfillOrError"]
+        assert answer["__typename"] == "PartitionBackfill", answer
+        return answer if answer["status"] in TERMINAL else None
+
+    backfill = _poll(finished, 420, f"backfill {backfill_id}", every_s=2.0)
+    assert backfill["status"] in ("COMPLETED_SUCCESS", "COMPLETED"), backfill
+    assert backfill["numPartitions"] == 3
+    assert [r["status"] for r in backfill["runs"]] == ["SUCCESS"]  # single-run policy
+    store = LocalObjectStore(settings.resolved_storage_root)
+    served = query_view(store, view, hours[0], hours[-1] + HOUR_MS)
+    assert served.num_rows > 0
+    assert set(served.column("source").to_pylist()) == {"batch v1"}
+    starts = {
+        int(t.timestamp() * 1000) // HOUR_MS * HOUR_MS
+        for t in served.column("window_start").to_pylist()
+    }
+    assert starts == set(hours)
+
+
+def _require_chromium() -> None:
+    if CHROMIUM.exists():
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"{CHROMIUM} is missing in CI: install Debian's chromium")
+    pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium); browser test skipped")
+
+
+def _shown_as(name: str, text: str) -> bool:
+    """The node title shows ``name`` whole, or middle-truncated with an ellipsis."""
+    if "…" not in text:
+        return text == name
+    head, tail = text.split("…", 1)
+    return len(head) >= 4 and name.startswith(head) and name.endswith(tail)
+
+
+def test_asset_graph_shows_every_view_in_a_browser(dagster, artifacts_dir: Path) -> None:
+    _require_chromium()
+    from playwright.sync_api import expect, sync_playwright
+
+    handle, _, _ = dagster
+    expected = []
+    for view in example_views():
+        expected += [realtime_key(view.name).path[-1], corrected_key(view.name).path[-1]]
+    shot = artifacts_dir / "dagster-asset-graph.png"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1600, "height": 2200})
+            page.goto(f"{handle.url}/locations/sluice/asset-groups/views/lineage")
+            try:
+                for name in expected:
+                    title = page.locator(f'[data-tooltip="{name}"]').first
+                    expect(title).to_be_visible(timeout=60_000)
+                    shown = title.inner_text().strip()
+                    assert _shown_as(name, shown), f"node of {name} shows {shown!r}"
+                expect(page.get_by_text("raw_archive", exact=True).first).to_be_visible()
+            finally:
+                page.screenshot(path=str(shot), full_page=True)
+        finally:
+            browser.close()
+    assert shot.stat().st_size > 10_000
