@@ -35,6 +35,38 @@ class Runtime:
     def views(self, path: str | Path | None = None) -> list[View]:
         return load_views(path or self.settings.views_file)
 
+    def active_views(self, path: str | Path | None = None) -> list[View]:
+        """The file's views, overridden by what was deployed (e.g. from Dagster), minus disabled.
+
+        A deployment carries the whole definition, so a view deployed from the UI runs even if
+        the file on this machine is older.
+        """
+        from pipelines.views import parse_views
+
+        by_name = {v.name: v for v in self.views(path)}
+        for deployed in self.control.deployed_views():
+            if deployed["state"] == "Disabled":
+                by_name.pop(deployed["name"], None)
+                continue
+            (view,) = parse_views(
+                [deployed["definition"]], source=f"deployed view {deployed['name']}"
+            )
+            by_name[view.name] = view
+        return list(by_name.values())
+
+    def deployment_version(self) -> str:
+        """Changes whenever a view is deployed, changed or disabled; the fleet reloads on it."""
+        parts = [
+            f"{d['name']}={d['fingerprint']}:{d['state'] == 'Disabled'}"
+            for d in self.control.deployed_views()
+        ]
+        return "|".join(parts)
+
+    def mark_deployed_running(self) -> None:
+        for deployed in self.control.deployed_views():
+            if deployed["state"] in ("Scheduled", "Waiting"):
+                self.control.set_view_state(deployed["name"], "Running")
+
     def view(self, name: str, path: str | Path | None = None) -> View:
         from pipelines.exceptions import QueryError
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import signal
 import threading
+import time
 
 from rich.console import Console
 
@@ -14,7 +15,7 @@ from orchestration.runtime import Runtime
 from pipelines.kafka import ensure_topics
 from pipelines.stream import TaskId
 
-__all__ = ["register", "start_fleet"]
+__all__ = ["DeploymentWatcher", "register", "start_fleet"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -32,7 +33,7 @@ def start_fleet(
 ) -> LocalFleet:
     """Validate the views, make sure the topics exist, plan the job model and start workers."""
     settings = runtime.settings
-    views = runtime.views(views_file)  # fail fast on a bad definition
+    views = runtime.active_views(views_file)  # fail fast on a bad definition
     topic = topic or settings.topic
     if not any(v.topic == topic for v in views):
         from pipelines.exceptions import ViewDefinitionError
@@ -64,6 +65,31 @@ def start_fleet(
     return fleet
 
 
+class DeploymentWatcher:
+    """Reloads the fleet when a view is deployed, changed or disabled in the control store."""
+
+    def __init__(self, runtime: Runtime, fleet: LocalFleet, every_s: float = 5.0) -> None:
+        self.runtime = runtime
+        self.fleet = fleet
+        self.every_s = every_s
+        self.version = runtime.deployment_version()
+        self.next_check = time.monotonic() + every_s
+        runtime.mark_deployed_running()
+
+    def check(self) -> list[str]:
+        now = time.monotonic()
+        if now < self.next_check:
+            return []
+        self.next_check = now + self.every_s
+        version = self.runtime.deployment_version()
+        if version == self.version:
+            return []
+        self.version = version
+        self.fleet.restart("view deployments changed")
+        self.runtime.mark_deployed_running()
+        return ["view deployments changed: workers restarted from their checkpoints"]
+
+
 def run(args: argparse.Namespace) -> int:
     runtime = Runtime.from_env()
     console = Console()
@@ -75,9 +101,10 @@ def run(args: argparse.Namespace) -> int:
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    watcher = DeploymentWatcher(runtime, fleet)
     try:
         while not stop.wait(1.0):
-            for event in fleet.supervise():
+            for event in [*fleet.supervise(), *watcher.check()]:
                 console.print(event)
     except KeyboardInterrupt:
         pass

@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     worker = StreamWorker(
         worker_id=args.id,
         tasks=tasks,
-        views=runtime.views(args.views),
+        views=runtime.active_views(args.views),
         settings=runtime.settings,
         bootstrap=runtime.bootstrap(),
         store=runtime.store,

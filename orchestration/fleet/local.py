@@ -116,6 +116,15 @@ class LocalFleet:
             self._spawn(worker)
         return events
 
+    def restart(self, reason: str, timeout_s: float = 20.0) -> None:
+        """Stop every worker (each checkpoints) and start them again, e.g. to load new views."""
+        log.info("restarting the fleet: %s", reason)
+        self.stop(timeout_s)
+        for worker in self.workers.values():
+            worker.disabled = False
+            worker.crashes.clear()
+            self._spawn(worker)
+
     def pids(self) -> dict[str, int | None]:
         return {w: p.pid for w, p in self.workers.items()}
 

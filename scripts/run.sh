@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The one entry point on a fresh Debian 12 machine with Python 3.11 and Java 17:
+# installs what Sluice needs (pinned by uv.lock), then runs it.
+#
+#   bash scripts/run.sh up [sluice up flags]   # the main job: broker, workers, generator, Dagster
+#   bash scripts/run.sh test [pytest flags]    # the test suite
+#   bash scripts/run.sh sluice ARGS            # any sluice command
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+die() { echo "scripts/run.sh: $*" >&2; exit 1; }
+
+PYTHON=${PYTHON:-python3.11}
+command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
+"$PYTHON" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null \
+  || die "Python 3.11 is required (found: $("$PYTHON" --version 2>&1)). Install it: sudo apt-get install -y python3.11 python3.11-venv"
+
+java_major=$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1 || true)
+if [ -z "${java_major}" ] || [ "${java_major}" -lt 17 ]; then
+  die "Java 17 or newer is required for Spark (found: ${java_major:-none}). Install it: sudo apt-get install -y openjdk-17-jre-headless"
+fi
+
+if ! "$PYTHON" -m uv --version >/dev/null 2>&1; then
+  echo "installing uv (the lock-file installer) ..." >&2
+  "$PYTHON" -m pip install --quiet uv || die "could not install uv: $PYTHON -m pip install uv"
+fi
+"$PYTHON" -m uv sync --frozen --quiet || die "dependency install failed: $PYTHON -m uv sync --frozen"
+
+need_chromium() {
+  [ -x /usr/bin/chromium ] && return 0
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing Debian's chromium for the browser tests ..." >&2
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
+      || die "could not install chromium: sudo apt-get install -y chromium"
+  else
+    die "the browser tests need Debian's chromium: sudo apt-get install -y chromium"
+  fi
+}
+
+cmd=${1:-}
+shift || true
+case "$cmd" in
+  up) exec .venv/bin/sluice up "$@" ;;
+  test)
+    need_chromium
+    exec .venv/bin/python -m pytest "$@" ;;
+  sluice) exec .venv/bin/sluice "$@" ;;
+  *) die "usage: bash scripts/run.sh up|test|sluice [args]" ;;
+esac
