@@ -84,6 +84,15 @@ class StreamTask:
         log.info("%s: restored checkpoint at offset %d", self.name, checkpoint.next_offset)
         return checkpoint.next_offset
 
+    def reset(self) -> None:
+        """Forget restored state (the log it described is gone)."""
+        self.states = {v.name: ViewState(v) for v in self.views}
+        self.watermark = NO_WATERMARK
+        self.consumed = 0
+        self.dead_lettered = Counter()
+        self.checkpointed_offset = None
+        discard_uncommitted(self.store, self.topic, self.partition, 0)
+
     def start_at(self, offset: int) -> None:
         """Where consumption begins when there is no checkpoint (the log start)."""
         self.next_offset = offset

@@ -106,8 +106,20 @@ class StreamWorker:
         partitions = list(self.tasks)
         self.consumer.assign(partitions)
         beginnings = self.consumer.beginning_offsets(partitions)
+        ends = end_offsets(self.consumer, partitions)
         for tp, task in self.tasks.items():
             offset = task.restore()
+            if offset is not None and offset > ends.get(tp, 0):
+                # The log is shorter than what we checkpointed: the broker lost it (the embedded
+                # broker keeps data in memory) or the topic was recreated. Start over.
+                log.warning(
+                    "%s: checkpoint offset %d is past the log end %d; starting from the log start",
+                    task.name,
+                    offset,
+                    ends.get(tp, 0),
+                )
+                task.reset()
+                offset = None
             if offset is None:
                 offset = beginnings.get(tp, 0)
                 task.start_at(offset)
