@@ -14,10 +14,10 @@ import dagster as dg
 import assets.raw
 import assets.views
 from assets.constants import RAW_GROUP, VIEWS_GROUP
-from orchestration.jobs import build_correction_job
+from orchestration.jobs import build_correction_job, scale_stream_workers
 from orchestration.resources import get_resources
 from orchestration.schedules import build_correction_schedule
-from orchestration.sensors import make_realtime_lag_sensor
+from orchestration.sensors import make_autoscaling_sensor, make_realtime_lag_sensor
 from quality.checks import build_correction_checks
 
 __all__ = ["defs"]
@@ -34,8 +34,8 @@ defs = dg.Definitions(
         *dg.load_assets_from_package_module(assets.views, group_name=VIEWS_GROUP),
     ],
     asset_checks=build_correction_checks(VIEWS),
-    jobs=[correction_job],
+    jobs=[correction_job, scale_stream_workers],
     schedules=[build_correction_schedule(correction_job)],
-    sensors=[make_realtime_lag_sensor(VIEWS)],
+    sensors=[make_realtime_lag_sensor(VIEWS), make_autoscaling_sensor(scale_stream_workers)],
     resources=get_resources(),
 )

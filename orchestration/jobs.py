@@ -1,7 +1,6 @@
 """Jobs over assets: the hourly correction of every view, with the archive's completeness."""
 
-from __future__ import annotations
-
+import json
 from collections.abc import Sequence
 
 import dagster as dg
@@ -10,9 +9,17 @@ from dagster._core.definitions.unresolved_asset_job_definition import (
 )
 
 from assets.constants import RAW_ARCHIVE_KEY, corrected_key
+from orchestration.resources.fleet import FleetResource
+from orchestration.sensors.autoscaler import SCALE_JOB
 from pipelines.views import View
 
-__all__ = ["CORRECTION_JOB", "build_correction_job"]
+__all__ = [
+    "CORRECTION_JOB",
+    "ScaleConfig",
+    "build_correction_job",
+    "rescale_fleet",
+    "scale_stream_workers",
+]
 
 CORRECTION_JOB = "correct_views"
 
@@ -28,3 +35,48 @@ def build_correction_job(views: Sequence[View]) -> UnresolvedAssetJobDefinition:
         description="Record the archive's completeness and correct every view for the "
         "run's hours in one Spark job; the correction checks run after each view.",
     )
+
+
+class ScaleConfig(dg.Config):
+    """A scaling decision to carry out (filled in by the lag sensor, or by hand in the UI)."""
+
+    target: int
+    current: int | None = None
+    reason: str = "requested by hand"
+    policy: str = "manual"
+    predicted_cost: float | None = None
+    metrics_json: str = "{}"
+
+
+@dg.op(description="Carry a worker count out through the fleet backend and wait until it runs.")
+def rescale_fleet(
+    context: dg.OpExecutionContext, config: ScaleConfig, fleet: FleetResource
+) -> None:
+    realizer = fleet.realizer(config.policy)
+    before = realizer.current()
+    context.log.info(
+        "rescaling %s -> %s workers (%s: %s)", before, config.target, config.policy, config.reason
+    )
+    after = realizer.apply(config.target, config.reason)
+    context.log_event(
+        dg.AssetObservation(
+            asset_key="events",
+            metadata={
+                "workers_before": before,
+                "workers_after": after,
+                "policy": config.policy,
+                "reason": config.reason,
+                "predicted_cost": config.predicted_cost
+                if config.predicted_cost is not None
+                else -1.0,
+                "metrics": dg.MetadataValue.json(json.loads(config.metrics_json)),
+            },
+        )
+    )
+
+
+@dg.job(
+    name=SCALE_JOB, description="Rescale the stream workers (checkpoint hand-off, nothing lost)."
+)
+def scale_stream_workers() -> None:
+    rescale_fleet()

@@ -15,7 +15,7 @@ from orchestration.runtime import Runtime
 from pipelines.kafka import ensure_topics
 from pipelines.stream import TaskId
 
-__all__ = ["DeploymentWatcher", "register", "start_fleet"]
+__all__ = ["DeploymentWatcher", "ScaleWatcher", "register", "start_fleet"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -90,6 +90,36 @@ class DeploymentWatcher:
         return ["view deployments changed: workers restarted from their checkpoints"]
 
 
+class ScaleWatcher:
+    """Carries out scaling requests from the control store (Guardian's queue) on a local fleet."""
+
+    def __init__(
+        self, runtime: Runtime, fleet: LocalFleet, topic: str, every_s: float = 2.0
+    ) -> None:
+        self.runtime = runtime
+        self.fleet = fleet
+        self.topic = topic
+        self.every_s = every_s
+        self.next_check = 0.0
+        runtime.control.record_applied(topic, len(fleet.workers))
+
+    def check(self) -> list[str]:
+        now = time.monotonic()
+        if now < self.next_check:
+            return []
+        self.next_check = now + self.every_s
+        request = self.runtime.control.scaling(self.topic)
+        if request is None or request["desired_workers"] == len(self.fleet.workers):
+            return []
+        before = len(self.fleet.workers)
+        job_model = self.fleet.rescale(request["desired_workers"])
+        self.runtime.control.record_applied(self.topic, len(job_model.workers))
+        return [
+            f"rescaled {before} -> {len(job_model.workers)} workers ({request['policy']}: "
+            f"{request['reason']}): {job_model.describe()}"
+        ]
+
+
 def run(args: argparse.Namespace) -> int:
     runtime = Runtime.from_env()
     console = Console()
@@ -102,9 +132,10 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     watcher = DeploymentWatcher(runtime, fleet)
+    scaler = ScaleWatcher(runtime, fleet, args.topic or runtime.settings.topic)
     try:
         while not stop.wait(1.0):
-            for event in [*fleet.supervise(), *watcher.check()]:
+            for event in [*fleet.supervise(), *watcher.check(), *scaler.check()]:
                 console.print(event)
     except KeyboardInterrupt:
         pass

@@ -23,7 +23,7 @@ from rich.live import Live
 from rich.text import Text
 
 from orchestration.cli.status import collect, render
-from orchestration.cli.stream import DeploymentWatcher, start_fleet
+from orchestration.cli.stream import DeploymentWatcher, ScaleWatcher, start_fleet
 from orchestration.runtime import Runtime
 from pipelines.kafka import EmbeddedBroker, ensure_topics
 
@@ -167,9 +167,10 @@ def _start_dagster(settings, console: Console):
 def _watch(runtime, fleet, generator, dagster, console, stop, exit_when_done: bool) -> None:
     caught_up_since = None
     watcher = DeploymentWatcher(runtime, fleet)
+    scaler = ScaleWatcher(runtime, fleet, runtime.settings.topic)
     with Live(console=console, auto_refresh=False) as live:
         while not stop.wait(2.0):
-            for event in [*fleet.supervise(), *watcher.check()]:
+            for event in [*fleet.supervise(), *watcher.check(), *scaler.check()]:
                 console.print(event)
             lags = collect(runtime)
             gen_state = (

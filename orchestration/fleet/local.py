@@ -19,7 +19,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchestration.job_model import JobModel
+from orchestration.job_model import JobModel, plan_job_model
 
 __all__ = ["LocalFleet", "WorkerProcess"]
 
@@ -124,6 +124,24 @@ class LocalFleet:
             worker.disabled = False
             worker.crashes.clear()
             self._spawn(worker)
+
+    def rescale(self, workers: int, timeout_s: float = 20.0) -> JobModel:
+        """Run the same tasks on ``workers`` workers: a checkpoint hand-off, nothing lost.
+
+        Every worker stops with a final checkpoint, then the new job model's workers start and
+        each task resumes from its checkpoint on whichever worker now owns it.
+        """
+        tasks = [t for w in self.job_model.workers for t in self.job_model.tasks_of(w)]
+        job_model = plan_job_model(tasks, workers)
+        log.info("rescaling %d -> %d workers: %s", len(self.workers), workers, job_model.describe())
+        self.stop(timeout_s)
+        self.job_model = job_model
+        self.workers = {
+            w: WorkerProcess(w, ",".join(map(str, job_model.tasks_of(w))))
+            for w in job_model.workers
+        }
+        self.start()
+        return job_model
 
     def pids(self) -> dict[str, int | None]:
         return {w: p.pid for w, p in self.workers.items()}

@@ -21,6 +21,7 @@ from orchestration.resources.control import (
     LocalControlStoreResource,
     SqlControlStoreResource,
 )
+from orchestration.resources.fleet import AwsFleetResource, FleetResource, LocalFleetResource
 from orchestration.resources.kafka import (
     ClusterKafkaResource,
     EmbeddedKafkaResource,
@@ -39,6 +40,7 @@ __all__ = [
     "ENV_VAR",
     "RESOURCES_BY_ENV",
     "ControlStoreResource",
+    "FleetResource",
     "KafkaResource",
     "SparkResource",
     "StorageResource",
@@ -57,6 +59,7 @@ RESOURCES_BY_ENV: dict[str, dict[str, Any]] = {
         "spark": LocalSparkResource(),
         "storage": LocalStorageResource(),
         "control_store": LocalControlStoreResource(),
+        "fleet": LocalFleetResource(),
     },
     "prod": {
         "kafka": ClusterKafkaResource(
@@ -81,6 +84,7 @@ RESOURCES_BY_ENV: dict[str, dict[str, Any]] = {
         "control_store": SqlControlStoreResource(
             database_url=dg.EnvVar("SLUICE_CONTROL_STORE_URL")
         ),
+        "fleet": AwsFleetResource(),
     },
 }
 """The resource sets; a test compares their keys."""

@@ -1,5 +1,12 @@
 """Sensors, each from a factory with a JSON cursor and a unit test through build_sensor_context."""
 
+from orchestration.sensors.autoscaler import SCALE_JOB, decide_scaling, make_autoscaling_sensor
 from orchestration.sensors.realtime_lag import make_realtime_lag_sensor, realtime_observations
 
-__all__ = ["make_realtime_lag_sensor", "realtime_observations"]
+__all__ = [
+    "SCALE_JOB",
+    "decide_scaling",
+    "make_autoscaling_sensor",
+    "make_realtime_lag_sensor",
+    "realtime_observations",
+]

@@ -83,6 +83,19 @@ view_deployments = Table(
 
 VIEW_STATES = ("Waiting", "Scheduled", "Running", "Disabled")
 
+fleet_scaling = Table(
+    "fleet_scaling",
+    metadata,
+    Column("topic", String(255), primary_key=True),
+    Column("desired_workers", Integer, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("policy", String(64), nullable=False),
+    Column("requested_at", Float, nullable=False),
+    Column("applied_workers", Integer, nullable=True),
+    Column("applied_at", Float, nullable=True),
+)
+"""Scaling requests (the queue of Metamarkets' Guardian) and what the fleet applied."""
+
 
 @dataclass
 class TaskStatus:
@@ -219,6 +232,48 @@ class ControlStore:
             }
             for r in rows
         ]
+
+    def request_workers(self, topic: str, workers: int, reason: str, policy: str) -> None:
+        """Ask the fleet of ``topic`` to run ``workers`` workers; the newest request wins."""
+        values = {
+            "desired_workers": workers,
+            "reason": reason,
+            "policy": policy,
+            "requested_at": time.time(),
+        }
+        with self.engine.begin() as conn:
+            updated = conn.execute(
+                fleet_scaling.update().where(fleet_scaling.c.topic == topic).values(**values)
+            )
+            if updated.rowcount == 0:
+                conn.execute(fleet_scaling.insert().values(topic=topic, **values))
+
+    def record_applied(self, topic: str, workers: int) -> None:
+        """The fleet runs ``workers`` workers now (also creates the row on first start)."""
+        now = time.time()
+        with self.engine.begin() as conn:
+            updated = conn.execute(
+                fleet_scaling.update()
+                .where(fleet_scaling.c.topic == topic)
+                .values(applied_workers=workers, applied_at=now)
+            )
+            if updated.rowcount == 0:
+                conn.execute(
+                    fleet_scaling.insert().values(
+                        topic=topic,
+                        desired_workers=workers,
+                        reason="fleet started",
+                        policy="",
+                        requested_at=now,
+                        applied_workers=workers,
+                        applied_at=now,
+                    )
+                )
+
+    def scaling(self, topic: str) -> dict[str, Any] | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(fleet_scaling).where(fleet_scaling.c.topic == topic)).first()
+        return dict(row._mapping) if row else None
 
     def close(self) -> None:
         self.engine.dispose()

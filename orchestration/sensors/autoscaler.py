@@ -1,0 +1,153 @@
+"""The lag sensor: every 30 s, the configured policy decides the worker count on live metrics.
+
+It reads the workers' task reports from the control store, builds a `FleetMetrics` snapshot,
+asks the policy (``SLUICE_AUTOSCALE_POLICY``, default ``ds2``), lets the guards veto
+(bounds, hysteresis, and a cooldown of ``SLUICE_AUTOSCALE_SENSOR_COOLDOWN_S``, default 300 s,
+so the fleet does not flap), and launches a
+``scale_stream_workers`` run when the target changes, with the reason, the policy and the
+predicted cost as tags. The cursor keeps the recent snapshots (the policy's history) and the
+time of the last rescale.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import dagster as dg
+
+from orchestration.autoscaling.config import AutoscaleSettings
+from orchestration.autoscaling.guards import (
+    CooldownGuard,
+    GuardContext,
+    apply_guards,
+    default_guards,
+)
+from orchestration.autoscaling.live import collect_fleet_metrics
+from orchestration.autoscaling.metrics import FleetMetrics
+from orchestration.autoscaling.policies import make_policy
+from orchestration.lag import task_lags
+from orchestration.resources.control import ControlStoreResource
+from pipelines.control import TaskStatus
+
+__all__ = ["SCALE_JOB", "decide_scaling", "make_autoscaling_sensor"]
+
+log = logging.getLogger(__name__)
+
+SCALE_JOB = "scale_stream_workers"
+HISTORY = 60
+
+
+def _snapshot(data: dict[str, Any]) -> FleetMetrics:
+    return FleetMetrics(**{k: (math.nan if v is None else v) for k, v in data.items()})
+
+
+def _plain(metrics: FleetMetrics) -> dict[str, Any]:
+    return {
+        k: (None if isinstance(v, float) and math.isnan(v) else v)
+        for k, v in metrics.as_dict().items()
+    }
+
+
+def decide_scaling(
+    statuses: Sequence[TaskStatus],
+    cursor: dict[str, Any],
+    *,
+    policy_name: str,
+    settings: AutoscaleSettings,
+    now: float,
+    cooldown_s: float = 300.0,
+) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """(run config + tags of a scaling run or None, the new cursor) for one tick."""
+    history = [_snapshot(d) for d in cursor.get("history", [])]
+    partitions = len({(s.topic, s.partition) for s in statuses})
+    metrics = collect_fleet_metrics(
+        task_lags(statuses, now=now),
+        partitions=partitions,
+        previous=history[-1] if history else None,
+        now=now,
+    )
+    new_cursor = {
+        "history": [*cursor.get("history", []), _plain(metrics)][-HISTORY:],
+        "last_rescale_at": cursor.get("last_rescale_at"),
+    }
+    if metrics.workers == 0:
+        return None, new_cursor  # not ready: no worker reports yet
+    decision = make_policy(policy_name, settings).decide(metrics, history)
+    verdict = apply_guards(
+        decision,
+        metrics,
+        [*default_guards(settings), CooldownGuard(cooldown_s)],
+        GuardContext(now=now, last_rescale_at=cursor.get("last_rescale_at")),
+    )
+    final = verdict.decision
+    if final.target == metrics.workers:
+        return None, new_cursor
+    new_cursor["last_rescale_at"] = now
+    request = {
+        "target": final.target,
+        "current": metrics.workers,
+        "reason": final.reason,
+        "policy": policy_name,
+        "predicted_cost": final.predicted_cost,
+        "metrics_json": json.dumps(_plain(metrics)),
+    }
+    return request, new_cursor
+
+
+def make_autoscaling_sensor(
+    job: dg.JobDefinition, views: Sequence[Any] = ()
+) -> dg.SensorDefinition:
+    interval = int(os.environ.get("SLUICE_AUTOSCALE_SENSOR_INTERVAL_S", "30"))
+    running = os.environ.get("SLUICE_AUTOSCALE_SENSOR", "off").lower() in ("1", "on", "true")
+
+    @dg.sensor(
+        name="lag_autoscaler",
+        job=job,
+        minimum_interval_seconds=interval,
+        default_status=dg.DefaultSensorStatus.RUNNING
+        if running
+        else dg.DefaultSensorStatus.STOPPED,
+        description="Evaluates the scaling policy on live lag and utilisation; launches "
+        f"{SCALE_JOB} when the target worker count changes.",
+    )
+    def lag_autoscaler(context: dg.SensorEvaluationContext, control_store: ControlStoreResource):
+        cursor = json.loads(context.cursor) if context.cursor else {}
+        control = control_store.open()
+        try:
+            statuses = control.tasks()
+        finally:
+            control.close()
+        import time
+
+        policy = os.environ.get("SLUICE_AUTOSCALE_POLICY", "ds2")
+        request, new_cursor = decide_scaling(
+            statuses,
+            cursor,
+            policy_name=policy,
+            settings=AutoscaleSettings(),
+            now=time.time(),
+            cooldown_s=float(os.environ.get("SLUICE_AUTOSCALE_SENSOR_COOLDOWN_S", "300")),
+        )
+        context.update_cursor(json.dumps(new_cursor))
+        if request is None:
+            return dg.SkipReason("no change")
+        tags = {
+            "sluice/policy": request["policy"],
+            "sluice/reason": request["reason"][:200],
+            "sluice/from_workers": str(request["current"]),
+            "sluice/to_workers": str(request["target"]),
+        }
+        if request["predicted_cost"] is not None:
+            tags["sluice/predicted_cost"] = f"{request['predicted_cost']:.4f}"
+        return dg.RunRequest(
+            run_key=f"scale-{new_cursor['last_rescale_at']:.0f}",
+            run_config={"ops": {"rescale_fleet": {"config": request}}},
+            tags=tags,
+        )
+
+    return lag_autoscaler

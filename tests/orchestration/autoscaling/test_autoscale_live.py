@@ -1,0 +1,170 @@
+"""The autoscaler on live metrics: snapshots from task reports, the sensor's decision, the
+Dagster run that carries it out through the control store."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import dagster as dg
+
+from orchestration.autoscaling.config import AutoscaleSettings
+from orchestration.autoscaling.live import ControlStoreRealizer, collect_fleet_metrics
+from orchestration.cli.stream import ScaleWatcher
+from orchestration.jobs import scale_stream_workers
+from orchestration.lag import task_lags
+from orchestration.resources.control import LocalControlStoreResource
+from orchestration.resources.fleet import LocalFleetResource
+from orchestration.runtime import Runtime
+from orchestration.sensors.autoscaler import decide_scaling, make_autoscaling_sensor
+from pipelines.config import KafkaSettings, SluiceSettings
+from pipelines.control import ControlStore, TaskStatus
+
+
+def _statuses(now: float, workers: int, backlog_per_task: int, rate_per_task: float, util: float):
+    return [
+        TaskStatus(
+            task=f"events:{p}",
+            topic="events",
+            partition=p,
+            worker_id=f"w{p % workers}",
+            pid=1000 + p % workers,
+            consumed=10_000,
+            rate_in=rate_per_task,
+            utilization=util,
+            backlog=backlog_per_task,
+            end_offset=10_000 + backlog_per_task,
+            next_offset=10_000,
+            heartbeat_at=now,
+        )
+        for p in range(4)
+    ]
+
+
+def test_snapshot_from_task_reports():
+    now = 1000.0
+    first = collect_fleet_metrics(
+        task_lags(_statuses(now, 2, 100, 50.0, 0.5), now=now), partitions=4, now=now
+    )
+    assert first.workers == 2 and first.partitions == 4
+    assert first.processing_rate == 200.0 and first.backlog == 400.0
+    assert first.utilisation == 0.5
+    assert first.true_processing_rate == 200.0  # 100 msg/s per worker at 50% busy
+    later = collect_fleet_metrics(
+        task_lags(_statuses(now + 10, 2, 150, 50.0, 0.5), now=now + 10),
+        partitions=4,
+        previous=first,
+        now=now + 10,
+    )
+    assert later.backlog_growth == 20.0  # 200 more in 10 s
+    assert later.input_rate == 220.0
+
+
+def test_a_growing_backlog_at_full_utilisation_scales_up_and_a_quiet_fleet_does_not():
+    settings = AutoscaleSettings()
+    cursor: dict = {}
+    now = 10_000.0
+    request = None
+    for step in range(6):  # backlog grows 2,000 msgs per 30 s at 100% busy
+        statuses = _statuses(now + 30 * step, 1, 5_000 + 500 * step, 50.0, 1.0)
+        request, cursor = decide_scaling(
+            statuses, cursor, policy_name="ds2", settings=settings, now=now + 30 * step
+        )
+        if request:
+            break
+    assert request is not None and request["target"] > 1, cursor
+    assert request["policy"] == "ds2" and request["reason"]
+    quiet: dict = {}
+    for step in range(4):
+        statuses = _statuses(now + 30 * step, 2, 0, 10.0, 0.3)
+        quiet_request, quiet = decide_scaling(
+            statuses, quiet, policy_name="keda", settings=settings, now=now + 30 * step
+        )
+        assert quiet_request is None or quiet_request["target"] < 2
+
+
+def test_sensor_launches_a_tagged_scaling_run(tmp_path, monkeypatch):
+    url = f"sqlite:///{tmp_path / 'control.db'}"
+    control = ControlStore(url)
+    now = time.time()
+    control.report_tasks(_statuses(now, 1, 50_000, 50.0, 1.0))
+    monkeypatch.setenv("SLUICE_AUTOSCALE_POLICY", "keda")
+    sensor = make_autoscaling_sensor(scale_stream_workers)
+    context = dg.build_sensor_context(
+        cursor=None, resources={"control_store": LocalControlStoreResource(sqlite_url=url)}
+    )
+    result = sensor.evaluate_tick(context)
+    assert len(result.run_requests) == 1
+    run = result.run_requests[0]
+    assert run.tags["sluice/policy"] == "keda"
+    assert int(run.tags["sluice/to_workers"]) > 1
+    config = run.run_config["ops"]["rescale_fleet"]["config"]
+    assert config["target"] == int(run.tags["sluice/to_workers"])
+    cursor = json.loads(result.cursor)
+    assert len(cursor["history"]) == 1 and cursor["last_rescale_at"] is not None
+    # the next tick is inside the cooldown: no second run
+    control.report_tasks(_statuses(now + 1, 1, 60_000, 50.0, 1.0))
+    again = sensor.evaluate_tick(
+        dg.build_sensor_context(
+            cursor=result.cursor,
+            resources={"control_store": LocalControlStoreResource(sqlite_url=url)},
+        )
+    )
+    assert not again.run_requests
+    control.close()
+
+
+class FakeFleet:
+    def __init__(self, workers):
+        self.workers = {f"w{i}": None for i in range(workers)}
+
+    def rescale(self, n):
+        self.workers = {f"w{i}": None for i in range(n)}
+
+        class Model:
+            workers = list(self.workers)
+
+            @staticmethod
+            def describe():
+                return f"{n} workers"
+
+        return Model
+
+
+def test_scaling_run_waits_until_the_supervisor_applied_it(tmp_path):
+    settings = SluiceSettings(state_dir=tmp_path / "state")
+    runtime = Runtime(settings, KafkaSettings())
+    fleet = FakeFleet(2)
+    watcher = ScaleWatcher(runtime, fleet, "events", every_s=0)
+    stop = threading.Event()
+
+    def supervisor():
+        while not stop.wait(0.1):
+            watcher.check()
+
+    thread = threading.Thread(target=supervisor, daemon=True)
+    thread.start()
+    try:
+        outcome = scale_stream_workers.execute_in_process(
+            run_config={
+                "ops": {
+                    "rescale_fleet": {"config": {"target": 3, "reason": "test", "policy": "manual"}}
+                }
+            },
+            resources={
+                "fleet": LocalFleetResource(
+                    control_store_url=settings.resolved_control_store_url,
+                    topic="events",
+                    timeout_s=30,
+                )
+            },
+        )
+    finally:
+        stop.set()
+        thread.join(5)
+    assert outcome.success
+    assert len(fleet.workers) == 3
+    assert runtime.control.scaling("events")["applied_workers"] == 3
+    realizer = ControlStoreRealizer(runtime.control, "events", timeout_s=1)
+    assert realizer.current() == 3
