@@ -20,7 +20,15 @@ from pipelines.config import KafkaSettings
 from pipelines.control import TaskStatus
 from pipelines.kafka import consumer, end_offsets
 
-__all__ = ["TaskLag", "newest_produced_timestamps", "task_lags"]
+__all__ = [
+    "STATUS_ORDER",
+    "LagSample",
+    "TaskLag",
+    "lag_status",
+    "newest_produced_timestamps",
+    "task_lags",
+    "worst",
+]
 
 log = logging.getLogger(__name__)
 
@@ -88,3 +96,44 @@ def task_lags(
         age = now - status.heartbeat_at
         lags.append(TaskLag(status, backlog, time_lag, age, age > stale_after_s))
     return lags
+
+
+STATUS_ORDER = ("OK", "WARN", "STALL", "STOP", "ERR")
+"""Burrow's statuses, best to worst; a fleet's status is its worst task's."""
+
+
+@dataclass(frozen=True)
+class LagSample:
+    time: float
+    offset: int
+    backlog: int
+    heartbeat_age_s: float
+
+
+def lag_status(window: Sequence[LagSample], stale_after_s: float = 300.0) -> str:
+    """Burrow's evaluation of one task over a sliding window of samples (oldest first).
+
+    OK: lag reached zero in the window (or too few samples to say otherwise); STOP: the
+    worker stopped reporting; ERR: the offset went backwards; STALL: the offset did not move
+    while lag > 0; WARN: the offset moves but lag grew across the whole window.
+    """
+    if not window:
+        return "OK"
+    last = window[-1]
+    if last.heartbeat_age_s > stale_after_s and last.backlog > 0:
+        return "STOP"
+    if any(b.offset < a.offset for a, b in zip(window, window[1:], strict=False)):
+        return "ERR"
+    if any(s.backlog == 0 for s in window) or len(window) < 3:
+        return "OK"
+    if window[0].offset == last.offset:
+        return "STALL"
+    if all(b.backlog >= a.backlog for a, b in zip(window, window[1:], strict=False)) and (
+        last.backlog > window[0].backlog
+    ):
+        return "WARN"
+    return "OK"
+
+
+def worst(statuses: Sequence[str]) -> str:
+    return max(statuses, key=STATUS_ORDER.index, default="OK")

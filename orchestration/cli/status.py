@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+from collections import deque
 import sys
 import time
 
@@ -12,11 +14,20 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from orchestration.lag import TaskLag, newest_produced_timestamps, task_lags
+from orchestration.lag import (
+    LagSample,
+    TaskLag,
+    lag_status,
+    newest_produced_timestamps,
+    task_lags,
+    worst,
+)
 from orchestration.runtime import Runtime
 from pipelines.exceptions import BrokerUnavailable
 
-__all__ = ["collect", "register"]
+__all__ = ["StatusTracker", "collect", "register", "render"]
+
+log = logging.getLogger(__name__)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -51,10 +62,29 @@ def _fmt_s(seconds: float | None) -> str:
     return f"{seconds / 60:.1f}m"
 
 
-def render(lags: list[TaskLag]) -> Group:
+class StatusTracker:
+    """Keeps a sliding window of samples per task so each refresh can say OK/WARN/STALL/STOP/ERR."""
+
+    def __init__(self, window: int = 10, stale_after_s: float = 300.0) -> None:
+        self.window = window
+        self.stale_after_s = stale_after_s
+        self.samples: dict[str, deque[LagSample]] = {}
+
+    def update(self, lags: list[TaskLag]) -> dict[str, str]:
+        now = time.time()
+        out = {}
+        for lag in lags:
+            samples = self.samples.setdefault(lag.status.task, deque(maxlen=self.window))
+            samples.append(LagSample(now, lag.status.next_offset, lag.backlog, lag.heartbeat_age_s))
+            out[lag.status.task] = lag_status(list(samples), self.stale_after_s)
+        return out
+
+
+def render(lags: list[TaskLag], statuses: dict[str, str] | None = None) -> Group:
     table = Table(title="Sluice stream tasks", title_justify="left")
     for name, justify in (
         ("task", "left"),
+        ("status", "left"),
         ("worker", "left"),
         ("pid", "right"),
         ("state", "left"),
@@ -72,8 +102,10 @@ def render(lags: list[TaskLag]) -> Group:
     for lag in lags:
         s = lag.status
         state = Text("stale", style="bold red") if lag.stale else Text(s.state)
+        health = (statuses or {}).get(s.task, "-")
         table.add_row(
             s.task,
+            Text(health, style={"OK": "green", "WARN": "yellow"}.get(health, "bold red")),
             s.worker_id,
             str(s.pid),
             state,
@@ -89,8 +121,9 @@ def render(lags: list[TaskLag]) -> Group:
         )
     total_in = sum(lag.status.consumed for lag in lags)
     total_backlog = sum(lag.backlog for lag in lags)
+    overall = worst(list((statuses or {}).values()))
     footer = Text(
-        f"{len(lags)} tasks  in {total_in:,}  backlog {total_backlog:,}  "
+        f"{overall}  {len(lags)} tasks  in {total_in:,}  backlog {total_backlog:,}  "
         f"dead-lettered {sum(lag.status.dead_lettered for lag in lags):,}",
         style="dim",
     )
