@@ -8,6 +8,7 @@ written with the last message read.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Sequence
@@ -122,13 +123,13 @@ def lag_status(window: Sequence[LagSample], stale_after_s: float = 300.0) -> str
     last = window[-1]
     if last.heartbeat_age_s > stale_after_s and last.backlog > 0:
         return "STOP"
-    if any(b.offset < a.offset for a, b in zip(window, window[1:], strict=False)):
+    if any(b.offset < a.offset for a, b in itertools.pairwise(window)):
         return "ERR"
     if any(s.backlog == 0 for s in window) or len(window) < 3:
         return "OK"
     if window[0].offset == last.offset:
         return "STALL"
-    if all(b.backlog >= a.backlog for a, b in zip(window, window[1:], strict=False)) and (
+    if all(b.backlog >= a.backlog for a, b in itertools.pairwise(window)) and (
         last.backlog > window[0].backlog
     ):
         return "WARN"

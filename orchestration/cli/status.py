@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-from collections import deque
 import sys
 import time
+from collections import deque
 
 from rich.console import Console, Group
 from rich.live import Live
