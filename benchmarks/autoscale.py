@@ -1,0 +1,113 @@
+"""Every autoscaling policy on every shipped trace: the table, the ratios, and a plot.
+
+Run: ``.venv/bin/python benchmarks/autoscale.py [--plot PNG] [--jobs 2] [--nyc-days 28]``.
+Runs are independent, so they are spread over `--jobs` processes (the MCTS runs first, being the
+longest). nyc_taxi spans seven months; it is cut to `--nyc-days` to keep the whole benchmark
+within about two minutes on two cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from orchestration.autoscaling.config import AutoscaleSettings  # noqa: E402
+from orchestration.autoscaling.policies import POLICIES, make_policy  # noqa: E402
+from orchestration.autoscaling.report import plot_results, summary_table  # noqa: E402
+from orchestration.autoscaling.simulator import (  # noqa: E402
+    SimulationResult,
+    Simulator,
+    load_trace,
+    shipped_traces,
+    summarise,
+)
+
+
+def run_one(job: tuple[str, str, float | None]) -> tuple[SimulationResult, float]:
+    """One policy on one trace, in a worker process; returns the result and its run time."""
+    trace, policy, days = job
+    settings = AutoscaleSettings().updated(simulation={"days": days})
+    started = time.perf_counter()
+    result = Simulator(load_trace(trace), settings).run(make_policy(policy, settings))
+    return result, time.perf_counter() - started
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--plot", default=str(ROOT / "benchmarks" / "out" / "autoscale.png"))
+    parser.add_argument("--jobs", type=int, default=2, help="worker processes")
+    parser.add_argument("--nyc-days", type=float, default=28.0, help="days of nyc_taxi to replay")
+    args = parser.parse_args(argv)
+
+    console = Console(width=130)
+    settings = AutoscaleSettings()
+    traces = [p.stem for p in shipped_traces()]
+    days = {t: (args.nyc_days if t == "nyc_taxi" else None) for t in traces}
+    order = ["mcts"] + [p for p in POLICIES if p != "mcts"]
+    jobs = [(t, p, days[t]) for p in order for t in traces]
+    started = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        done = list(pool.map(run_one, jobs))
+    wall = time.perf_counter() - started
+    cpu = sum(seconds for _, seconds in done)
+
+    by_trace: dict[str, list[SimulationResult]] = {t: [] for t in traces}
+    for result, _ in sorted(done, key=lambda d: list(POLICIES).index(d[0].policy)):
+        by_trace[result.trace].append(result)
+
+    s = settings
+    console.print(
+        f"partitions {s.fleet.partitions}, worker rate {s.fleet.worker_rate:.0f} msg/s, peak "
+        f"{s.simulation.peak_rate:.0f} msg/s, SLA {s.simulation.sla_s:.0f} s, decision every "
+        f"{s.simulation.step_s:.0f} s, rescale pause {s.fleet.rescale_pause_s:.0f} s, "
+        f"MCTS {s.mcts.samples} expansions, horizon {s.mcts.horizon_s / 3600:.1f} h"
+    )
+    ratios = Table(title="mcts against each policy: worker-hours ratio (other / mcts), SLA min")
+    ratios.add_column("trace")
+    for name in POLICIES:
+        if name != "mcts":
+            ratios.add_column(name, justify="right")
+    verdicts = []
+    for trace, results in by_trace.items():
+        summaries = {x.policy: x for x in summarise(results)}
+        label = f"{trace}" + (f" (first {days[trace]:.0f} days)" if days[trace] else "")
+        console.print(summary_table(list(summaries.values()), title=label))
+        mcts = summaries["mcts"]
+        row = [trace]
+        for name, other in summaries.items():
+            if name == "mcts":
+                continue
+            row.append(
+                f"{other.worker_hours / mcts.worker_hours:.2f}x, "
+                f"{other.sla_violation_minutes:.0f} vs {mcts.sla_violation_minutes:.0f}"
+            )
+            if name != "static":
+                verdicts.append(
+                    mcts.worker_hours < other.worker_hours
+                    and mcts.sla_violation_minutes <= other.sla_violation_minutes
+                )
+        verdicts.append(summaries["static"].worker_hours / mcts.worker_hours >= 1.5)
+        verdicts.append(mcts.sla_violation_minutes == 0 and mcts.decision_p99_ms < 1000)
+        ratios.add_row(*row)
+    console.print(ratios)
+    console.print(
+        f"aims met: {sum(verdicts)}/{len(verdicts)}; wall {wall:.0f} s on {args.jobs} processes "
+        f"(sum of run times {cpu:.0f} s)"
+    )
+    path = plot_results(by_trace, args.plot, settings.simulation.sla_s)
+    console.print(f"plot: {path}")
+    return 0 if all(verdicts) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""Autoscaling of the stream fleet: metrics, policies, the MCTS planner, guards, realizers and
+the simulator that replays traffic traces against all of them.
+
+The loop is collect -> decide (a policy) -> review (guards) -> realize; each collaborator is a
+small value-in/value-out piece so the simulator, a Dagster sensor or a test can assemble it.
+"""
+
+from __future__ import annotations
+
+from orchestration.autoscaling.capacity import efficient_count, fleet_capacity, workers_for_rate
+from orchestration.autoscaling.config import AutoscaleSettings, settings_table
+from orchestration.autoscaling.decision import ScalingDecision
+from orchestration.autoscaling.exceptions import (
+    AutoscalingError,
+    InvalidFleetParameter,
+    RealizerError,
+    ScalingTimeout,
+    TraceFormatError,
+    TraceNotFound,
+    UnknownPolicy,
+)
+from orchestration.autoscaling.forecast import SeasonalTrendForecaster
+from orchestration.autoscaling.guards import (
+    BoundsGuard,
+    CooldownGuard,
+    GuardContext,
+    GuardVerdict,
+    HysteresisGuard,
+    apply_guards,
+    default_guards,
+)
+from orchestration.autoscaling.mcts import CostModel, MctsPlanner, Plan, PlanningProblem
+from orchestration.autoscaling.metrics import FleetMetrics, Metric
+from orchestration.autoscaling.policies import POLICIES, ScalingPolicy, make_policy
+from orchestration.autoscaling.realizers import (
+    AwsAutoScalingRealizer,
+    Realizer,
+    RescaleEvent,
+    SimulatedRealizer,
+)
+from orchestration.autoscaling.simulator import (
+    PolicySummary,
+    SimulationResult,
+    Simulator,
+    Trace,
+    load_trace,
+    simulate,
+    summarise,
+)
+
+__all__ = [
+    "POLICIES",
+    "AutoscaleSettings",
+    "AutoscalingError",
+    "AwsAutoScalingRealizer",
+    "BoundsGuard",
+    "CooldownGuard",
+    "CostModel",
+    "FleetMetrics",
+    "GuardContext",
+    "GuardVerdict",
+    "HysteresisGuard",
+    "InvalidFleetParameter",
+    "MctsPlanner",
+    "Metric",
+    "Plan",
+    "PlanningProblem",
+    "PolicySummary",
+    "Realizer",
+    "RealizerError",
+    "RescaleEvent",
+    "ScalingDecision",
+    "ScalingPolicy",
+    "ScalingTimeout",
+    "SeasonalTrendForecaster",
+    "SimulatedRealizer",
+    "SimulationResult",
+    "Simulator",
+    "Trace",
+    "TraceFormatError",
+    "TraceNotFound",
+    "UnknownPolicy",
+    "apply_guards",
+    "default_guards",
+    "efficient_count",
+    "fleet_capacity",
+    "load_trace",
+    "make_policy",
+    "settings_table",
+    "simulate",
+    "summarise",
+    "workers_for_rate",
+]

@@ -1,0 +1,293 @@
+"""Every autoscaling option, typed, with its default and what it means: the documented place.
+
+Settings load from ``SLUICE_AUTOSCALE_*`` environment variables; nested groups use ``__``
+(``SLUICE_AUTOSCALE_MCTS__SAMPLES=128``). `settings_table()` renders this module for the docs,
+so the table there can never drift from the code.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = [
+    "AutoscaleSettings",
+    "AwsSettings",
+    "Ds2Settings",
+    "FleetSettings",
+    "ForecastSettings",
+    "GuardSettings",
+    "KedaSettings",
+    "MctsSettings",
+    "SimulationSettings",
+    "StaticSettings",
+    "ThresholdSettings",
+    "settings_table",
+]
+
+ENV_PREFIX = "SLUICE_AUTOSCALE_"
+
+
+class FleetSettings(BaseModel):
+    """The stream fleet being scaled."""
+
+    partitions: int = Field(
+        288,
+        ge=1,
+        description="Kafka partitions of the input topic (upper bound on useful workers).",
+    )
+    worker_rate: float = Field(
+        1000.0, gt=0, description="True processing rate of one worker, msg per busy-second."
+    )
+    min_workers: int = Field(1, ge=1, description="Fewest workers any policy may ask for.")
+    max_workers: int | None = Field(
+        None, ge=1, description="Most workers any policy may ask for; default: the partitions."
+    )
+    rescale_pause_s: float = Field(
+        60.0,
+        ge=0,
+        description="Processing pause on every rescale (restart from the last checkpoint), s.",
+    )
+
+    @property
+    def upper(self) -> int:
+        """Effective maximum worker count."""
+        return min(self.max_workers or self.partitions, self.partitions)
+
+
+class SimulationSettings(BaseModel):
+    """How a trace is replayed."""
+
+    peak_rate: float = Field(
+        32000.0, gt=0, description="Input rate (msg/s) the trace's maximum is scaled to."
+    )
+    step_s: float = Field(
+        300.0, gt=0, description="Decision interval: simulated seconds between policy decisions."
+    )
+    tick_s: float = Field(
+        10.0, gt=0, description="Resolution of the backlog/lag integration inside a step, s."
+    )
+    sla_s: float = Field(600.0, gt=0, description="Time-lag SLA, s: lag beyond it is a violation.")
+    days: float | None = Field(
+        None, gt=0, description="Replay only the first N days of the trace (default: all of it)."
+    )
+
+
+class StaticSettings(BaseModel):
+    """`static`: the baseline provisioned for the peak."""
+
+    workers: int | None = Field(
+        None, ge=1, description="Fixed worker count; default: the fewest that carry the peak rate."
+    )
+
+
+class ThresholdSettings(BaseModel):
+    """`threshold`: the Palo Alto Networks rules."""
+
+    backlog_time_up_s: float = Field(
+        120.0, gt=0, description="Scale up when backlog drain time (backlog/throughput) exceeds it."
+    )
+    cpu_up: float = Field(0.9, gt=0, le=1, description="Scale up when utilisation exceeds it.")
+    cpu_down: float = Field(0.7, gt=0, le=1, description="Scale down only below this utilisation.")
+    backlog_time_down_s: float = Field(
+        10.0, ge=0, description="Scale down only when drain time is below it (and not growing)."
+    )
+    target_cpu: float = Field(
+        0.8, gt=0, le=1, description="Utilisation the CPU-based sizing aims for (W*cpu/target)."
+    )
+    catch_up_target_s: float = Field(
+        300.0, gt=0, description="Time to drain a steady backlog in: W_extra = W*backlog_time/it."
+    )
+
+
+class Ds2Settings(BaseModel):
+    """`ds2`: the Flink Kubernetes-operator autoscaler."""
+
+    target_utilisation: float = Field(
+        0.6, gt=0, le=1, description="Utilisation of true capacity the fleet is sized to."
+    )
+    utilisation_min: float = Field(
+        0.4, ge=0, le=1, description="Lower edge of the no-rescale band of utilisation."
+    )
+    utilisation_max: float = Field(
+        0.8, gt=0, le=1, description="Upper edge of the no-rescale band of utilisation."
+    )
+    catch_up_s: float = Field(
+        1800.0, gt=0, description="Time to catch up the current lag and a restart's backlog, s."
+    )
+    restart_time_s: float = Field(
+        60.0, ge=0, description="Expected restart time whose backlog the spare capacity covers, s."
+    )
+    scale_down_interval_s: float = Field(
+        3600.0, ge=0, description="Scale down only to the largest recommendation of this window, s."
+    )
+    align_to_partitions: bool = Field(
+        True, description="Round parallelism up to a divisor of the partition count, as Flink does."
+    )
+
+
+class KedaSettings(BaseModel):
+    """`keda`: the KEDA Kafka scaler behind a Kubernetes HPA."""
+
+    lag_threshold: float = Field(
+        60000.0, gt=0, description="lagThreshold: target lag (msg) per replica."
+    )
+    stabilisation_window_s: float = Field(
+        300.0, ge=0, description="HPA scale-down stabilisation window (largest recent wins), s."
+    )
+    tolerance: float = Field(
+        0.1, ge=0, description="HPA tolerance: ignore ratio changes within +-tolerance."
+    )
+
+
+class ForecastSettings(BaseModel):
+    """Traffic forecast used by the planner: yesterday's shape plus today's level and trend."""
+
+    season_s: float = Field(86400.0, gt=0, description="Season length, s (a day).")
+    level_window_s: float = Field(
+        900.0, gt=0, description="Window of the current level (mean input rate), s."
+    )
+    smoothing_s: float = Field(
+        1800.0, ge=0, description="Width of the moving average applied to last season's profile, s."
+    )
+    persistence_tau_s: float = Field(
+        1800.0, gt=0, description="Decay time of the current level's weight against the season, s."
+    )
+    trend_window_s: float = Field(
+        3600.0, gt=0, description="Window of the linear trend used without a season of history, s."
+    )
+    skill_window_s: float = Field(
+        43200.0, gt=0, description="Window over which the season's recent skill is measured, s."
+    )
+    skill_lead_s: float = Field(
+        3600.0, gt=0, description="Lead of the persistence forecast the season is compared with, s."
+    )
+
+
+class MctsSettings(BaseModel):
+    """`mcts`: the Metamarkets Monte-Carlo tree search planner."""
+
+    k: int = Field(2, ge=2, description="Children of n are n, n+-1, n+-k, n+-k^2, ... in bounds.")
+    c_s: float = Field(300.0, gt=0, description="Time spent in a root child, s (c).")
+    m: float = Field(2.0, ge=1, description="Growth of time per node with depth: c*m^depth.")
+    horizon_s: float = Field(7200.0, gt=0, description="Planning horizon every leaf runs to, s.")
+    plan_step_s: float = Field(
+        300.0, gt=0, description="Resolution of the planner's fluid model of backlog, s."
+    )
+    samples: int = Field(
+        16, ge=1, description="Tree expansions per decision (each evaluates all children)."
+    )
+    exploration: float = Field(0.7, ge=0, description="UCT exploration weight.")
+    max_decision_s: float = Field(
+        0.5, gt=0, description="Wall-clock budget of one decision; the search stops early at it."
+    )
+    worker_hour_price: float = Field(1.0, gt=0, description="Hardware cost of one worker-hour.")
+    billing_granularity_s: float = Field(
+        60.0, gt=0, description="A started worker is billed in multiples of this, s."
+    )
+    sla_cost_per_minute: float = Field(
+        50.0,
+        ge=0,
+        description="Cost of one minute with lag beyond the SLA (in worker-hour prices).",
+    )
+    rescale_cost: float = Field(
+        0.25, ge=0, description="Cost of one rescale on top of its modelled processing pause."
+    )
+    sla_safety: float = Field(
+        0.6, gt=0, le=1, description="Plan against this fraction of the SLA (forecast error room)."
+    )
+    forecast_margin: float = Field(
+        0.1, ge=0, description="Plan for the forecast times (1 + margin)."
+    )
+    use_forecast: bool = Field(
+        True, description="Use the seasonal forecast; off: assume the current rate persists."
+    )
+    seed: int = Field(
+        0, description="Seed of the tree search's tie-breaking; same seed, same plan."
+    )
+
+
+class GuardSettings(BaseModel):
+    """Vetoes applied after every policy, before the realizer acts."""
+
+    cooldown_s: float = Field(
+        0.0, ge=0, description="Veto any rescale within this long of the previous one, s."
+    )
+    hysteresis_workers: int = Field(
+        0, ge=0, description="Veto changes of at most this many workers (0: allow all)."
+    )
+
+
+class AwsSettings(BaseModel):
+    """The AWS Auto Scaling realizer (Metamarkets' Guardian)."""
+
+    group_name: str = Field("sluice-workers", description="Auto Scaling group of the workers.")
+    region: str = Field("us-east-1", description="AWS region of the group.")
+    endpoint_url: str | None = Field(
+        None, description="Endpoint override (e.g. a moto server); default: AWS."
+    )
+    wait_timeout_s: float = Field(
+        600.0, gt=0, description="Deadline for the instances to be InService after a rescale, s."
+    )
+    poll_interval_s: float = Field(
+        5.0, gt=0, description="How often to poll the group while waiting, s."
+    )
+
+
+class AutoscaleSettings(BaseSettings):
+    """All autoscaling settings; one instance is passed to policies, simulator and realizers."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="ignore"
+    )
+
+    fleet: FleetSettings = Field(default_factory=FleetSettings, description="The fleet.")
+    simulation: SimulationSettings = Field(
+        default_factory=SimulationSettings, description="Trace replay."
+    )
+    static: StaticSettings = Field(default_factory=StaticSettings, description="`static` policy.")
+    threshold: ThresholdSettings = Field(
+        default_factory=ThresholdSettings, description="`threshold` policy."
+    )
+    ds2: Ds2Settings = Field(default_factory=Ds2Settings, description="`ds2` policy.")
+    keda: KedaSettings = Field(default_factory=KedaSettings, description="`keda` policy.")
+    forecast: ForecastSettings = Field(
+        default_factory=ForecastSettings, description="Traffic forecast."
+    )
+    mcts: MctsSettings = Field(default_factory=MctsSettings, description="`mcts` planner.")
+    guards: GuardSettings = Field(default_factory=GuardSettings, description="Guards.")
+    aws: AwsSettings = Field(default_factory=AwsSettings, description="AWS realizer.")
+
+    @model_validator(mode="after")
+    def _check_bands(self) -> AutoscaleSettings:
+        ds2 = self.ds2
+        if not ds2.utilisation_min <= ds2.target_utilisation <= ds2.utilisation_max:
+            raise ValueError(
+                f"ds2 utilisation band [{ds2.utilisation_min}, {ds2.utilisation_max}] must hold "
+                f"the target {ds2.target_utilisation}"
+            )
+        if self.fleet.max_workers is not None and self.fleet.max_workers < self.fleet.min_workers:
+            raise ValueError(
+                f"fleet max_workers {self.fleet.max_workers} < min_workers {self.fleet.min_workers}"
+            )
+        return self
+
+    def updated(self, **groups: dict[str, Any]) -> AutoscaleSettings:
+        """A copy with some fields of some groups replaced (None values are ignored)."""
+        data = self.model_dump()
+        for group, values in groups.items():
+            data[group].update({k: v for k, v in values.items() if v is not None})
+        return type(self).model_validate(data)
+
+
+def settings_table() -> list[tuple[str, str, str]]:
+    """(environment variable, default, description) for every option, for the docs."""
+    rows = []
+    for group, field in AutoscaleSettings.model_fields.items():
+        model = field.annotation
+        for name, sub in model.model_fields.items():  # type: ignore[union-attr]
+            env = f"{ENV_PREFIX}{group.upper()}__{name.upper()}"
+            rows.append((env, repr(sub.default), sub.description or ""))
+    return rows

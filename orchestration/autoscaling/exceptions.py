@@ -1,0 +1,47 @@
+"""Errors of the autoscaler: one class per thing that can go wrong, all under `SluiceError`.
+
+Messages carry the offending value (a path, a line, a rate, a group name) so the user can fix
+the input without reading code.
+"""
+
+from __future__ import annotations
+
+from pipelines.exceptions import SluiceError
+
+__all__ = [
+    "AutoscalingError",
+    "InvalidFleetParameter",
+    "RealizerError",
+    "ScalingTimeout",
+    "TraceFormatError",
+    "TraceNotFound",
+    "UnknownPolicy",
+]
+
+
+class AutoscalingError(SluiceError):
+    """Root of the autoscaler's errors."""
+
+
+class TraceNotFound(AutoscalingError):
+    """The trace file (or shipped trace name) does not exist."""
+
+
+class TraceFormatError(AutoscalingError):
+    """The trace is not a `timestamp,value` CSV with increasing times and finite values >= 0."""
+
+
+class InvalidFleetParameter(AutoscalingError):
+    """A fleet or simulation parameter (rate, partitions, SLA, days) is out of range."""
+
+
+class UnknownPolicy(AutoscalingError):
+    """A policy name is not in the registry."""
+
+
+class RealizerError(AutoscalingError):
+    """The backend refused or failed to apply a worker count."""
+
+
+class ScalingTimeout(RealizerError):
+    """Workers did not reach the target count before the deadline."""

@@ -1,0 +1,151 @@
+"""Guards: vetoes between a policy's decision and the realizer, each saying why it vetoed.
+
+They hold no state of their own (the caller passes when the fleet last rescaled), so the same
+guards serve the simulator and, later, the Dagster sensor whose cursor keeps that time.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from orchestration.autoscaling.config import AutoscaleSettings
+from orchestration.autoscaling.decision import ScalingDecision
+from orchestration.autoscaling.metrics import FleetMetrics
+
+__all__ = [
+    "BoundsGuard",
+    "CooldownGuard",
+    "Guard",
+    "GuardContext",
+    "GuardVerdict",
+    "HysteresisGuard",
+    "apply_guards",
+    "default_guards",
+]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GuardContext:
+    """What guards may look at besides the decision: now and the time of the last rescale."""
+
+    now: float
+    last_rescale_at: float | None = None
+
+
+@dataclass(frozen=True)
+class GuardVerdict:
+    """The decision to carry out, and which guard changed it and why (None: nobody did)."""
+
+    decision: ScalingDecision
+    guard: str | None = None
+    reason: str | None = None
+
+    @property
+    def vetoed(self) -> bool:
+        return self.guard is not None
+
+
+class Guard(Protocol):
+    name: str
+
+    def review(
+        self, decision: ScalingDecision, metrics: FleetMetrics, context: GuardContext
+    ) -> GuardVerdict: ...
+
+
+@dataclass(frozen=True)
+class BoundsGuard:
+    """Clamps the target into [min_workers, max_workers] (and the partition count)."""
+
+    min_workers: int
+    max_workers: int
+    name: str = "bounds"
+
+    def review(
+        self, decision: ScalingDecision, metrics: FleetMetrics, context: GuardContext
+    ) -> GuardVerdict:
+        hi = min(self.max_workers, metrics.partitions) if metrics.partitions else self.max_workers
+        target = max(self.min_workers, min(hi, decision.target))
+        if target == decision.target:
+            return GuardVerdict(decision)
+        reason = f"target {decision.target} outside [{self.min_workers}, {hi}]: clamped to {target}"
+        return GuardVerdict(decision.with_target(target, reason), self.name, reason)
+
+
+@dataclass(frozen=True)
+class CooldownGuard:
+    """Vetoes a rescale sooner than `cooldown_s` after the previous one."""
+
+    cooldown_s: float
+    name: str = "cooldown"
+
+    def review(
+        self, decision: ScalingDecision, metrics: FleetMetrics, context: GuardContext
+    ) -> GuardVerdict:
+        last = context.last_rescale_at
+        if self.cooldown_s <= 0 or not decision.is_change or last is None:
+            return GuardVerdict(decision)
+        since = context.now - last
+        if since >= self.cooldown_s:
+            return GuardVerdict(decision)
+        reason = (
+            f"cooldown: last rescale {since:.0f} s ago < {self.cooldown_s:.0f} s "
+            f"(wanted {decision.target})"
+        )
+        return GuardVerdict(
+            ScalingDecision.no_change(metrics.workers, reason, self.name), self.name, reason
+        )
+
+
+@dataclass(frozen=True)
+class HysteresisGuard:
+    """Vetoes changes of at most `workers` workers (small moves cost a pause, gain little)."""
+
+    workers: int
+    name: str = "hysteresis"
+
+    def review(
+        self, decision: ScalingDecision, metrics: FleetMetrics, context: GuardContext
+    ) -> GuardVerdict:
+        delta = abs(decision.target - metrics.workers)
+        if self.workers <= 0 or delta == 0 or delta > self.workers:
+            return GuardVerdict(decision)
+        reason = (
+            f"hysteresis: change of {delta} <= {self.workers} workers (wanted {decision.target})"
+        )
+        return GuardVerdict(
+            ScalingDecision.no_change(metrics.workers, reason, self.name), self.name, reason
+        )
+
+
+def default_guards(settings: AutoscaleSettings) -> list[Guard]:
+    """Bounds, then cooldown and hysteresis as configured."""
+    fleet = settings.fleet
+    return [
+        BoundsGuard(fleet.min_workers, fleet.upper),
+        CooldownGuard(settings.guards.cooldown_s),
+        HysteresisGuard(settings.guards.hysteresis_workers),
+    ]
+
+
+def apply_guards(
+    decision: ScalingDecision,
+    metrics: FleetMetrics,
+    guards: Sequence[Guard],
+    context: GuardContext,
+) -> GuardVerdict:
+    """Run the guards in order; the first veto that leaves no change ends the review."""
+    verdict = GuardVerdict(decision)
+    for guard in guards:
+        step = guard.review(verdict.decision, metrics, context)
+        if step.vetoed:
+            logger.debug("guard %s: %s", step.guard, step.reason)
+            verdict = step
+            if not step.decision.is_change:
+                break
+    return verdict

@@ -1,0 +1,480 @@
+"""The Metamarkets planner: a Monte-Carlo tree search over worker counts, minimising cost.
+
+A node is "run n workers for a while"; the children of n are n, n+-1, n+-k, n+-k^2, ... within
+[min, max] (plus the next capacity level up and down), and a node at depth d lasts c*m^d, so
+the tree looks far ahead with few, coarse moves and near with many, fine ones. Every new node is
+a leaf that keeps its count to the common horizon; its cost is hardware (worker-hours, billed in
+a granularity) + SLA penalty (time with lag beyond the SLA, priced far above hardware) + a cost
+per rescale, on a fluid model of the backlog under the forecast input rate. A node's value is
+the minimum over its subtree, since the planner will pick the best continuation.
+
+Worker counts are snapped to "efficient" counts (see `capacity.efficient_count`): with 288
+partitions, 25 workers carry exactly what 24 carry, so 25 is never worth paying for.
+
+Children of a node are expanded together and evaluated in one numpy batch; that is what keeps a
+decision in milliseconds.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import math
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+
+from orchestration.autoscaling.capacity import efficient_count, efficient_counts, fleet_capacity
+from orchestration.autoscaling.config import MctsSettings
+
+__all__ = [
+    "CostModel",
+    "MctsPlanner",
+    "Plan",
+    "PlanSegment",
+    "PlanningProblem",
+    "sla_window_arrivals",
+]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Prices of the planner's cost: hardware, SLA violation and rescales."""
+
+    worker_hour_price: float = 1.0
+    billing_granularity_s: float = 60.0
+    sla_cost_per_minute: float = 50.0
+    rescale_cost: float = 0.25
+
+    @classmethod
+    def from_settings(cls, s: MctsSettings) -> CostModel:
+        return cls(
+            worker_hour_price=s.worker_hour_price,
+            billing_granularity_s=s.billing_granularity_s,
+            sla_cost_per_minute=s.sla_cost_per_minute,
+            rescale_cost=s.rescale_cost,
+        )
+
+
+@dataclass(frozen=True)
+class PlanningProblem:
+    """The state the planner starts from and the traffic it expects.
+
+    `rates` is the expected mean input rate of each plan step; `sla_arrivals[j]` is how many
+    messages arrive in the SLA window ending at the end of step j: the backlog then exceeds it
+    exactly when the oldest waiting message is older than the SLA (FIFO).
+    """
+
+    workers: int
+    partitions: int
+    worker_rate: float
+    backlog: float
+    rates: np.ndarray
+    sla_arrivals: np.ndarray
+    step_s: float
+    min_workers: int = 1
+    max_workers: int | None = None
+    rescale_pause_s: float = 60.0
+
+    @property
+    def steps(self) -> int:
+        return len(self.rates)
+
+    @property
+    def upper(self) -> int:
+        return min(self.max_workers or self.partitions, self.partitions)
+
+
+@dataclass(frozen=True)
+class PlanSegment:
+    start_s: float
+    duration_s: float
+    workers: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The cheapest plan found: its segments, its cost and the best cost per first move."""
+
+    segments: tuple[PlanSegment, ...]
+    cost: float
+    first_costs: dict[int, float] = field(default_factory=dict)
+    expansions: int = 0
+
+    @property
+    def first(self) -> int:
+        return self.segments[0].workers
+
+    def describe(self) -> str:
+        parts = [f"{s.workers} for {s.duration_s / 60:.0f} min" for s in self.segments[:4]]
+        return ", then ".join(parts)
+
+
+def sla_window_arrivals(
+    past_rates: np.ndarray, future_rates: np.ndarray, step_s: float, window_s: float
+) -> np.ndarray:
+    """Messages arriving in the `window_s` before the end of each future step.
+
+    `past_rates` are mean rates of the steps before now (oldest first); where they do not reach
+    back far enough, the oldest known rate is assumed.
+    """
+    past = np.asarray(past_rates, dtype=float)
+    past = past[np.isfinite(past)]
+    future = np.asarray(future_rates, dtype=float)
+    need = math.ceil(window_s / step_s) + 1
+    fill = past[0] if past.size else (future[0] if future.size else 0.0)
+    if past.size < need:
+        past = np.concatenate((np.full(need - past.size, fill), past))
+    rates = np.concatenate((past, future))
+    cum = np.concatenate(([0.0], np.cumsum(rates * step_s)))
+    grid = (np.arange(cum.size) - past.size) * step_s
+    ends = (np.arange(future.size) + 1) * step_s
+    return np.interp(ends, grid, cum) - np.interp(ends - window_s, grid, cum)
+
+
+@lru_cache(maxsize=64)
+def _efficient(partitions: int, lo: int, hi: int) -> tuple[int, ...]:
+    return tuple(efficient_counts(partitions, lo, hi))
+
+
+@lru_cache(maxsize=4096)
+def _children(n: int, lo: int, hi: int, partitions: int, k: int) -> tuple[int, ...]:
+    out = {n}
+    step = 1
+    while step <= hi - lo:
+        for cand in (n - step, n + step):
+            if lo <= cand <= hi:
+                out.add(max(lo, efficient_count(cand, partitions)))
+        step = step * k if step > 1 else k
+    levels = _efficient(partitions, lo, hi)
+    i = bisect.bisect_right(levels, n)
+    if i < len(levels):
+        out.add(levels[i])
+    j = bisect.bisect_left(levels, n) - 1
+    if j >= 0:
+        out.add(levels[j])
+    return tuple(sorted(out))
+
+
+@lru_cache(maxsize=64)
+def _capacity_table(top: int, partitions: int, worker_rate: float) -> np.ndarray:
+    table = np.array(
+        [fleet_capacity(w, partitions, worker_rate) for w in range(top + 1)], dtype=float
+    )
+    table.flags.writeable = False
+    return table
+
+
+def _just_in_time(capacity: np.ndarray, rates: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """Fewest workers in [lo, hi] whose capacity covers each rate (capacity is non-decreasing)."""
+    idx = np.searchsorted(capacity[: hi + 1], rates, side="left")
+    return np.clip(idx, lo, hi).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class _Context:
+    """Per-problem arrays the batch evaluation reuses for every expansion."""
+
+    step_s: float
+    steps: int
+    capacity: np.ndarray  # msg/s by worker count
+    arrivals: np.ndarray  # msg per step
+    sla_arrivals: np.ndarray
+    inv_window: np.ndarray  # 1 / (msg in an SLA window at the step's rate * SLA seconds)
+    pause_loss: np.ndarray  # seconds of processing lost per step after a rescale
+    just_in_time: np.ndarray  # fewest workers covering each step's forecast rate
+    hw_per_step: float
+    rescale_cost: float
+    sla_per_step: float
+    drain_cost: float  # cost per message left at the horizon
+
+    @classmethod
+    def build(cls, p: PlanningProblem, cost: CostModel) -> _Context:
+        dt = p.step_s
+        capacity = _capacity_table(max(p.upper, p.workers), p.partitions, p.worker_rate)
+        rates = np.asarray(p.rates, dtype=float)
+        arrivals = np.asarray(p.sla_arrivals, dtype=float)
+        rate = np.maximum(rates, 1e-9)
+        window = np.maximum(arrivals / rate, dt)
+        loss = np.clip(p.rescale_pause_s - np.arange(p.steps) * dt, 0.0, dt)
+        loss = loss[: max(1, int(np.count_nonzero(loss)))]
+        return cls(
+            step_s=dt,
+            steps=p.steps,
+            capacity=capacity,
+            arrivals=rates * dt,
+            sla_arrivals=arrivals,
+            inv_window=1.0 / (rate * window),
+            pause_loss=loss,
+            just_in_time=_just_in_time(capacity, rates, p.min_workers, p.upper),
+            hw_per_step=dt / 3600.0 * cost.worker_hour_price,
+            rescale_cost=cost.rescale_cost,
+            sla_per_step=cost.sla_cost_per_minute * dt / 60.0,
+            drain_cost=cost.worker_hour_price / p.worker_rate / 3600.0,
+        )
+
+
+class _Node:
+    __slots__ = (
+        "backlog_end",
+        "best",
+        "billing",
+        "children",
+        "cost_end",
+        "depth",
+        "exhausted",
+        "j_end",
+        "j_start",
+        "own",
+        "visits",
+        "workers",
+    )
+
+    def __init__(self, workers: int, depth: int, j_start: int, j_end: int) -> None:
+        self.workers = workers
+        self.depth = depth
+        self.j_start = j_start
+        self.j_end = j_end
+        self.backlog_end = 0.0
+        self.cost_end = 0.0
+        self.own = math.inf  # cost of holding this node's count to the horizon
+        self.best = math.inf  # min over own and the subtree
+        self.visits = 0
+        self.children: list[_Node] | None = None
+        self.exhausted = False
+        self.billing: tuple[tuple[int, float], ...] = ()
+
+
+class MctsPlanner:
+    """Searches the game tree of worker counts for the cheapest plan to the horizon."""
+
+    def __init__(
+        self,
+        settings: MctsSettings | None = None,
+        cost: CostModel | None = None,
+    ) -> None:
+        self.settings = settings or MctsSettings()
+        self.cost = cost or CostModel.from_settings(self.settings)
+
+    # -- tree shape -------------------------------------------------------------------------
+    def children(self, n: int, lo: int, hi: int, partitions: int) -> list[int]:
+        """Counts reachable from n: n, n+-1, n+-k, n+-k^2, ... and the neighbouring capacity
+        levels, each snapped to the cheapest count with the same capacity."""
+        return list(_children(n, lo, hi, partitions, self.settings.k))
+
+    def _duration_steps(self, depth: int, step_s: float) -> int:
+        s = self.settings
+        return max(1, round(s.c_s * s.m**depth / step_s))
+
+    # -- evaluation -------------------------------------------------------------------------
+    def _rows(
+        self,
+        ctx: _Context,
+        w: np.ndarray,
+        j0: int,
+        backlog0: float,
+        paused0: np.ndarray,
+        upto: int,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Run each row of worker counts `w` (rows x steps from j0 to the horizon) on the fluid
+        model: backlog at step `upto`, cost to `upto`, total cost to the horizon (with rescales
+        inside the rows and the terminal cost of draining what is left)."""
+        dt = ctx.step_s
+        caps = ctx.capacity[w]
+        x = ctx.arrivals[None, j0:] - caps * dt
+        if paused0.any():
+            lost = ctx.pause_loss[: x.shape[1]]
+            x[paused0, : lost.size] += caps[paused0, : lost.size] * lost[None, :]
+        changes = w[:, 1:] != w[:, :-1]
+        any_change = changes.any()
+        if any_change:
+            x[:, 1:] += np.where(changes, caps[:, 1:] * ctx.pause_loss[0], 0.0)
+        s = np.cumsum(x, axis=1)
+        backlog = s - np.minimum(-backlog0, np.minimum.accumulate(s, axis=1))
+        excess = backlog - ctx.sla_arrivals[None, j0:]
+        step_cost = w * ctx.hw_per_step
+        if any_change:
+            step_cost[:, 1:] += np.where(changes, ctx.rescale_cost, 0.0)
+        if (excess > 0).any():
+            over = np.clip(excess * ctx.inv_window[None, j0:], 0.0, 10.0)
+            step_cost = step_cost + np.where(excess > 0, ctx.sla_per_step * (1.0 + over), 0.0)
+        cum = np.cumsum(step_cost, axis=1)
+        k = upto - j0 - 1
+        total = cum[:, -1] + np.maximum(backlog[:, -1], 0.0) * ctx.drain_cost
+        return backlog[:, k], cum[:, k], total
+
+    def _rollout(
+        self,
+        ctx: _Context,
+        counts: np.ndarray,
+        j0: int,
+        backlog0: float,
+        paused: np.ndarray,
+        upto: int,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each count runs from j0 to `upto` (the node), then the default policy runs it to
+        the horizon: keep the count, but cover every forecast rate it cannot (just in time).
+        A leaf valued by that tail, not by holding, already knows a burst in an hour can be
+        met then, so the search needs few samples to stop paying for it now."""
+        cols = np.arange(ctx.steps - j0)
+        tail = np.maximum(counts[:, None], ctx.just_in_time[None, j0:])
+        w = np.where(cols[None, :] < upto - j0, counts[:, None], tail)
+        return self._rows(ctx, w, j0, backlog0, paused, upto)
+
+    def _billing_extra(
+        self, billing: tuple[tuple[int, float], ...], old: int, new: int, t: float
+    ) -> tuple[float, tuple[tuple[int, float], ...]]:
+        """Extra billed worker-seconds of removing workers mid-granule, and the new stack."""
+        g = self.cost.billing_granularity_s
+        if new > old:
+            return 0.0, (*billing, (new - old, t))
+        need, extra, stack = old - new, 0.0, list(billing)
+        while need > 0 and stack:
+            cnt, start = stack.pop()
+            take = min(cnt, need)
+            extra += take * ((g - (t - start) % g) % g)
+            need -= take
+            if cnt > take:
+                stack.append((cnt - take, start))
+        return extra, tuple(stack)
+
+    def _expand(self, p: PlanningProblem, ctx: _Context, node: _Node) -> None:
+        counts = _children(node.workers, p.min_workers, p.upper, p.partitions, self.settings.k)
+        depth = node.depth + 1
+        j0 = node.j_end
+        j1 = min(p.steps, j0 + self._duration_steps(depth, p.step_s))
+        arr = np.array(counts, dtype=np.int64)
+        paused = arr != node.workers
+        b_end, c_end, total = self._rollout(ctx, arr, j0, node.backlog_end, paused, j1)
+        price = self.cost.worker_hour_price
+        b_end, c_end, total = b_end.tolist(), c_end.tolist(), total.tolist()
+        exhausted = j1 >= ctx.steps
+        base = node.cost_end
+        kids = []
+        for i, n in enumerate(counts):
+            child = _Node(n, depth, j0, j1)
+            extra = 0.0
+            billing = node.billing
+            if n != node.workers:
+                extra = self.cost.rescale_cost
+                if self.cost.billing_granularity_s > p.step_s:
+                    secs, billing = self._billing_extra(
+                        node.billing, node.workers, n, j0 * p.step_s
+                    )
+                    extra += secs / 3600.0 * price
+            child.billing = billing
+            child.backlog_end = b_end[i]
+            child.cost_end = base + extra + c_end[i]
+            child.own = child.best = base + extra + total[i]
+            child.exhausted = exhausted
+            kids.append(child)
+        node.children = kids
+
+    # -- search -----------------------------------------------------------------------------
+    def plan(self, p: PlanningProblem, salt: int = 0) -> Plan:
+        """Search for the cheapest plan; deterministic for (settings.seed, salt)."""
+        if p.steps == 0:
+            raise ValueError("planning problem has no steps")
+        rng = random.Random(self.settings.seed * 1_000_003 + salt)
+        deadline = time.perf_counter() + self.settings.max_decision_s
+        ctx = _Context.build(p, self.cost)
+        if self._hold_is_optimal(p, ctx):
+            w = np.full((1, p.steps), p.workers)
+            cost = float(self._rows(ctx, w, 0, p.backlog, np.array([False]), 1)[2][0])
+            seg = PlanSegment(0.0, p.steps * p.step_s, p.workers)
+            return Plan((seg,), cost, {p.workers: cost}, 0)
+        root = _Node(p.workers, -1, 0, 0)
+        root.backlog_end = p.backlog
+        root.billing = ((p.workers, 0.0),)
+        expl = self.settings.exploration
+        expansions = 0
+        for i in range(self.settings.samples):
+            if root.exhausted or (i > 0 and time.perf_counter() > deadline):
+                break  # the root is always expanded: a plan needs its first move
+            node, path = root, [root]
+            while node.children is not None:
+                live = [c for c in node.children if not c.exhausted]
+                if not live:
+                    node.exhausted = True
+                    break
+                bests = [c.best for c in live]
+                lo, hi = min(bests), max(bests)
+                spread = hi - lo if hi > lo else 1.0
+                logn = math.log(node.visits + 1)
+                node = max(
+                    live,
+                    key=lambda c: (
+                        (hi - c.best) / spread
+                        + expl * math.sqrt(logn / (c.visits + 1))
+                        + rng.random() * 1e-9
+                    ),
+                )
+                path.append(node)
+            if node.children is None and not node.exhausted:
+                self._expand(p, ctx, node)
+                expansions += 1
+            for n in reversed(path):
+                n.visits += 1
+                if n.children:
+                    n.best = min(n.own, min(c.best for c in n.children))
+                    n.exhausted = n.exhausted or all(c.exhausted for c in n.children)
+        return self._extract(p, ctx, root, expansions)
+
+    @staticmethod
+    def _hold_is_optimal(p: PlanningProblem, ctx: _Context) -> bool:
+        """At the fewest workers, with no backlog and room for every forecast rate, staying
+        put is provably the cheapest plan (least hardware, no lag, no rescale): skip the search.
+        """
+        if p.workers != p.min_workers or p.backlog > 0:
+            return False
+        return bool(ctx.capacity[p.workers] * ctx.step_s >= ctx.arrivals.max())
+
+    def _extract(self, p: PlanningProblem, ctx: _Context, root: _Node, expansions: int) -> Plan:
+        """Follow the cheapest children; where the tree ends, the default policy's tail."""
+        assert root.children
+        first_costs = {c.workers: c.best for c in root.children}
+        schedule: list[int] = []
+        node = min(root.children, key=lambda c: (c.best, c.workers))
+        while True:
+            schedule.extend([node.workers] * (node.j_end - node.j_start))
+            kids = node.children or []
+            best_kid = min(kids, key=lambda c: (c.best, c.workers), default=None)
+            if best_kid is None or best_kid.best >= node.own:
+                tail = np.maximum(node.workers, ctx.just_in_time[node.j_end :])
+                schedule.extend(int(n) for n in tail)
+                break
+            node = best_kid
+        segments: list[PlanSegment] = []
+        for j, n in enumerate(schedule):
+            if segments and segments[-1].workers == n:
+                last = segments[-1]
+                segments[-1] = PlanSegment(last.start_s, last.duration_s + p.step_s, n)
+            else:
+                segments.append(PlanSegment(j * p.step_s, p.step_s, n))
+        return Plan(tuple(segments), root.best, first_costs, expansions)
+
+    def evaluate(self, p: PlanningProblem, schedule: Sequence[int]) -> float:
+        """Cost of a given per-step schedule of worker counts (e.g. a steady 32), same model."""
+        if len(schedule) != p.steps:
+            raise ValueError(f"schedule has {len(schedule)} steps, problem has {p.steps}")
+        ctx = _Context.build(p, self.cost)
+        w = np.array([list(schedule)], dtype=np.int64)
+        first = np.array([schedule[0] != p.workers])
+        total = float(self._rows(ctx, w, 0, p.backlog, first, 1)[2][0])
+        if first[0]:
+            total += self.cost.rescale_cost
+        if self.cost.billing_granularity_s > p.step_s:
+            billing: tuple[tuple[int, float], ...] = ((p.workers, 0.0),)
+            prev = p.workers
+            for j, n in enumerate(schedule):
+                if n != prev:
+                    secs, billing = self._billing_extra(billing, prev, n, j * p.step_s)
+                    total += secs / 3600.0 * self.cost.worker_hour_price
+                prev = n
+        return total

@@ -1,0 +1,45 @@
+"""Scaling policies: one protocol, one small module each, one registry of factories by name."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from orchestration.autoscaling.config import AutoscaleSettings
+from orchestration.autoscaling.exceptions import UnknownPolicy
+from orchestration.autoscaling.policies.base import ScalingPolicy
+from orchestration.autoscaling.policies.ds2 import Ds2Policy
+from orchestration.autoscaling.policies.keda import KedaPolicy
+from orchestration.autoscaling.policies.mcts import MctsPolicy
+from orchestration.autoscaling.policies.static import StaticPolicy
+from orchestration.autoscaling.policies.threshold import ThresholdPolicy
+
+__all__ = [
+    "POLICIES",
+    "Ds2Policy",
+    "KedaPolicy",
+    "MctsPolicy",
+    "ScalingPolicy",
+    "StaticPolicy",
+    "ThresholdPolicy",
+    "make_policy",
+]
+
+PolicyFactory = Callable[[AutoscaleSettings], ScalingPolicy]
+
+# name -> factory, in the order reports list them
+POLICIES: dict[str, PolicyFactory] = {
+    "static": StaticPolicy.from_settings,
+    "threshold": ThresholdPolicy.from_settings,
+    "ds2": Ds2Policy.from_settings,
+    "keda": KedaPolicy.from_settings,
+    "mcts": MctsPolicy.from_settings,
+}
+
+
+def make_policy(name: str, settings: AutoscaleSettings) -> ScalingPolicy:
+    """A fresh policy (policies may keep state between decisions, so never share one)."""
+    try:
+        factory = POLICIES[name]
+    except KeyError:
+        raise UnknownPolicy(f"unknown policy {name!r}; known: {', '.join(POLICIES)}") from None
+    return factory(settings)

@@ -1,0 +1,413 @@
+"""Replays a traffic trace against a policy: a fluid model of the fleet's backlog and lag.
+
+The trace (timestamp,value) is scaled so its maximum is the peak rate and interpolated linearly
+to a fine tick grid; arrivals do not depend on the policy, so they are integrated once. Each
+decision step the simulated collector builds a `FleetMetrics` snapshot, the policy decides,
+guards review, the `SimulatedRealizer` applies, and the fleet then processes for one step:
+
+- capacity is the uneven-partition capacity of the worker count (`capacity.fleet_capacity`):
+  the most loaded worker's partitions lag first, and their lag is the fleet's lag;
+- a rescale pauses processing for `rescale_pause_s` (restart from the last checkpoint);
+- the backlog carries over; processing within a step follows the exact (min,+) solution
+  D(t) = min(D0 + C*tau(t), min_s A(s) + C*(tau(t) - tau(s))) on the tick grid;
+- time lag is the age of the oldest unprocessed message, from the arrival curve (FIFO).
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+
+from orchestration.autoscaling.capacity import fleet_capacity, workers_for_rate
+from orchestration.autoscaling.config import AutoscaleSettings
+from orchestration.autoscaling.exceptions import (
+    InvalidFleetParameter,
+    TraceFormatError,
+    TraceNotFound,
+)
+from orchestration.autoscaling.guards import Guard, GuardContext, apply_guards, default_guards
+from orchestration.autoscaling.metrics import FleetMetrics
+from orchestration.autoscaling.policies import ScalingPolicy, make_policy
+from orchestration.autoscaling.realizers import SimulatedRealizer
+
+__all__ = [
+    "TRACES_DIR",
+    "PolicySummary",
+    "SimulationResult",
+    "Simulator",
+    "StepRecord",
+    "Trace",
+    "load_trace",
+    "resolve_trace",
+    "shipped_traces",
+    "simulate",
+    "summarise",
+]
+
+logger = logging.getLogger(__name__)
+
+# project root / data / traces
+TRACES_DIR = Path(__file__).resolve().parents[2] / "data" / "traces"
+
+
+@dataclass(frozen=True)
+class Trace:
+    """A traffic trace: seconds since its start and the value (after scaling: msg/s)."""
+
+    name: str
+    times: np.ndarray
+    values: np.ndarray
+
+    @property
+    def duration_s(self) -> float:
+        return float(self.times[-1] - self.times[0])
+
+    def scaled(self, peak_rate: float) -> Trace:
+        """Values scaled so the maximum is `peak_rate` msg/s."""
+        if not (peak_rate > 0 and math.isfinite(peak_rate)):
+            raise InvalidFleetParameter(f"peak rate must be a positive number, got {peak_rate}")
+        top = float(self.values.max())
+        if top <= 0:
+            raise TraceFormatError(f"trace {self.name!r} has no positive value to scale")
+        return Trace(self.name, self.times, self.values * (peak_rate / top))
+
+    def cut(self, days: float | None) -> Trace:
+        """The first `days` days (all of it if None)."""
+        if days is None:
+            return self
+        if not (days > 0 and math.isfinite(days)):
+            raise InvalidFleetParameter(f"days must be positive, got {days}")
+        keep = self.times <= self.times[0] + days * 86400.0
+        if keep.sum() < 2:
+            raise InvalidFleetParameter(
+                f"{days} days of trace {self.name!r} hold fewer than 2 points"
+            )
+        return Trace(self.name, self.times[keep], self.values[keep])
+
+    def rate_at(self, t: np.ndarray) -> np.ndarray:
+        """Linearly interpolated value at seconds `t` since the start."""
+        return np.interp(t, self.times - self.times[0], self.values)
+
+
+def shipped_traces() -> list[Path]:
+    """The traces shipped with the project, by name."""
+    return sorted(TRACES_DIR.glob("*.csv"))
+
+
+def resolve_trace(spec: str | Path) -> Path:
+    """A path, or the name of a shipped trace (`nyc_taxi` -> data/traces/nyc_taxi.csv)."""
+    path = Path(spec)
+    if path.is_file():
+        return path
+    for cand in (TRACES_DIR / f"{spec}.csv", TRACES_DIR / str(spec)):
+        if cand.is_file():
+            return cand
+    names = ", ".join(p.stem for p in shipped_traces())
+    raise TraceNotFound(f"trace {str(spec)!r} not found (shipped traces: {names})")
+
+
+def load_trace(spec: str | Path) -> Trace:
+    """Read a `timestamp,value` CSV (ISO timestamps or epoch seconds; header optional)."""
+    path = resolve_trace(spec)
+    times: list[float] = []
+    values: list[float] = []
+    try:
+        with path.open(newline="") as fh:
+            for lineno, row in enumerate(csv.reader(fh), start=1):
+                if not row or all(not c.strip() for c in row):
+                    continue
+                if len(row) < 2:
+                    raise TraceFormatError(f"{path}:{lineno}: expected timestamp,value, got {row}")
+                stamp, raw = row[0].strip(), row[1].strip()
+                if lineno == 1 and stamp.lower() in {"timestamp", "time", "ts"}:
+                    continue
+                try:
+                    t = float(stamp)
+                except ValueError:
+                    try:
+                        t = datetime.fromisoformat(stamp).timestamp()
+                    except ValueError:
+                        raise TraceFormatError(
+                            f"{path}:{lineno}: bad timestamp {stamp!r}"
+                        ) from None
+                try:
+                    v = float(raw)
+                except ValueError:
+                    raise TraceFormatError(f"{path}:{lineno}: bad value {raw!r}") from None
+                if not math.isfinite(v) or v < 0:
+                    raise TraceFormatError(
+                        f"{path}:{lineno}: value must be finite and >= 0, got {raw!r}"
+                    )
+                if times and t <= times[-1]:
+                    raise TraceFormatError(
+                        f"{path}:{lineno}: timestamp {stamp!r} does not increase"
+                    )
+                times.append(t)
+                values.append(v)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TraceFormatError(f"cannot read trace {path}: {exc}") from exc
+    if len(times) < 2:
+        raise TraceFormatError(f"{path}: needs at least 2 rows, got {len(times)}")
+    t = np.array(times)
+    return Trace(path.stem, t - t[0], np.array(values))
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    """One decision step: the state at its end and what was decided at its start."""
+
+    time: float
+    workers: int
+    input_rate: float
+    processing_rate: float
+    backlog: float
+    time_lag: float
+    max_time_lag: float
+    violation_s: float
+    utilisation: float
+    decision_s: float
+    rescaled: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class PolicySummary:
+    """The figures the report prints for one policy on one trace."""
+
+    policy: str
+    trace: str
+    worker_hours: float
+    savings_vs_static: float
+    mean_utilisation: float
+    sla_violation_minutes: float
+    max_lag_s: float
+    rescales: int
+    decision_mean_ms: float
+    decision_p99_ms: float
+    mean_workers: float
+    max_workers: int
+
+    def as_dict(self) -> dict[str, float | int | str]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class SimulationResult:
+    policy: str
+    trace: str
+    step_s: float
+    worker_rate: float
+    records: list[StepRecord] = field(default_factory=list)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        names = ("time", "workers", "input_rate", "backlog", "time_lag", "max_time_lag")
+        return {n: np.array([getattr(r, n) for r in self.records], dtype=float) for n in names}
+
+    def summary(self, static_worker_hours: float | None = None) -> PolicySummary:
+        recs = self.records
+        dt = self.step_s
+        workers = np.array([r.workers for r in recs], dtype=float)
+        worker_hours = float(workers.sum() * dt / 3600.0)
+        processed = sum(r.processing_rate * dt for r in recs)
+        capacity = float(workers.sum() * dt * self.worker_rate)
+        decisions = np.array([r.decision_s for r in recs]) * 1000.0
+        base = static_worker_hours if static_worker_hours is not None else worker_hours
+        return PolicySummary(
+            policy=self.policy,
+            trace=self.trace,
+            worker_hours=worker_hours,
+            savings_vs_static=base / worker_hours if worker_hours > 0 else math.nan,
+            mean_utilisation=processed / capacity if capacity > 0 else math.nan,
+            sla_violation_minutes=sum(r.violation_s for r in recs) / 60.0,
+            max_lag_s=max((r.max_time_lag for r in recs), default=0.0),
+            rescales=sum(r.rescaled for r in recs),
+            decision_mean_ms=float(decisions.mean()) if decisions.size else 0.0,
+            decision_p99_ms=float(np.percentile(decisions, 99)) if decisions.size else 0.0,
+            mean_workers=float(workers.mean()) if workers.size else 0.0,
+            max_workers=int(workers.max()) if workers.size else 0,
+        )
+
+
+class Simulator:
+    """Replays one (scaled, cut) trace; `run` is pure apart from timing the decisions."""
+
+    def __init__(self, trace: Trace, settings: AutoscaleSettings) -> None:
+        sim, fleet = settings.simulation, settings.fleet
+        for name, value in (
+            ("peak rate", sim.peak_rate),
+            ("worker rate", fleet.worker_rate),
+            ("SLA", sim.sla_s),
+            ("step", sim.step_s),
+        ):
+            if not (value > 0 and math.isfinite(value)):
+                raise InvalidFleetParameter(f"{name} must be a positive number, got {value}")
+        if fleet.partitions < 1:
+            raise InvalidFleetParameter(f"partitions must be >= 1, got {fleet.partitions}")
+        self.settings = settings
+        self.trace = trace.cut(sim.days).scaled(sim.peak_rate)
+        self.step_s = sim.step_s
+        ticks = max(1, round(sim.step_s / sim.tick_s))
+        self.ticks_per_step = ticks
+        self.tick_s = sim.step_s / ticks
+        self.steps = max(1, int(self.trace.duration_s // self.step_s))
+        n = self.steps * ticks
+        self.t = np.arange(n + 1) * self.tick_s
+        rate = self.trace.rate_at(self.t)
+        self.rate = rate
+        # cumulative arrivals at tick ends (trapezoids of the interpolated rate)
+        self.arrived = np.concatenate(
+            ([0.0], np.cumsum((rate[1:] + rate[:-1]) * 0.5 * self.tick_s))
+        )
+
+    def initial_workers(self, policy: ScalingPolicy) -> int:
+        """Static starts at its count; others at what covers the first rate with 20% room."""
+        if getattr(policy, "name", "") == "static" and hasattr(policy, "workers"):
+            return int(policy.workers)  # type: ignore[attr-defined]
+        fleet = self.settings.fleet
+        first = float(self.rate[: self.ticks_per_step + 1].mean())
+        return max(
+            fleet.min_workers,
+            workers_for_rate(first * 1.2, fleet.partitions, fleet.worker_rate, fleet.upper),
+        )
+
+    def _lag(self, t_idx: np.ndarray, done: np.ndarray) -> np.ndarray:
+        """Age of the oldest unprocessed message at ticks `t_idx` given processed counts."""
+        arrived = self.arrived
+        backlog = arrived[t_idx] - done
+        lag = np.zeros_like(done)
+        waiting = backlog > 1e-6 * np.maximum(arrived[t_idx], 1.0)
+        if waiting.any():
+            d = done[waiting]
+            i = np.searchsorted(arrived, d, side="right")
+            i = np.clip(i, 1, len(arrived) - 1)
+            a0, a1 = arrived[i - 1], arrived[i]
+            frac = np.where(a1 > a0, (d - a0) / np.where(a1 > a0, a1 - a0, 1.0), 0.0)
+            born = self.t[i - 1] + frac * self.tick_s
+            lag[waiting] = np.maximum(self.t[t_idx[waiting]] - born, 0.0)
+        return lag
+
+    def run(
+        self,
+        policy: ScalingPolicy,
+        guards: Sequence[Guard] | None = None,
+        realizer: SimulatedRealizer | None = None,
+    ) -> SimulationResult:
+        s = self.settings
+        fleet, sla = s.fleet, s.simulation.sla_s
+        guards = default_guards(s) if guards is None else guards
+        now = 0.0
+        if realizer is None:
+            realizer = SimulatedRealizer(self.initial_workers(policy), clock=lambda: now)
+        result = SimulationResult(policy.name, self.trace.name, self.step_s, fleet.worker_rate)
+        history: list[FleetMetrics] = []
+        done = 0.0  # messages processed so far
+        pause_left = 0.0
+        last_rescale: float | None = None
+        prev_backlog = 0.0
+        prev_done = 0.0
+        prev_workers = realizer.current()
+        ticks, dt = self.ticks_per_step, self.tick_s
+        lag_now = 0.0
+        for k in range(self.steps):
+            i0 = k * ticks
+            now = float(self.t[i0])
+            arrived_now = float(self.arrived[i0])
+            backlog = arrived_now - done
+            if k == 0:
+                metrics = FleetMetrics(
+                    time=now,
+                    workers=prev_workers,
+                    partitions=fleet.partitions,
+                    input_rate=float(self.rate[0]),
+                    processing_rate=float(self.rate[0]),
+                    true_processing_rate=fleet.worker_rate,
+                    utilisation=min(1.0, float(self.rate[0]) / (prev_workers * fleet.worker_rate)),
+                    backlog=0.0,
+                    backlog_growth=0.0,
+                    time_lag=0.0,
+                )
+            else:
+                processed = done - prev_done
+                busy = processed / fleet.worker_rate  # worker-seconds busy
+                metrics = FleetMetrics(
+                    time=now,
+                    workers=prev_workers,
+                    partitions=fleet.partitions,
+                    input_rate=(arrived_now - float(self.arrived[i0 - ticks])) / self.step_s,
+                    processing_rate=processed / self.step_s,
+                    true_processing_rate=processed / busy if busy > 0 else math.nan,
+                    utilisation=min(1.0, busy / (prev_workers * self.step_s))
+                    if prev_workers
+                    else math.nan,
+                    backlog=backlog,
+                    backlog_growth=(backlog - prev_backlog) / self.step_s,
+                    time_lag=lag_now,
+                )
+            started = time.perf_counter()
+            decision = policy.decide(metrics, history)
+            elapsed = time.perf_counter() - started
+            history.append(metrics)
+            verdict = apply_guards(
+                decision, metrics, guards, GuardContext(now=now, last_rescale_at=last_rescale)
+            )
+            decision = verdict.decision
+            workers = realizer.current()
+            rescaled = False
+            if decision.target != workers:
+                workers = realizer.apply(decision.target, decision.reason)
+                rescaled = True
+                last_rescale = now
+                pause_left = fleet.rescale_pause_s
+            # process one step on the tick grid
+            cap = fleet_capacity(workers, fleet.partitions, fleet.worker_rate)
+            rel = np.arange(1, ticks + 1) * dt
+            tau = np.maximum(rel - pause_left, 0.0)
+            idx = np.arange(i0 + 1, i0 + ticks + 1)
+            arr = self.arrived[idx]
+            done_ticks = cap * tau + np.minimum(done, np.minimum.accumulate(arr - cap * tau))
+            done_ticks = np.minimum(done_ticks, arr)
+            lags = self._lag(idx, done_ticks)
+            pause_left = max(0.0, pause_left - self.step_s)
+            prev_backlog, prev_done, prev_workers = backlog, done, workers
+            done = float(done_ticks[-1])
+            lag_now = float(lags[-1])
+            result.records.append(
+                StepRecord(
+                    time=now + self.step_s,
+                    workers=workers,
+                    input_rate=(float(arr[-1]) - arrived_now) / self.step_s,
+                    processing_rate=(done - prev_done) / self.step_s,
+                    backlog=float(arr[-1]) - done,
+                    time_lag=lag_now,
+                    max_time_lag=float(lags.max()),
+                    violation_s=float((lags > sla).sum() * dt),
+                    utilisation=(done - prev_done) / (workers * fleet.worker_rate * self.step_s),
+                    decision_s=elapsed,
+                    rescaled=rescaled,
+                    reason=decision.reason,
+                )
+            )
+        return result
+
+
+def simulate(
+    trace: Trace, policies: Sequence[str], settings: AutoscaleSettings
+) -> list[SimulationResult]:
+    """Run each named policy on the trace (fresh policy instances, same simulator)."""
+    sim = Simulator(trace, settings)
+    return [sim.run(make_policy(name, settings)) for name in policies]
+
+
+def summarise(results: Sequence[SimulationResult]) -> list[PolicySummary]:
+    """Summaries with savings against the `static` run (if present in `results`)."""
+    static = next((r for r in results if r.policy == "static"), None)
+    base = static.summary().worker_hours if static else None
+    return [r.summary(base) for r in results]

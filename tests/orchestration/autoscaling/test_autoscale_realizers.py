@@ -1,0 +1,161 @@
+"""Realizers: the simulated one, and the AWS one against a moto server on a free port."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from orchestration.autoscaling.config import AwsSettings
+from orchestration.autoscaling.exceptions import RealizerError, ScalingTimeout
+from orchestration.autoscaling.realizers import (
+    AwsAutoScalingRealizer,
+    Realizer,
+    SimulatedRealizer,
+)
+
+GROUP = "sluice-test-workers"
+
+
+def test_simulated_realizer_records_rescales() -> None:
+    clock = iter([10.0, 20.0])
+    realizer = SimulatedRealizer(3, clock=lambda: next(clock))
+    assert isinstance(realizer, Realizer)
+    assert realizer.apply(3, "same") == 3 and realizer.events == []
+    assert realizer.apply(5, "up") == 5
+    assert realizer.current() == 5
+    assert [(e.time, e.before, e.after) for e in realizer.events] == [(10.0, 3, 5)]
+    with pytest.raises(RealizerError, match="-1"):
+        realizer.apply(-1, "bad")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def moto_endpoint() -> Iterator[str]:
+    """A moto server on a free port; stopped by PID at teardown."""
+    exe = Path(sys.executable).with_name("moto_server")
+    if not exe.exists():
+        pytest.fail(f"moto_server console script not found next to {sys.executable}")
+    port = _free_port()
+    proc = subprocess.Popen(
+        [str(exe), "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60.0
+    try:
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/moto-api/", timeout=1.0):
+                    break
+            except OSError:
+                if proc.poll() is not None:
+                    pytest.fail(f"moto_server exited with {proc.returncode}")
+                if time.monotonic() > deadline:
+                    pytest.fail(f"moto_server did not answer on {url} within 60 s")
+                time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+@pytest.fixture
+def group(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[AwsSettings]:
+    import boto3
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(key, raising=False)
+    client = boto3.client("autoscaling", region_name="us-east-1", endpoint_url=moto_endpoint)
+    name = f"{GROUP}-{os.getpid()}-{time.monotonic_ns()}"
+    client.create_launch_configuration(
+        LaunchConfigurationName=name, ImageId="ami-12c6146b", InstanceType="t3.micro"
+    )
+    client.create_auto_scaling_group(
+        AutoScalingGroupName=name,
+        LaunchConfigurationName=name,
+        MinSize=1,
+        MaxSize=8,
+        DesiredCapacity=1,
+        AvailabilityZones=["us-east-1a"],
+    )
+    yield AwsSettings(
+        group_name=name, endpoint_url=moto_endpoint, wait_timeout_s=30.0, poll_interval_s=0.05
+    )
+    client.delete_auto_scaling_group(AutoScalingGroupName=name, ForceDelete=True)
+
+
+def test_aws_realizer_sets_desired_capacity_and_waits_for_in_service(group: AwsSettings) -> None:
+    realizer = AwsAutoScalingRealizer(group)
+    assert isinstance(realizer, Realizer)
+    assert realizer.current() == 1
+    assert realizer.apply(4, "load is up") == 4
+    assert realizer.current() == 4
+    assert realizer.in_service() == 4
+    assert realizer.apply(2, "load is down") == 2
+    assert realizer.in_service() == 2
+
+
+def test_aws_realizer_refuses_targets_outside_the_group(group: AwsSettings) -> None:
+    realizer = AwsAutoScalingRealizer(group)
+    with pytest.raises(RealizerError, match=r"target 9 outside .* \[1, 8\]"):
+        realizer.apply(9, "too many")
+    assert realizer.current() == 1
+
+
+def test_aws_realizer_unknown_group_is_a_clear_error(
+    moto_endpoint: str, group: AwsSettings
+) -> None:
+    realizer = AwsAutoScalingRealizer(group.model_copy(update={"group_name": "nope"}))
+    with pytest.raises(RealizerError, match="'nope' not found"):
+        realizer.current()
+
+
+def test_aws_realizer_times_out_when_instances_never_come(group: AwsSettings) -> None:
+    class Stuck:
+        """A client whose instances never leave Pending."""
+
+        def describe_auto_scaling_groups(self, **_: object) -> dict:
+            return {
+                "AutoScalingGroups": [
+                    {
+                        "DesiredCapacity": 3,
+                        "MinSize": 1,
+                        "MaxSize": 8,
+                        "Instances": [{"LifecycleState": "Pending", "HealthStatus": "Healthy"}],
+                    }
+                ]
+            }
+
+        def set_desired_capacity(self, **_: object) -> None:
+            return None
+
+    now = [0.0]
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    settings = group.model_copy(update={"wait_timeout_s": 1.0, "poll_interval_s": 0.25})
+    realizer = AwsAutoScalingRealizer(settings, client=Stuck(), sleep=sleep, clock=lambda: now[0])
+    with pytest.raises(ScalingTimeout, match="0 of 3 instances InService"):
+        realizer.apply(3, "up")
