@@ -22,14 +22,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kafka import TopicPartition  # noqa: E402
+from kafka import TopicPartition
 
-from pipelines.config import PROJECT_ROOT, SluiceSettings  # noqa: E402
-from pipelines.generator import GeneratorOptions, load_trace, replay  # noqa: E402
-from pipelines.kafka import EmbeddedBroker, consumer, ensure_topics, producer  # noqa: E402
-from pipelines.storage import LocalObjectStore  # noqa: E402
-from pipelines.stream import StreamWorker, TaskId  # noqa: E402
-from pipelines.views import load_views  # noqa: E402
+from pipelines.config import PROJECT_ROOT, SluiceSettings
+from pipelines.generator import GeneratorOptions, load_trace, replay
+from pipelines.kafka import EmbeddedBroker, consumer, ensure_topics, producer
+from pipelines.storage import LocalObjectStore
+from pipelines.stream import StreamWorker, TaskId
+from pipelines.views import load_views
 
 PARTITIONS = 4
 
@@ -49,7 +49,9 @@ def plain_consume(bootstrap: str, topic: str, total: int) -> float:
     return total / elapsed
 
 
-def worker_consume(bootstrap: str, topic: str, total: int, views_file: Path, flush_s: float) -> float:
+def worker_consume(
+    bootstrap: str, topic: str, total: int, views_file: Path, flush_s: float
+) -> float:
     with tempfile.TemporaryDirectory() as state:
         settings = SluiceSettings(
             state_dir=Path(state),
@@ -86,7 +88,9 @@ def main() -> int:
             ensure_topics(info.bootstrap, {topic: PARTITIONS, f"{topic}.dlq": 1})
             views_file = Path(tmp) / "views.yaml"
             views_file.write_text(
-                (PROJECT_ROOT / "data" / "views.yaml").read_text().replace("topic: events", f"topic: {topic}")
+                (PROJECT_ROOT / "data" / "views.yaml")
+                .read_text()
+                .replace("topic: events", f"topic: {topic}")
             )
             out = producer(info.bootstrap, max_request_size=4 * 1024 * 1024)
             options = GeneratorOptions(max_events=args.events, peak_rate=50_000, speedup=60)
@@ -98,18 +102,28 @@ def main() -> int:
             )
             out.flush()
             out.close()
-            print(f"topic {topic}: {report.produced:,} messages in {PARTITIONS} partitions "
-                  f"({report.malformed_total} malformed, {report.duplicates} duplicates, {report.late} late)")
+            print(
+                f"topic {topic}: {report.produced:,} messages in {PARTITIONS} partitions "
+                f"({report.malformed_total} malformed, {report.duplicates} duplicates, {report.late} late)"
+            )
             plain, work = [], []
             for round_no in range(1, args.repeat + 1):
                 plain.append(plain_consume(info.bootstrap, topic, args.events))
-                work.append(worker_consume(info.bootstrap, topic, args.events, views_file, args.flush_interval))
-                print(f"round {round_no}: (a) plain {plain[-1]:,.0f} msg/s   (b) worker {work[-1]:,.0f} msg/s")
+                work.append(
+                    worker_consume(
+                        info.bootstrap, topic, args.events, views_file, args.flush_interval
+                    )
+                )
+                print(
+                    f"round {round_no}: (a) plain {plain[-1]:,.0f} msg/s   (b) worker {work[-1]:,.0f} msg/s"
+                )
         finally:
             broker.stop()
     a, b = statistics.median(plain), statistics.median(work)
     print()
-    print(f"machine: {platform.platform()}, {platform.python_implementation()} {platform.python_version()}")
+    print(
+        f"machine: {platform.platform()}, {platform.python_implementation()} {platform.python_version()}"
+    )
     print(f"(a) plain kafka-python consumption : {a:>10,.0f} msg/s (median of {args.repeat})")
     print(f"(b) one worker, example views      : {b:>10,.0f} msg/s (median of {args.repeat})")
     print(f"ratio b/a                          : {b / a:>10.2f}   (target >= 0.85)")

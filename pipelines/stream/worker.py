@@ -181,7 +181,11 @@ class StreamWorker:
                     last_consumed = {tp: t.consumed for tp, t in self.tasks.items()}
                     busy_at_status, last_status = self.busy_s, now
                     next_status = now + settings.status_interval_s
-                if max_idle_s is not None and idle_since is not None and now - idle_since > max_idle_s:
+                if (
+                    max_idle_s is not None
+                    and idle_since is not None
+                    and now - idle_since > max_idle_s
+                ):
                     break
         finally:
             self._shutdown()

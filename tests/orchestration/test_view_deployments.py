@@ -42,7 +42,9 @@ def test_deployed_definitions_override_the_file_and_reload_the_fleet(settings):
     assert runtime.control.deployed_views()[0]["state"] == "Running"
 
     # the same definition again changes nothing
-    assert runtime.control.deploy_view("per_minute", "fp1", _definition("per_minute", "1m")) is False
+    assert (
+        runtime.control.deploy_view("per_minute", "fp1", _definition("per_minute", "1m")) is False
+    )
     assert watcher.check() == [] and len(fleet.restarts) == 1
 
     # disabling a file view removes it from what workers run
