@@ -18,28 +18,57 @@ from pipelines.storage import ObjectStore
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["build_spark", "spark_conf", "spark_uri"]
+__all__ = ["build_spark", "spark_conf", "spark_uri", "submitted"]
 
 log = logging.getLogger(__name__)
 
 
-def spark_conf(settings: SparkSettings, s3_endpoint_url: str | None = None) -> dict[str, str]:
-    """Every configuration entry the session gets, so callers and docs can show them."""
+def submitted() -> bool:
+    """True when spark-submit (or the pyspark shell) launched this Python driver.
+
+    The JVM is then already configured by spark-submit's flags and spark-defaults.conf
+    (``--master yarn`` on EMR), and only what the user set explicitly may override it.
+    """
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def spark_conf(
+    settings: SparkSettings, s3_endpoint_url: str | None = None, *, under_submit: bool = False
+) -> dict[str, str]:
+    """Every configuration entry the session gets, so callers and docs can show them.
+
+    ``under_submit`` keeps only the entries that never conflict with a cluster's setup plus
+    the ones set explicitly (environment or arguments): a default such as driver host
+    127.0.0.1 would break YARN client mode.
+    """
+    explicit = settings.model_fields_set
     conf = {
-        "spark.ui.enabled": str(settings.ui_enabled).lower(),
         "spark.ui.showConsoleProgress": "false",  # progress bars garble logs and the CLI
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
-        "spark.pyspark.python": settings.python,
     }
-    host = settings.driver_host or ("127.0.0.1" if settings.is_local else None)
-    if host:
-        conf["spark.driver.host"] = host
-    if settings.driver_memory:
+    local = settings.is_local and (not under_submit or "master" in explicit)
+
+    def wanted(name: str) -> bool:
+        return not under_submit or name in explicit
+
+    if wanted("master"):
+        conf["spark.master"] = settings.master
+    if wanted("app_name"):
+        conf["spark.app.name"] = settings.app_name
+    if wanted("ui_enabled"):
+        conf["spark.ui.enabled"] = str(settings.ui_enabled).lower()
+    if wanted("python"):
+        conf["spark.pyspark.python"] = settings.python
+    if settings.driver_host and wanted("driver_host"):
+        conf["spark.driver.host"] = settings.driver_host
+    elif local:
+        conf["spark.driver.host"] = "127.0.0.1"
+    if settings.driver_memory and wanted("driver_memory"):
         conf["spark.driver.memory"] = settings.driver_memory
     if settings.shuffle_partitions:
         conf["spark.sql.shuffle.partitions"] = str(settings.shuffle_partitions)
-    elif settings.is_local:
+    elif local:
         conf["spark.sql.shuffle.partitions"] = str(4 * settings.local_cores())
     if s3_endpoint_url:
         # S3-compatible stores (MinIO, moto) need path-style addressing.
@@ -55,18 +84,21 @@ def build_spark(
     """The session for the batch job; reuses a running one (``getOrCreate``).
 
     ``PYSPARK_PYTHON`` is set to the configured interpreter when unset, so Python workers
-    (if any) run in the same environment, with pyarrow.
+    (if any) run in the same environment, with pyarrow. Under spark-submit the submitted
+    configuration wins over Sluice's defaults (see :func:`spark_conf`).
     """
     from pyspark.sql import SparkSession
 
     settings = settings or SparkSettings()
-    os.environ.setdefault("PYSPARK_PYTHON", settings.python)
-    builder = SparkSession.builder.master(settings.master).appName(settings.app_name)
-    for key, value in spark_conf(settings, s3_endpoint_url).items():
+    under_submit = submitted()
+    if not under_submit:
+        os.environ.setdefault("PYSPARK_PYTHON", settings.python)
+    builder = SparkSession.builder
+    for key, value in spark_conf(settings, s3_endpoint_url, under_submit=under_submit).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(settings.log_level)
-    log.info("Spark %s session on %s", spark.version, settings.master)
+    log.info("Spark %s session on %s", spark.version, spark.sparkContext.master)
     return spark
 
 

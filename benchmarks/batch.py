@@ -1,0 +1,340 @@
+"""Benchmark: the Spark correction against DuckDB on the same archived Parquet files.
+
+    .venv/bin/python benchmarks/batch.py [--sizes 1000000,4000000] [--hours 4]
+
+For each size it writes a synthetic archive (ARCHIVE_SCHEMA, 4 partitions, several files per
+partition-hour, 1% duplicates, 2% late events) into a temporary directory, runs
+``correct_hours`` over every hour for the shipped views, computes the same exact aggregates
+with DuckDB (same dedup rule, same top-k JSON), checks that both agree and prints the
+timings, the Spark/DuckDB ratio and how each grows with the input. Spark settings come
+from ``SLUICE_SPARK_*`` (default ``local[2]``). The temporary directory is removed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from pipelines.archive.writer import ARCHIVE_SCHEMA
+from pipelines.batch import SparkSettings, build_spark, correct_hours
+from pipelines.config import PROJECT_ROOT
+from pipelines.events.schema import EVENT_TYPES
+from pipelines.segments.layout import archive_events_key, parse_hour_label
+from pipelines.serving import query_view
+from pipelines.storage import LocalObjectStore
+from pipelines.views import HOUR_MS, WINDOW_START, View, load_views
+
+log = logging.getLogger("benchmarks.batch")
+
+START_MS = parse_hour_label("2015-02-26T00")
+TOPIC = "events"
+PARTITIONS = 4
+FILES_PER_PARTITION_HOUR = 6
+
+
+# --- the synthetic archive -------------------------------------------------------------------
+
+
+def _names(prefix: str, n: int, width: int = 3) -> np.ndarray:
+    return np.array([f"{prefix}{i:0{width}d}" for i in range(n)], dtype=object)
+
+
+def make_events(n: int, hours: int, seed: int = 11) -> pa.Table:
+    """``n`` valid archived events over ``hours`` hours, vectorized; 1% are duplicates."""
+    rng = np.random.default_rng(seed)
+    unique = n - n // 100
+    orgs, clients, sessions = 40, 50, 200
+    weights = 1.0 / np.arange(1, orgs + 1) ** 1.1
+    org = rng.choice(orgs, size=unique, p=weights / weights.sum())
+    times = START_MS + rng.integers(0, hours * HOUR_MS, size=unique)
+    late = rng.random(unique) < 0.02
+    times[late] -= rng.exponential(600_000, size=int(late.sum())).astype(np.int64)
+    times = np.maximum(times, START_MS)
+    org_names = _names("org-", orgs)
+    client_names = np.array(
+        [f"{o}-client-{c:04d}" for o in org_names for c in range(clients)], dtype=object
+    )
+    session_names = np.array(
+        [f"{o}-s-{s:05d}" for o in org_names for s in range(sessions)], dtype=object
+    )
+    type_p = np.array([0.55, 0.2, 0.12, 0.08, 0.05])
+    ids = pc.binary_join_element_wise("e", pa.array(np.arange(unique)).cast(pa.string()), "-")
+    columns = {
+        "event_id": ids,
+        "event_time": pa.array(times),
+        "org": pa.array(org_names[org]),
+        "client": pa.array(client_names[org * clients + rng.integers(0, clients, unique)]),
+        "bytes_tx": pa.array(rng.lognormal(8.0, 1.5, size=unique).astype(np.int64)),
+        "session_id": pa.array(session_names[org * sessions + rng.integers(0, sessions, unique)]),
+        "event_type": pa.array(
+            np.array(EVENT_TYPES, dtype=object)[rng.choice(5, unique, p=type_p)]
+        ),
+    }
+    events = pa.table(columns)
+    copies = events.take(pa.array(rng.integers(0, unique, size=n - unique)))
+    events = pa.concat_tables([events, copies])
+    partition = pc.cast(pc.index_in(events["org"], pa.array(org_names)), pa.int32())
+    partition = pc.bit_wise_and(partition, pa.scalar(PARTITIONS - 1, pa.int32()))
+    delay = rng.integers(0, 5000, size=events.num_rows)
+    return (
+        events.append_column("topic", pa.array(np.full(events.num_rows, TOPIC, dtype=object)))
+        .append_column("partition", partition)
+        .append_column("kafka_timestamp", pa.array(events["event_time"].to_numpy() + delay))
+    )
+
+
+def write_archive(root: Path, events: pa.Table) -> list[int]:
+    """Split into hour x partition x file parts with consecutive offsets, as tasks would."""
+    store = LocalObjectStore(root)
+    times = events["event_time"].to_numpy()
+    hour = times - times % HOUR_MS
+    part = events["partition"].to_numpy()
+    order = np.lexsort((times, hour, part))  # per partition: hour by hour, in time order
+    events = events.take(pa.array(order))
+    hour, part = hour[order], part[order]
+    offsets = np.empty(len(order), dtype=np.int64)
+    for p in range(PARTITIONS):
+        mask = part == p
+        offsets[mask] = np.arange(int(mask.sum()))
+    events = events.append_column("offset", pa.array(offsets)).select(ARCHIVE_SCHEMA.names)
+    events = events.cast(ARCHIVE_SCHEMA)
+    keys = hour * PARTITIONS + part
+    bounds = np.flatnonzero(np.diff(keys)) + 1
+    starts = np.concatenate([[0], bounds])
+    ends = np.concatenate([bounds, [len(keys)]])
+    for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
+        for chunk in np.array_split(np.arange(start, end), FILES_PER_PARTITION_HOUR):
+            if not len(chunk):
+                continue
+            first, last = int(chunk[0]), int(chunk[-1]) + 1
+            table = events.slice(first, last - first)
+            offs = table["offset"]
+            key = archive_events_key(
+                int(hour[first]), TOPIC, int(part[first]), offs[0].as_py(), offs[-1].as_py() + 1
+            )
+            path = Path(store.root) / key
+            path.parent.mkdir(parents=True, exist_ok=True)
+            pq.write_table(table, path, compression="zstd")
+    return sorted({int(h) for h in np.unique(hour)})
+
+
+# --- the same aggregates in DuckDB -----------------------------------------------------------
+
+
+def _duck_columns(view: View) -> tuple[list[str], list[str]]:
+    """Select expressions of the one-pass aggregations, and the top_k outputs to join."""
+    exprs, topk = [], []
+    for agg in view.aggregators:
+        col = agg.spec.col_name
+        match agg.name:
+            case "count":
+                exprs.append(f"count(*) AS {agg.out}")
+            case "sum" | "min" | "max":
+                exprs.append(f"CAST({agg.name}({col}) AS DOUBLE) AS {agg.out}")
+            case "mean":
+                exprs.append(f"avg({col}) AS {agg.out}")
+            case "count_distinct" | "approx_count_distinct":
+                exprs.append(f"count(DISTINCT {col}) AS {agg.out}")
+            case "quantiles":
+                exprs += [
+                    f"quantile_cont({col}::DOUBLE, {q}) AS {agg.column_for(q)}"
+                    for q in agg.quantiles
+                ]
+            case "first" | "last":
+                fn = "min" if agg.name == "first" else "max"
+                exprs.append(f"{fn}(struct_pack(t := event_time, v := {col})).v AS {agg.out}")
+            case "top_k":
+                topk.append(agg)
+            case _:
+                raise ValueError(f"no DuckDB form for {agg.name}")
+    return exprs, topk
+
+
+def duckdb_view(con: duckdb.DuckDBPyConnection, view: View) -> pa.Table:
+    keys = [WINDOW_START, *view.grouping_cols]
+    key_list = ", ".join(keys)
+    exprs, topk = _duck_columns(view)
+    rows = (
+        f"(SELECT *, event_time - event_time % {view.interval_ms} AS {WINDOW_START} "
+        f"FROM ev WHERE topic = '{view.topic}')"
+    )
+    sql = f"SELECT {key_list}, {', '.join(exprs) or 'count(*) AS __n'} FROM {rows} GROUP BY ALL"
+    for i, agg in enumerate(topk):
+        ranked = (
+            f"SELECT {key_list}, item, n, row_number() OVER (PARTITION BY {key_list} "
+            f"ORDER BY n DESC, item) AS r FROM (SELECT {key_list}, "
+            f"CAST({agg.spec.col_name} AS VARCHAR) AS item, count(*) AS n FROM {rows} GROUP BY ALL)"
+        )
+        top = (
+            f"SELECT {key_list}, to_json(list({{'item': item, 'count': n}} ORDER BY r)) AS {agg.out} "
+            f"FROM ({ranked}) WHERE r <= {agg.k} GROUP BY ALL"
+        )
+        sql = f"SELECT * FROM ({sql}) JOIN ({top}) t{i} USING ({key_list})"
+    return con.sql(f"SELECT * FROM ({sql}) ORDER BY {key_list}").to_arrow_table()
+
+
+def run_duckdb(files: list[str], views: list[View]) -> dict[str, pa.Table]:
+    con = duckdb.connect()
+    con.execute("SET threads = 2")
+    con.execute("SET enable_progress_bar = false")
+    payload = "event_time, org, client, bytes_tx, session_id, event_type"
+    con.execute(
+        f"CREATE TEMP TABLE ev AS SELECT topic, event_id, unnest(e) FROM ("
+        f"SELECT topic, event_id, min(struct_pack({payload})) AS e "
+        f"FROM read_parquet({files!r}) GROUP BY topic, event_id)"
+    )
+    out = {view.name: duckdb_view(con, view) for view in views}
+    con.close()
+    return out
+
+
+# --- comparison and report -------------------------------------------------------------------
+
+
+def agree(store: LocalObjectStore, views: list[View], hours: list[int], duck: dict) -> bool:
+    """Spark's published values equal DuckDB's (floats to 1e-9 relative)."""
+    ok = True
+    for view in views:
+        spark_rows = query_view(store, view, hours[0], hours[-1] + HOUR_MS).to_pylist()
+        duck_rows = duck[view.name].to_pylist()
+        if len(spark_rows) != len(duck_rows):
+            log.error(
+                "%s: %d rows in Spark, %d in DuckDB", view.name, len(spark_rows), len(duck_rows)
+            )
+            ok = False
+            continue
+        for a, b in zip(spark_rows, duck_rows, strict=True):
+            for name in view.metric_columns:
+                x, y = a[name], b[name]
+                if isinstance(x, float) and isinstance(y, float):
+                    same = abs(x - y) <= 1e-9 * max(abs(x), abs(y), 1.0)
+                elif isinstance(y, str) and y.startswith("["):
+                    same = json.loads(x) == json.loads(y)
+                else:
+                    same = x == y
+                if not same:
+                    log.error(
+                        "%s %s %s: Spark %r, DuckDB %r", view.name, a[WINDOW_START], name, x, y
+                    )
+                    ok = False
+                    break
+    return ok
+
+
+def _cpu_s(spark) -> float:
+    """CPU seconds of this process plus Spark's JVM: on a shared machine, steadier than wall time."""
+    total = time.process_time()
+    try:
+        pid = spark.sparkContext._gateway.proc.pid
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (AttributeError, OSError):
+        pass
+    return total
+
+
+class Timer:
+    def __init__(self, spark) -> None:
+        self.spark = spark
+
+    def __enter__(self) -> Timer:
+        self.wall, self.cpu = time.perf_counter(), _cpu_s(self.spark)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.wall = time.perf_counter() - self.wall
+        self.cpu = _cpu_s(self.spark) - self.cpu
+
+    def __str__(self) -> str:
+        return f"{self.wall:.1f} s wall, {self.cpu:.1f} s CPU"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--sizes", default="1000000,4000000", help="events per run, comma-separated"
+    )
+    parser.add_argument("--hours", type=int, default=4, help="hours of event time per run")
+    parser.add_argument("--views", default=str(PROJECT_ROOT / "data" / "views.yaml"))
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    sizes = [int(s) for s in args.sizes.split(",")]
+    views = load_views(args.views)
+    settings = SparkSettings()
+    workdir = Path(tempfile.mkdtemp(prefix="sluice-bench-"))
+    print(
+        f"machine: {os.cpu_count()} cores, {platform.platform()}, Python {platform.python_version()}"
+    )
+    print(
+        f"views: {', '.join(v.name for v in views)}; Spark master {settings.master}; "
+        f"load average {os.getloadavg()[0]:.1f}"
+    )
+    try:
+        started, cpu = time.perf_counter(), time.process_time()
+        spark = build_spark(settings)
+        print(
+            f"Spark session start: {time.perf_counter() - started:.1f} s wall, "
+            f"{_cpu_s(spark) - cpu:.1f} s CPU"
+        )
+        rows = []
+        for i, n in enumerate(sizes):
+            root = workdir / f"n{n}"
+            started = time.perf_counter()
+            events = make_events(n, args.hours)
+            hours = write_archive(root, events)
+            del events
+            store = LocalObjectStore(root)
+            files = [str(p) for p in sorted((root / "archive" / "events").rglob("*.parquet"))]
+            size_mb = sum(Path(f).stat().st_size for f in files) / 1e6
+            print(
+                f"\n{n:,} events: {len(files)} files, {size_mb:.0f} MB, {len(hours)} hours "
+                f"(written in {time.perf_counter() - started:.1f} s)"
+            )
+            if i == 0:
+                # The first job of a JVM pays for class loading and JIT: report it apart.
+                with Timer(spark) as first:
+                    correct_hours(spark, store, views, hours)
+                print(f"  Spark, first job in a fresh JVM: {first}")
+            with Timer(spark) as spark_t:
+                results = correct_hours(spark, store, views, hours)
+            with Timer(spark) as duck_t:
+                duck = run_duckdb(files, views)
+            same = agree(store, views, hours, duck)
+            published = sum(not r.skipped for r in results)
+            print(f"  Spark correction: {spark_t} ({published} segments published)")
+            print(f"  DuckDB, same aggregates: {duck_t}; results agree: {'yes' if same else 'NO'}")
+            print(
+                f"  Spark / DuckDB: {spark_t.wall / duck_t.wall:.1f}x wall, "
+                f"{spark_t.cpu / duck_t.cpu:.1f}x CPU; load average {os.getloadavg()[0]:.1f}"
+            )
+            rows.append((n, spark_t, duck_t))
+            shutil.rmtree(root)
+        if len(rows) > 1:
+            (n0, s0, d0), (n1, s1, d1) = rows[0], rows[-1]
+            print(
+                f"\n{n0:,} -> {n1:,} events ({n1 / n0:.0f}x): Spark {s1.wall / s0.wall:.2f}x wall "
+                f"({s1.cpu / s0.cpu:.2f}x CPU), DuckDB {d1.wall / d0.wall:.2f}x wall "
+                f"({d1.cpu / d0.cpu:.2f}x CPU)"
+            )
+        spark.stop()
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,302 @@
+"""The Spark correction against an exact pandas oracle, on traffic streamed by real tasks."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from pipelines import aggregators
+from pipelines.batch import (
+    CorrectionResult,
+    InvalidHour,
+    archive_hours,
+    batch_schema,
+    correct_hours,
+    segment_hours,
+)
+from pipelines.config import PROJECT_ROOT
+from pipelines.generator import GeneratorOptions
+from pipelines.segments.layout import batch_prefix, hour_label, parse_hour_label, published_key
+from pipelines.serving import query_view
+from pipelines.views import HOUR_MS, WINDOW_START, View, parse_views
+from tests.fixtures.stream_fixture import StreamRun, run_stream
+
+pytestmark = pytest.mark.spark
+
+TEST_VIEWS = [
+    {
+        # Every single-pass aggregation, two grouping columns, 10-minute windows.
+        "name": "traffic_10m",
+        "topic": "events",
+        "grouping_cols": ["org", "event_type"],
+        "interval": "10m",
+        "allowed_lateness": "2m",
+        "aggregation_info": [
+            {"aggregation": "count", "aggregated_col_name": "events"},
+            {"aggregation": "sum", "col_name": "bytes_tx", "aggregated_col_name": "bytes_total"},
+            {"aggregation": "mean", "col_name": "bytes_tx", "aggregated_col_name": "bytes_mean"},
+            {"aggregation": "min", "col_name": "bytes_tx", "aggregated_col_name": "bytes_min"},
+            {"aggregation": "max", "col_name": "bytes_tx", "aggregated_col_name": "bytes_max"},
+            {
+                "aggregation": "count_distinct",
+                "col_name": "client",
+                "aggregated_col_name": "clients",
+            },
+            {
+                "aggregation": "approx_count_distinct",
+                "col_name": "session_id",
+                "aggregated_col_name": "sessions",
+                "params": {"lg_k": 12},
+            },
+            {
+                "aggregation": "quantiles",
+                "col_name": "bytes_tx",
+                "aggregated_col_name": "bytes",
+                "params": {"quantiles": [0.5, 0.95, 0.99]},
+            },
+        ],
+    },
+    {
+        # No grouping column, a 2h window (segments of two hours), int first/last and a
+        # top_k on a high-cardinality int column, so ties are broken by the item as a string.
+        "name": "all_2h",
+        "topic": "events",
+        "grouping_cols": [],
+        "interval": "2h",
+        "allowed_lateness": "1m",
+        "aggregation_info": [
+            {"aggregation": "count", "aggregated_col_name": "events"},
+            {"aggregation": "first", "col_name": "bytes_tx", "aggregated_col_name": "first_bytes"},
+            {"aggregation": "last", "col_name": "bytes_tx", "aggregated_col_name": "last_bytes"},
+            {
+                "aggregation": "top_k",
+                "col_name": "bytes_tx",
+                "aggregated_col_name": "top_sizes",
+                "params": {"k": 3},
+            },
+            {
+                "aggregation": "quantiles",
+                "col_name": "bytes_tx",
+                "aggregated_col_name": "bytes",
+                "params": {"quantiles": [0, 0.25, 0.5, 1]},
+            },
+        ],
+    },
+]
+
+
+def load_test_views() -> list[View]:
+    """Three views covering every aggregation: two above, plus the shipped hourly top_k view."""
+    document = yaml.safe_load((PROJECT_ROOT / "data" / "views.yaml").read_text())
+    shipped = [v for v in document["views"] if v["name"] == "top_clients_hourly"]
+    return parse_views(TEST_VIEWS + shipped)
+
+
+OPTIONS = GeneratorOptions(
+    max_events=8000,
+    speedup=15.0,  # ~3 hours of event time
+    late_share=0.05,
+    late_delay_mean_s=600.0,  # many later than the views' allowed lateness
+    duplicate_share=0.03,
+)
+
+
+@pytest.fixture(scope="module")
+def streamed(tmp_path_factory) -> StreamRun:
+    return run_stream(
+        tmp_path_factory.mktemp("batch") / "storage", load_test_views(), options=OPTIONS
+    )
+
+
+@pytest.fixture(scope="module")
+def corrected(spark, streamed) -> list[CorrectionResult]:
+    return correct_hours(spark, streamed.store, streamed.views, archive_hours(streamed.store))
+
+
+# --- the oracle ------------------------------------------------------------------------------
+
+
+def oracle_values(agg, group: pd.DataFrame) -> dict[str, Any]:
+    """What an aggregation must publish, computed directly and independently of Spark."""
+    col = agg.spec.col_name
+    values = group[col] if col else None
+    match agg.name:
+        case "count":
+            return {agg.out: len(group)}
+        case "sum":
+            return {agg.out: float(values.sum())}
+        case "mean":
+            return {agg.out: float(values.mean())}
+        case "min":
+            return {agg.out: float(values.min())}
+        case "max":
+            return {agg.out: float(values.max())}
+        case "count_distinct" | "approx_count_distinct":
+            return {agg.out: int(values.nunique())}
+        case "quantiles":
+            data = values.to_numpy(dtype=np.float64)
+            return {
+                agg.column_for(q): float(np.percentile(data, q * 100, method="linear"))
+                for q in agg.quantiles
+            }
+        case "top_k":
+            counts = values.astype(str).value_counts()
+            ranked = sorted(counts.items(), key=lambda pair: (-pair[1], pair[0]))[: agg.k]
+            top = [{"item": item, "count": int(count)} for item, count in ranked]
+            return {agg.out: json.dumps(top, separators=(",", ":"))}
+        case "first" | "last":
+            pairs = list(zip(group["event_time"], values, strict=True))
+            pick = min(pairs) if agg.name == "first" else max(pairs)
+            return {agg.out: pick[1].item() if hasattr(pick[1], "item") else pick[1]}
+    raise AssertionError(f"no oracle for {agg.name}")
+
+
+def oracle(view: View, events: pd.DataFrame) -> list[dict[str, Any]]:
+    frame = events.assign(
+        **{WINDOW_START: events["event_time"] - events["event_time"] % view.interval_ms}
+    )
+    keys = [WINDOW_START, *view.grouping_cols]
+    rows = []
+    for key, group in frame.groupby(keys, sort=True):
+        row = dict(zip(keys, key, strict=True))
+        row[WINDOW_START] = int(row[WINDOW_START])
+        for agg in view.aggregators:
+            row.update(oracle_values(agg, group))
+        rows.append(row)
+    return rows
+
+
+def assert_rows_equal(actual: list[dict], expected: list[dict], view: View) -> None:
+    assert len(actual) == len(expected), view.name
+    for got, want in zip(actual, expected, strict=True):
+        for name, value in want.items():
+            if isinstance(value, float):
+                assert got[name] == pytest.approx(value, rel=1e-12), (view.name, name, want)
+            else:
+                assert got[name] == value, (view.name, name, want)
+
+
+def served(table) -> list[dict]:
+    rows = table.to_pylist()
+    for row in rows:
+        row[WINDOW_START] = int(row[WINDOW_START].timestamp() * 1000)
+    return rows
+
+
+# --- tests -----------------------------------------------------------------------------------
+
+
+def test_the_views_cover_every_registered_aggregation():
+    used = {agg.name for view in load_test_views() for agg in view.aggregators}
+    assert used == set(aggregators.names())
+
+
+def test_the_traffic_has_late_and_duplicate_events(streamed):
+    events = streamed.events_frame()
+    assert events["event_id"].duplicated().sum() > 50
+    dropped = sum(t.view_counters()["traffic_10m"]["dropped_late"] for t in streamed.tasks)
+    assert dropped > 20, "some events must be too late for the stream, so the batch differs"
+
+
+def test_every_view_equals_the_exact_oracle(streamed, corrected):
+    events = streamed.events_frame(dedupe=True)
+    start, end = streamed.event_hours()[0], streamed.event_hours()[-1] + HOUR_MS
+    for view in streamed.views:
+        table = query_view(streamed.store, view, view.segment_start(start), end)
+        rows = served(table)
+        assert {r["source"] for r in rows} == {"batch v1"}, view.name
+        assert_rows_equal(rows, oracle(view, events), view)
+
+
+def test_results_count_events_after_dedup_per_segment(streamed, corrected):
+    events = streamed.events_frame()
+    for result in corrected:
+        view = next(v for v in streamed.views if v.name == result.view)
+        in_segment = events[
+            (events["event_time"] >= result.segment_start_ms)
+            & (events["event_time"] < result.segment_start_ms + view.segment_ms)
+        ]
+        assert result.events == in_segment["event_id"].nunique()
+        assert result.duplicates_dropped == len(in_segment) - result.events
+        assert result.version == 1 and not result.skipped
+
+
+def test_published_manifest_and_files_follow_the_contract(streamed, corrected):
+    store = streamed.store
+    for result in corrected:
+        view = next(v for v in streamed.views if v.name == result.view)
+        manifest = json.loads(store.get(published_key(view.name, result.segment_start_ms)))
+        assert manifest["version"] == result.version
+        assert manifest["kind"] == "batch"
+        assert manifest["files"] == list(result.files)
+        assert manifest["events"] == result.events
+        assert manifest["duplicates_dropped"] == result.duplicates_dropped
+        assert manifest["hours"] == list(result.hours)
+        prefix = batch_prefix(view.name, result.segment_start_ms, result.version)
+        assert all(key.startswith(prefix) for key in manifest["files"])
+        table = pq.read_table(store.uri(manifest["files"][0]))
+        assert table.schema.equals(batch_schema(view), check_metadata=False)
+        assert table.num_rows == result.rows
+
+
+def test_a_two_hour_segment_reads_both_hours(streamed, corrected):
+    view = next(v for v in streamed.views if v.name == "all_2h")
+    results = [r for r in corrected if r.view == "all_2h"]
+    archived = set(archive_hours(streamed.store))
+    for result in results:
+        hours = segment_hours(view, result.segment_start_ms)
+        assert len(hours) == 2
+        assert list(result.hours) == [hour_label(h) for h in hours if h in archived]
+        assert list(result.hours_missing) == [hour_label(h) for h in hours if h not in archived]
+    assert any(len(r.hours) == 2 for r in results)
+
+
+def test_realtime_stays_readable_and_differs_from_the_correction(streamed, corrected):
+    view = next(v for v in streamed.views if v.name == "traffic_10m")
+    start, end = streamed.event_hours()[0], streamed.event_hours()[-1] + HOUR_MS
+    realtime = served(query_view(streamed.store, view, start, end, prefer="realtime"))
+    batch = served(query_view(streamed.store, view, start, end, prefer="batch"))
+    assert realtime and {r["source"] for r in realtime} == {"realtime"}
+    assert {r["source"] for r in batch} == {"batch v1"}
+    assert sum(r["events"] for r in realtime) != sum(r["events"] for r in batch)
+
+
+def test_a_rerun_publishes_the_next_version_with_identical_values(spark, streamed, corrected):
+    views = [v for v in streamed.views if v.name == "top_clients_hourly"]
+    hour = streamed.event_hours()[1]
+    before = {v.name: served(query_view(streamed.store, v, hour, hour + HOUR_MS)) for v in views}
+    rerun = correct_hours(spark, streamed.store, views, [hour])
+    assert [(r.view, r.segment_start_ms, r.version) for r in rerun] == [
+        (v.name, hour, 2) for v in views
+    ]
+    for view in views:
+        after = served(query_view(streamed.store, view, hour, hour + HOUR_MS))
+        assert {r["source"] for r in after} == {"batch v2"}
+        strip = [{k: v for k, v in r.items() if k != "source"} for r in after]
+        assert strip == [{k: v for k, v in r.items() if k != "source"} for r in before[view.name]]
+        # The previous version stays in place; only the manifest moved on.
+        assert streamed.store.list(batch_prefix(view.name, hour, 1))
+
+
+def test_an_hour_without_archive_is_skipped_not_published(spark, streamed):
+    hour = parse_hour_label("2015-03-10T05")
+    views = streamed.views[:2]
+    results = correct_hours(spark, streamed.store, views, [hour])
+    assert [(r.view, r.skipped, r.version, r.rows) for r in results] == [
+        (v.name, True, 0, 0) for v in views
+    ]
+    assert "2015-03-10T05" in results[0].reason
+    for view in views:
+        assert not streamed.store.exists(published_key(view.name, hour))
+        assert not streamed.store.list(batch_prefix(view.name, hour, 1))
+
+
+def test_hours_must_be_hour_starts(spark, streamed):
+    with pytest.raises(InvalidHour, match="1800000"):
+        correct_hours(spark, streamed.store, streamed.views, [HOUR_MS // 2])
