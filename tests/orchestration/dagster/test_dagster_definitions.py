@@ -71,7 +71,7 @@ def test_resource_sets_have_identical_keys_and_env_selects_one(monkeypatch) -> N
     assert (
         set(resources.RESOURCES_BY_ENV["local"])
         == set(resources.RESOURCES_BY_ENV["prod"])
-        == {"kafka", "spark", "storage", "control_store"}
+        == {"kafka", "spark", "storage", "control_store", "fleet"}
     )
     monkeypatch.delenv("SLUICE_ENV", raising=False)
     assert resources.get_env() == "local"
