@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import argparse
 import logging
-from datetime import UTC, datetime
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from orchestration.cli.query import parse_instant
 from orchestration.runtime import Runtime
 from pipelines.batch.config import SparkSettings
 from pipelines.batch.exceptions import ArchiveMissing, InvalidHour, UnknownView
+from pipelines.exceptions import QueryError
 from pipelines.segments.layout import hour_label
 from pipelines.views import HOUR_MS, View
 
@@ -29,18 +30,10 @@ log = logging.getLogger(__name__)
 def parse_hour(text: str, flag: str) -> int:
     """``2015-02-26T21`` (or any ISO 8601 time on the hour, UTC unless it says otherwise,
     or epoch ms) -> the hour start in epoch ms."""
-    if text.isdigit():
-        ms = int(text)
-    else:
-        try:
-            moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-        except ValueError:
-            raise InvalidHour(
-                f"{flag} {text!r} is not an ISO 8601 hour such as 2015-02-26T21"
-            ) from None
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=UTC)
-        ms = int(moment.timestamp() * 1000)
+    try:
+        ms = parse_instant(text, flag)
+    except QueryError as exc:
+        raise InvalidHour(f"{exc} (an hour such as 2015-02-26T21)") from None
     if ms % HOUR_MS:
         raise InvalidHour(f"{flag} {text!r} is not the start of an hour")
     return ms

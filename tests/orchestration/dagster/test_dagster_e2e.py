@@ -8,7 +8,6 @@ leave no process behind.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from pipelines.serving.query import query_view
 from pipelines.storage import LocalObjectStore
 from pipelines.views import HOUR_MS
 from tests.fixtures.dagster_fixture import build_archive, example_views
+from tests.fixtures.processes import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -55,17 +55,6 @@ query Poll($id: String!) {
   }
 }
 """
-
-
-def _poll(condition, timeout_s: float, what: str, every_s: float = 1.0):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = condition()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
-        time.sleep(every_s)
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +109,7 @@ def test_backfill_of_three_hours_is_one_run_and_served(dagster) -> None:
         assert answer["__typename"] == "PartitionBackfill", answer
         return answer if answer["status"] in TERMINAL else None
 
-    backfill = _poll(finished, 420, f"backfill {backfill_id}", every_s=2.0)
+    backfill = wait_until(finished, 420, f"backfill {backfill_id}", every_s=2.0)
     assert backfill["status"] in ("COMPLETED_SUCCESS", "COMPLETED"), backfill
     assert backfill["numPartitions"] == 3
     assert [r["status"] for r in backfill["runs"]] == ["SUCCESS"]  # single-run policy
