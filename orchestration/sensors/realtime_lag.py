@@ -17,7 +17,7 @@ from typing import Any
 import dagster as dg
 
 from assets.constants import realtime_key
-from orchestration.lag import task_lags
+from orchestration.lag import LagSample, lag_status, task_lags, worst
 from orchestration.resources import ControlStoreResource
 from pipelines.control import TaskStatus
 from pipelines.views import View
@@ -74,6 +74,31 @@ def realtime_observations(
     return result
 
 
+SAMPLES_KEY = "_samples"
+WINDOW = 10
+
+
+def _task_health(
+    statuses: Sequence[TaskStatus], samples: dict[str, list], stale_after_s: float
+) -> dict[str, str]:
+    """Burrow status per task over the sliding window kept in the cursor (updated in place)."""
+    now = time.time()
+    health = {}
+    for status in statuses:
+        window = samples.setdefault(status.task, [])
+        window.append(
+            [
+                now,
+                status.next_offset,
+                max(0, status.end_offset - status.next_offset),
+                now - status.heartbeat_at,
+            ]
+        )
+        del window[:-WINDOW]
+        health[status.task] = lag_status([LagSample(*s) for s in window], stale_after_s)
+    return health
+
+
 def make_realtime_lag_sensor(
     views: Sequence[View],
     *,
@@ -94,7 +119,8 @@ def make_realtime_lag_sensor(
     def _sensor(
         context: dg.SensorEvaluationContext, control_store: ControlStoreResource
     ) -> dg.SensorResult | dg.SkipReason:
-        cursor: dict[str, float] = json.loads(context.cursor) if context.cursor else {}
+        cursor: dict[str, Any] = json.loads(context.cursor) if context.cursor else {}
+        samples: dict[str, list] = cursor.pop(SAMPLES_KEY, {})
         control = control_store.open()
         try:
             statuses = control.tasks()
@@ -102,15 +128,31 @@ def make_realtime_lag_sensor(
         finally:
             control.close()
         observed = realtime_observations(views, statuses, deployed, stale_after_s=stale_after_s)
+        health = _task_health(statuses, samples, stale_after_s)
         events = []
         for view_name, metadata in observed.items():
             newest = metadata.pop("newest_heartbeat")
+            topic = next(v.topic for v in views if v.name == view_name)
+            mine = {t: s for t, s in health.items() if t.rpartition(":")[0] == topic}
+            metadata["status"] = worst(list(mine.values()))
+            metadata["task_status"] = dg.MetadataValue.json(mine)
+            broken = {t: s for t, s in mine.items() if s in ("STALL", "STOP", "ERR")}
+            if broken:
+                context.log.warning(
+                    "pipeline alert for %s: %s",
+                    view_name,
+                    ", ".join(f"{t} {s}" for t, s in sorted(broken.items())),
+                )
             if newest <= cursor.get(view_name, 0.0):
                 continue
             cursor[view_name] = newest
             events.append(dg.AssetObservation(asset_key=realtime_key(view_name), metadata=metadata))
+        cursor[SAMPLES_KEY] = samples
         if not events:
-            return dg.SkipReason("no new task reports since the last tick")
+            return dg.SensorResult(
+                skip_reason="no new task reports since the last tick",
+                cursor=json.dumps(cursor, sort_keys=True),
+            )
         return dg.SensorResult(asset_events=events, cursor=json.dumps(cursor, sort_keys=True))
 
     return _sensor

@@ -175,9 +175,13 @@ def test_lag_sensor_records_observations_only_for_new_reports(tmp_path: Path) ->
     assert meta["dropped_late"].value == 8
     assert meta["event_time_watermark"].value.startswith("2015-02-26T21:43")
     assert 2 <= meta["last_processed_age_s"].value < 60
+    assert meta["status"].value == "STOP"  # events:3 stopped reporting with a backlog
+    assert meta["task_status"].value["events:0"] == "OK"
     cursor = json.loads(result.cursor)
-    assert set(cursor) == {v.name for v in views}
+    assert set(cursor) == {v.name for v in views} | {"_samples"}
+    assert set(cursor["_samples"]) == {f"events:{p}" for p in range(4)}
     with dg.build_sensor_context(resources={"control_store": control}, cursor=result.cursor) as ctx:
         again = sensor.evaluate_tick(ctx)
     assert not again.asset_events
     assert "no new task reports" in again.skip_message
+    assert len(json.loads(again.cursor)["_samples"]["events:0"]) == 2
