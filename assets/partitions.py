@@ -1,7 +1,9 @@
 """The hourly partitions of the archive and the corrections, in event (trace) time.
 
-Event time is the replayed trace's time, so partitions start where the shipped trace starts
-(Twitter_volume_AAPL begins 2015-02-26T21:42:53Z); ``SLUICE_PARTITIONS_START`` moves the
+Event time is the replayed trace's time, so partitions start where the earliest shipped trace
+starts (elb_request_count begins 2014-04-10; nyc_taxi, the default of `sluice up`, 2014-07-01;
+the Twitter traces 2015-02-26), so every shipped trace's hours can be corrected from the UI;
+``SLUICE_PARTITIONS_START`` moves the
 start and ``SLUICE_PARTITIONS_END`` (optional) caps the end, e.g. at the trace's last hour.
 """
 
@@ -24,7 +26,7 @@ __all__ = [
     "partition_key_for",
 ]
 
-DEFAULT_PARTITIONS_START = "2015-02-26-21:00"
+DEFAULT_PARTITIONS_START = "2014-04-10-00:00"
 PARTITION_FORMAT = "%Y-%m-%d-%H:%M"
 
 

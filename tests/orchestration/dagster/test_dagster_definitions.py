@@ -62,8 +62,13 @@ def test_every_view_has_a_realtime_and_a_corrected_asset_with_a_blocking_check()
 
 
 def test_partitions_start_at_the_shipped_trace() -> None:
-    assert DEFAULT_PARTITIONS_START == "2015-02-26-21:00"
-    assert HOURLY.get_first_partition_key() == "2015-02-26-21:00"
+    from pipelines.generator import TRACES_DIR, load_trace
+
+    assert DEFAULT_PARTITIONS_START == "2014-04-10-00:00"
+    assert HOURLY.get_first_partition_key() == "2014-04-10-00:00"
+    first = datetime.strptime(DEFAULT_PARTITIONS_START, "%Y-%m-%d-%H:%M").replace(tzinfo=UTC)
+    for path in TRACES_DIR.glob("*.csv"):  # every shipped trace can be corrected from the UI
+        assert load_trace(path).start_s >= first.timestamp(), path.name
 
 
 def test_resource_sets_have_identical_keys_and_env_selects_one(monkeypatch) -> None:
