@@ -152,31 +152,19 @@ class ControlStore:
         with self.engine.begin() as conn:
             for status in statuses:
                 row = status.row()
-                updated = conn.execute(
-                    task_status.update().where(task_status.c.task == status.task).values(**row)
-                )
-                if updated.rowcount == 0:
-                    conn.execute(task_status.insert().values(**row))
+                del row["task"]
+                _upsert(conn, task_status, {"task": status.task}, row)
 
     def report_worker(self, worker_id: str, pid: int, tasks: list[str], state: str) -> None:
         now = time.time()
         with self.engine.begin() as conn:
-            updated = conn.execute(
-                worker_status.update()
-                .where(worker_status.c.worker_id == worker_id)
-                .values(pid=pid, tasks=json.dumps(tasks), heartbeat_at=now, state=state)
+            _upsert(
+                conn,
+                worker_status,
+                {"worker_id": worker_id},
+                {"pid": pid, "tasks": json.dumps(tasks), "heartbeat_at": now, "state": state},
+                on_insert={"started_at": now},
             )
-            if updated.rowcount == 0:
-                conn.execute(
-                    worker_status.insert().values(
-                        worker_id=worker_id,
-                        pid=pid,
-                        tasks=json.dumps(tasks),
-                        started_at=now,
-                        heartbeat_at=now,
-                        state=state,
-                    )
-                )
 
     def tasks(self) -> list[TaskStatus]:
         with self.engine.connect() as conn:
@@ -203,14 +191,7 @@ class ControlStore:
                 "state": "Scheduled",
                 "deployed_at": now,
             }
-            if current is None:
-                conn.execute(view_deployments.insert().values(name=name, crashes="[]", **values))
-            else:
-                conn.execute(
-                    view_deployments.update()
-                    .where(view_deployments.c.name == name)
-                    .values(**values)
-                )
+            _upsert(conn, view_deployments, {"name": name}, values, on_insert={"crashes": "[]"})
             return True
 
     def set_view_state(self, name: str, state: str) -> None:
@@ -242,33 +223,24 @@ class ControlStore:
             "requested_at": time.time(),
         }
         with self.engine.begin() as conn:
-            updated = conn.execute(
-                fleet_scaling.update().where(fleet_scaling.c.topic == topic).values(**values)
-            )
-            if updated.rowcount == 0:
-                conn.execute(fleet_scaling.insert().values(topic=topic, **values))
+            _upsert(conn, fleet_scaling, {"topic": topic}, values)
 
     def record_applied(self, topic: str, workers: int) -> None:
         """The fleet runs ``workers`` workers now (also creates the row on first start)."""
         now = time.time()
         with self.engine.begin() as conn:
-            updated = conn.execute(
-                fleet_scaling.update()
-                .where(fleet_scaling.c.topic == topic)
-                .values(applied_workers=workers, applied_at=now)
+            _upsert(
+                conn,
+                fleet_scaling,
+                {"topic": topic},
+                {"applied_workers": workers, "applied_at": now},
+                on_insert={
+                    "desired_workers": workers,
+                    "reason": "fleet started",
+                    "policy": "",
+                    "requested_at": now,
+                },
             )
-            if updated.rowcount == 0:
-                conn.execute(
-                    fleet_scaling.insert().values(
-                        topic=topic,
-                        desired_workers=workers,
-                        reason="fleet started",
-                        policy="",
-                        requested_at=now,
-                        applied_workers=workers,
-                        applied_at=now,
-                    )
-                )
 
     def scaling(self, topic: str) -> dict[str, Any] | None:
         with self.engine.connect() as conn:
@@ -277,6 +249,20 @@ class ControlStore:
 
     def close(self) -> None:
         self.engine.dispose()
+
+
+def _upsert(
+    conn: Any,
+    table: Table,
+    key: dict[str, Any],
+    values: dict[str, Any],
+    on_insert: dict[str, Any] | None = None,
+) -> None:
+    """Update the row with ``key``, or insert it (with ``on_insert`` too); portable SQL."""
+    ((column, value),) = key.items()
+    updated = conn.execute(table.update().where(table.c[column] == value).values(**values))
+    if updated.rowcount == 0:
+        conn.execute(table.insert().values(**key, **values, **(on_insert or {})))
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
