@@ -151,7 +151,7 @@ def _duck_columns(view: View) -> tuple[list[str], list[str]]:
                 exprs.append(f"count(DISTINCT {col}) AS {agg.out}")
             case "quantiles":
                 exprs += [
-                    f"quantile_cont({col}::DOUBLE, {q}) AS {agg.column_for(q)}"
+                    f"quantile_disc({col}::DOUBLE, {q}) AS {agg.column_for(q)}"
                     for q in agg.quantiles
                 ]
             case "first" | "last":

@@ -1,10 +1,12 @@
 """Asset checks built from specs: does a correction agree with what the stream served?
 
-One blocking check per corrected view. For the hours the run just materialized it queries
-the corrected values (``prefer="batch"``) and the realtime values (``prefer="realtime"``)
-and compares them with :func:`quality.compare.compare_tables`. Missing or extra groups and
-per-metric errors become metadata; the check fails when they exceed the tolerance, and, being
-blocking, stops anything downstream of the correction in the same run.
+One blocking check per corrected view. For the hours the run just materialized it compares
+the corrected values (``prefer="batch"``) with the realtime ones (``prefer="realtime"``) and
+reconciles each hour (:mod:`quality.reconcile`): differences that late or duplicate events
+(or sketch error) do not explain fail the check with ERROR severity, which, the check being
+blocking, stops anything downstream of the correction in the same run. Explained differences
+beyond the accuracy target (``Tolerance.relative``) fail it with WARN: the stream was off for
+known reasons, downstream may go on. Errors, causes and failures become metadata.
 :func:`evaluate_correction` is the check's body, callable without Dagster's machinery.
 """
 
@@ -19,14 +21,17 @@ from orchestration.resources import StorageResource
 from pipelines.segments.layout import hour_label
 from pipelines.serving.query import query_view
 from pipelines.storage import ObjectStore
-from pipelines.views import View
+from pipelines.views import HOUR_MS, View
+from quality.causes import Causes
 from quality.compare import Comparison, Tolerance, compare_tables, metric_kinds, view_keys
+from quality.reconcile import Reconciliation, reconcile
 
 __all__ = [
     "CORRECTION_CHECK",
     "build_correction_checks",
     "comparison_metadata",
     "evaluate_correction",
+    "reconciliation_metadata",
 ]
 
 log = logging.getLogger(__name__)
@@ -69,6 +74,26 @@ def comparison_metadata(comparison: Comparison) -> dict[str, Any]:
     return metadata
 
 
+def reconciliation_metadata(results: list[Reconciliation]) -> dict[str, Any]:
+    """Dagster metadata of hourly reconciliations: causes, unexplained rows, failures."""
+    causes = sum((r.causes for r in results), Causes())
+    unexplained: dict[str, int] = {}
+    for result in results:
+        for metric in result.metrics:
+            unexplained[metric.column] = unexplained.get(metric.column, 0) + metric.unexplained
+    return {
+        "hours_reconciled": sum(r.corrected for r in results),
+        "hours_unexplained": sum(not r.passed for r in results),
+        "late_dropped": causes.late_dropped,
+        "duplicates": causes.duplicates,
+        "dead_letters": causes.dead_letters,
+        "archived_events": causes.events,
+        "groups_unexplained": sum(r.groups_unexplained for r in results),
+        "unexplained_rows": dg.MetadataValue.json(unexplained),
+        "unexplained": dg.MetadataValue.json([f for r in results for f in r.failures][:20]),
+    }
+
+
 def evaluate_correction(
     store: ObjectStore,
     view: View,
@@ -77,19 +102,39 @@ def evaluate_correction(
     tolerance: Tolerance | None = None,
 ) -> dg.AssetCheckResult:
     """Compare corrected with realtime values of ``view`` for windows in ``[start_ms, end_ms)``."""
-    tolerance = tolerance or Tolerance()
+    tolerance = tolerance or Tolerance.from_env()
     corrected = query_view(store, view, start_ms, end_ms, prefer="batch")
     realtime = query_view(store, view, start_ms, end_ms, prefer="realtime")
     comparison = compare_tables(corrected, realtime, view_keys(view), metric_kinds(view), tolerance)
     metadata = comparison_metadata(comparison)
     metadata["hours"] = f"{hour_label(start_ms)} .. {hour_label(end_ms - 1)}"
+    hours = range(start_ms - start_ms % HOUR_MS, end_ms, HOUR_MS)
+    results = reconcile(store, [view], list(hours), tolerance)
+    metadata.update(reconciliation_metadata(results))
+    unexplained = [f for r in results for f in r.failures]
+    if unexplained:
+        log.warning("%s: realtime differs from corrected unexplained: %s", view.name, unexplained)
+        return dg.AssetCheckResult(
+            passed=False,
+            severity=dg.AssetCheckSeverity.ERROR,
+            metadata=metadata,
+            description="; ".join(unexplained[:5]),
+        )
     if comparison.failures:
-        log.warning("%s: realtime differs from corrected: %s", view.name, comparison.failures)
+        causes = sum((r.causes for r in results), Causes())
+        return dg.AssetCheckResult(
+            passed=False,
+            severity=dg.AssetCheckSeverity.WARN,
+            metadata=metadata,
+            description="beyond the accuracy target, explained by "
+            f"{causes.duplicates} duplicate(s) and {causes.late_dropped} late event(s): "
+            + "; ".join(comparison.failures),
+        )
     return dg.AssetCheckResult(
-        passed=comparison.passed,
+        passed=True,
         severity=dg.AssetCheckSeverity.ERROR,
         metadata=metadata,
-        description="; ".join(comparison.failures) or "realtime agrees with the correction",
+        description="realtime agrees with the correction",
     )
 
 
@@ -112,8 +157,10 @@ def build_correction_check(
         asset=corrected_key(view.name),
         name=CORRECTION_CHECK,
         blocking=True,
-        description=f"Realtime values of {view.name} are within tolerance of the correction "
-        f"(exact metrics: {tolerance.statistic} relative error <= {tolerance.relative:.0%}).",
+        description=f"Every difference between realtime and corrected {view.name} is explained "
+        "by late or duplicate events or sketch error (ERROR otherwise, blocking); WARN when "
+        f"the {tolerance.statistic} relative error of exact metrics exceeds "
+        f"{tolerance.relative:.0%}.",
     )
     def _check(
         context: dg.AssetCheckExecutionContext, storage: StorageResource

@@ -32,7 +32,9 @@ __all__ = [
     "MetricError",
     "Tolerance",
     "compare_tables",
+    "key_value",
     "metric_kinds",
+    "rows_by_key",
     "view_keys",
 ]
 
@@ -58,11 +60,25 @@ class Tolerance:
     """Which per-metric relative error is held against the bound: ``mean`` or ``max``."""
     max_group_mismatch: float = 0.05
     """Bound on (missing + extra groups) / corrected groups."""
+    unexplained_share: float = 0.0
+    """Reconciliation: share of an exact metric's rows (or of the groups) that may differ
+    without late or duplicate events in their window to explain it."""
+    hll_sigmas: float = 3.0
+    """Reconciliation: an HLL distinct count is off when it is beyond this many RSEs."""
+    hll_outside_share: float = 0.01
+    """Reconciliation: share of HLL rows that may be beyond ``hll_sigmas`` (plus one row)."""
 
     def __post_init__(self) -> None:
         if self.statistic not in ("mean", "max"):
             raise ConfigError(f"tolerance statistic must be mean or max, got {self.statistic!r}")
-        for name in ("relative", "approximate_relative", "max_group_mismatch"):
+        for name in (
+            "relative",
+            "approximate_relative",
+            "max_group_mismatch",
+            "unexplained_share",
+            "hll_sigmas",
+            "hll_outside_share",
+        ):
             value = getattr(self, name)
             if not (value >= 0 and math.isfinite(value)):
                 raise ConfigError(f"tolerance {name} must be a finite number >= 0, got {value!r}")
@@ -70,7 +86,10 @@ class Tolerance:
     @classmethod
     def from_env(cls) -> Tolerance:
         """``SLUICE_CHECK_RELATIVE_TOLERANCE`` (0.05), ``..._APPROXIMATE_TOLERANCE`` (0.10),
-        ``SLUICE_CHECK_STATISTIC`` (mean), ``SLUICE_CHECK_GROUP_MISMATCH`` (0.05)."""
+        ``SLUICE_CHECK_STATISTIC`` (mean), ``SLUICE_CHECK_GROUP_MISMATCH`` (0.05),
+        ``SLUICE_CHECK_UNEXPLAINED_SHARE`` (0), ``SLUICE_CHECK_HLL_SIGMAS`` (3),
+        ``SLUICE_CHECK_HLL_OUTSIDE_SHARE`` (0.01)."""
+        env = os.environ.get
         try:
             return cls(
                 relative=float(os.environ.get("SLUICE_CHECK_RELATIVE_TOLERANCE", "0.05")),
@@ -79,6 +98,9 @@ class Tolerance:
                 ),
                 statistic=os.environ.get("SLUICE_CHECK_STATISTIC", "mean"),
                 max_group_mismatch=float(os.environ.get("SLUICE_CHECK_GROUP_MISMATCH", "0.05")),
+                unexplained_share=float(env("SLUICE_CHECK_UNEXPLAINED_SHARE", "0")),
+                hll_sigmas=float(env("SLUICE_CHECK_HLL_SIGMAS", "3")),
+                hll_outside_share=float(env("SLUICE_CHECK_HLL_OUTSIDE_SHARE", "0.01")),
             )
         except ValueError as exc:
             raise ConfigError(f"bad SLUICE_CHECK_* tolerance setting: {exc}") from exc
@@ -106,6 +128,8 @@ class MetricError:
     """Rows whose values differ (any difference; for strings the only measure)."""
     bound: float | None = None
     passed: bool = True
+    rel_errors: tuple[float, ...] = field(default=(), repr=False)
+    """Per matched row, the relative error (for error distributions in reports)."""
 
 
 @dataclass(frozen=True)
@@ -197,14 +221,15 @@ def _statistic(metric: MetricError, statistic: str) -> float:
     return 0.0 if value is None else value
 
 
-def _key_value(value: Any) -> Any:
+def key_value(value: Any) -> Any:
     return value.isoformat() if hasattr(value, "isoformat") else value
 
 
-def _rows_by_key(table: pa.Table, keys: Sequence[str]) -> dict[tuple, dict[str, Any]]:
+def rows_by_key(table: pa.Table, keys: Sequence[str]) -> dict[tuple, dict[str, Any]]:
+    """Rows of ``table`` by their key tuple; timestamps become ISO strings."""
     rows: dict[tuple, dict[str, Any]] = {}
     for row in table.to_pylist():
-        rows[tuple(_key_value(row[k]) for k in keys)] = row
+        rows[tuple(key_value(row[k]) for k in keys)] = row
     return rows
 
 
@@ -242,6 +267,7 @@ def _metric_error(
         rel_mean=sum(rel_errors) / len(rel_errors) if rel_errors else None,
         mismatched=mismatched,
         bound=bound,
+        rel_errors=tuple(rel_errors),
     )
     passed = bound is None or _statistic(metric, tolerance.statistic) <= bound
     return MetricError(**{**metric.__dict__, "passed": passed})
@@ -261,8 +287,8 @@ def compare_tables(
     mismatches, not as metric errors.
     """
     tolerance = tolerance or Tolerance()
-    want = _rows_by_key(expected, keys)
-    got = _rows_by_key(actual, keys)
+    want = rows_by_key(expected, keys)
+    got = rows_by_key(actual, keys)
     matched = [k for k in want if k in got]
     errors = [
         _metric_error(

@@ -240,7 +240,13 @@ class ApproxCountDistinct(Aggregator[Any]):
 
 @register
 class Quantiles(Aggregator[Any]):
-    """KLL quantiles sketch; outputs one column per quantile, e.g. ``latency_p95``."""
+    """KLL quantiles sketch; outputs one column per quantile, e.g. ``latency_p95``.
+
+    The q-quantile is the smallest value whose share of values at or below it reaches q
+    (KLL's inclusive rank, SQL's ``percentile_disc``): a value that occurred, never an
+    interpolation, so the stream's estimate and the exact correction mean the same thing
+    and differ only by the sketch's rank error.
+    """
 
     name = "quantiles"
     input_kind = InputKind.NUMERIC
@@ -280,15 +286,23 @@ class Quantiles(Aggregator[Any]):
     def result(self, state) -> dict[str, Any]:
         if state.is_empty():
             return {self.column_for(q): None for q in self.quantiles}
-        return {self.column_for(q): float(state.get_quantile(q)) for q in self.quantiles}
+        return {
+            self.column_for(q): float(state.get_quantile(q, inclusive=True))
+            for q in self.quantiles
+        }
 
     def output_fields(self) -> list[pa.Field]:
         return [pa.field(self.column_for(q), pa.float64()) for q in self.quantiles]
 
     def spark_columns(self, event_time):
         F = _F()
-        col = F.col(self.spec.col_name).cast("double")
-        return [F.percentile(col, F.lit(q)).alias(self.column_for(q)) for q in self.quantiles]
+        col = f"CAST(`{self.spec.col_name}` AS DOUBLE)"
+        return [
+            F.expr(f"percentile_disc({q!r}) WITHIN GROUP (ORDER BY {col})").alias(
+                self.column_for(q)
+            )
+            for q in self.quantiles
+        ]
 
 
 @register

@@ -24,7 +24,7 @@ from orchestration.resources import (
     LocalStorageResource,
 )
 from pipelines.control import ControlStore
-from pipelines.segments.layout import batch_prefix, published_key
+from pipelines.segments.layout import batch_prefix, published_key, realtime_prefix
 from pipelines.serving.query import query_view, read_published
 from pipelines.storage import LocalObjectStore, ObjectStore
 from pipelines.views import HOUR_MS, View
@@ -189,21 +189,48 @@ def test_check_passes_when_realtime_agrees_and_fails_beyond_tolerance(
     assert differs.metadata["bytes_total_rel_mean"].value < 0.05
 
 
-@pytest.mark.usefixtures("spark")
-def test_a_failing_blocking_check_fails_the_run(archive, storage_root: Path) -> None:
-    _, hours = archive
-    view = VIEWS["traffic_by_org"]
+def _materialize_with_check(storage_root: Path, view: View, check, hours: list[int]):
     asset = _asset(corrected_assets, corrected_key(view.name))
-    zero = build_correction_check(view, Tolerance(relative=0.0, statistic="max"))
-    result = dg.materialize(
-        [asset, zero],
+    return dg.materialize(
+        [asset, check],
         resources={
             "storage": LocalStorageResource(root=str(storage_root)),
             "spark": LocalSparkResource(),
         },
-        tags=_range_tags(hours[1:2]),
+        tags=_range_tags(hours),
         raise_on_error=False,
     )
+
+
+@pytest.mark.usefixtures("spark")
+def test_explained_error_beyond_the_target_warns_without_blocking(
+    archive, storage_root: Path
+) -> None:
+    _, hours = archive
+    view = VIEWS["traffic_by_org"]
+    zero = build_correction_check(view, Tolerance(relative=0.0, statistic="max"))
+    result = _materialize_with_check(storage_root, view, zero, hours[1:2])
     (evaluation,) = result.get_asset_check_evaluations()
-    assert not evaluation.passed  # duplicates and late events make realtime inexact
+    # duplicates and late events make realtime inexact, but they explain all of it
+    assert not evaluation.passed and evaluation.severity == dg.AssetCheckSeverity.WARN
+    assert evaluation.metadata["duplicates"].value + evaluation.metadata["late_dropped"].value > 0
+    assert evaluation.metadata["hours_unexplained"].value == 0
+    assert result.success
+
+
+@pytest.mark.usefixtures("spark")
+def test_unexplained_difference_fails_the_blocking_check_and_the_run(
+    archive, storage_root: Path
+) -> None:
+    _, hours = archive
+    view = VIEWS["traffic_by_org"]
+    store = LocalObjectStore(str(storage_root))
+    # a task's realtime partials of the hour are lost: nothing in the archive explains it
+    lost = sorted(store.list(realtime_prefix(view.name, hours[1])))[0]
+    store.delete(lost)
+    result = _materialize_with_check(storage_root, view, build_correction_check(view), hours[1:2])
+    (evaluation,) = result.get_asset_check_evaluations()
+    assert not evaluation.passed and evaluation.severity == dg.AssetCheckSeverity.ERROR
+    assert evaluation.metadata["hours_unexplained"].value == 1
+    assert "missing from realtime" in evaluation.description
     assert not result.success

@@ -142,7 +142,7 @@ def oracle_values(agg, group: pd.DataFrame) -> dict[str, Any]:
         case "quantiles":
             data = values.to_numpy(dtype=np.float64)
             return {
-                agg.column_for(q): float(np.percentile(data, q * 100, method="linear"))
+                agg.column_for(q): float(np.percentile(data, q * 100, method="inverted_cdf"))
                 for q in agg.quantiles
             }
         case "top_k":
