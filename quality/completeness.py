@@ -21,7 +21,13 @@ from typing import Any
 from pipelines.segments.layout import hour_label, parse_hour_label
 from pipelines.storage import ObjectStore
 
-__all__ = ["HourCompleteness", "RangeRecord", "archive_completeness", "read_range_records"]
+__all__ = [
+    "HourCompleteness",
+    "RangeRecord",
+    "archive_completeness",
+    "merge_ranges",
+    "read_range_records",
+]
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +44,8 @@ class RangeRecord:
     end: int
     events: dict[str, int]
     dead_letters: dict[str, int]
+    files: tuple[str, ...] = ()
+    """The archive files the range wrote (events of each hour, dead letters of each hour)."""
 
     @property
     def source(self) -> str:
@@ -106,13 +114,15 @@ def read_range_records(store: ObjectStore, topic: str | None = None) -> list[Ran
                 end=int(raw["end"]),
                 events={k: int(v) for k, v in raw.get("events", {}).items()},
                 dead_letters={k: int(v) for k, v in raw.get("dead_letters", {}).items()},
+                files=tuple(raw.get("files", ())),
             )
         )
     records.sort(key=lambda r: (r.topic, r.partition, r.first))
     return records
 
 
-def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+def merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted half-open offset ranges, overlapping or touching ones joined."""
     merged: list[tuple[int, int]] = []
     for first, end in sorted(ranges):
         if merged and first <= merged[-1][1]:
@@ -147,9 +157,9 @@ def archive_completeness(
         for source in sorted({r.source for r in touching}):
             mine = [r for r in touching if r.source == source]
             lo, hi = min(r.first for r in mine), max(r.end for r in mine)
-            offset_ranges[source] = _merge([(r.first, r.end) for r in mine])
+            offset_ranges[source] = merge_ranges([(r.first, r.end) for r in mine])
             # every record of the partition within [lo, hi) counts as coverage
-            covered = _merge(
+            covered = merge_ranges(
                 [(r.first, r.end) for r in by_source[source] if r.end > lo and r.first < hi]
             )
             holes = [(a[1], b[0]) for a, b in itertools.pairwise(covered) if a[1] < b[0]]

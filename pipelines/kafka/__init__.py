@@ -1,11 +1,19 @@
 """Kafka access for the data plane: the embedded broker and client helpers."""
 
-from pipelines.kafka.client import consumer, end_offsets, ensure_topics, producer, resolve_bootstrap
+from pipelines.kafka.client import (
+    beginning_offsets,
+    consumer,
+    end_offsets,
+    ensure_topics,
+    producer,
+    resolve_bootstrap,
+)
 from pipelines.kafka.embedded import BrokerInfo, EmbeddedBroker, free_port
 
 __all__ = [
     "BrokerInfo",
     "EmbeddedBroker",
+    "beginning_offsets",
     "consumer",
     "end_offsets",
     "ensure_topics",

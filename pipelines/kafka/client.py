@@ -22,6 +22,7 @@ from pipelines.exceptions import BrokerUnavailable
 from pipelines.kafka.embedded import EmbeddedBroker
 
 __all__ = [
+    "beginning_offsets",
     "consumer",
     "end_offsets",
     "ensure_topics",
@@ -128,3 +129,18 @@ def end_offsets(
         high = client.highwater(tp)
         result[tp] = max(v for v in (ends.get(tp), high, 0) if v is not None)
     return result
+
+
+def beginning_offsets(
+    client: KafkaConsumer, partitions: list[TopicPartition], timeout_s: float = 10.0
+) -> dict[TopicPartition, int]:
+    """Log-start offsets: the oldest offset the broker still holds per partition.
+
+    Unlike :func:`end_offsets` there is no safe fallback (0 would claim the broker holds
+    offsets it may have deleted), so a failure raises :class:`BrokerUnavailable`.
+    """
+    try:
+        return client.beginning_offsets(partitions, timeout_ms=int(timeout_s * 1000))
+    except KafkaError as exc:
+        names = ", ".join(f"{tp.topic}-{tp.partition}" for tp in partitions)
+        raise BrokerUnavailable(f"log start offsets of {names} unavailable: {exc}") from exc
