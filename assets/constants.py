@@ -8,6 +8,8 @@ __all__ = [
     "EVENTS_KEY",
     "RAW_ARCHIVE_KEY",
     "RAW_GROUP",
+    "RECONCILIATION_REPORT_KEY",
+    "REPORTS_GROUP",
     "VIEWS_GROUP",
     "corrected_key",
     "realtime_key",
@@ -19,8 +21,12 @@ RAW_GROUP = "raw"
 VIEWS_GROUP = "views"
 """Per view: the realtime asset (deployed to the fleet) and the hourly corrected asset."""
 
+REPORTS_GROUP = "reports"
+"""The daily reconciliation report (HTML with plots, Markdown summary)."""
+
 EVENTS_KEY = dg.AssetKey("events")
 RAW_ARCHIVE_KEY = dg.AssetKey("raw_archive")
+RECONCILIATION_REPORT_KEY = dg.AssetKey("reconciliation_report")
 
 
 def realtime_key(view: str) -> dg.AssetKey:

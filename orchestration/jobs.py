@@ -8,20 +8,23 @@ from dagster._core.definitions.unresolved_asset_job_definition import (
     UnresolvedAssetJobDefinition,
 )
 
-from assets.constants import RAW_ARCHIVE_KEY, corrected_key
+from assets.constants import RAW_ARCHIVE_KEY, RECONCILIATION_REPORT_KEY, corrected_key
 from orchestration.resources.fleet import FleetResource
 from orchestration.sensors.autoscaler import SCALE_JOB
 from pipelines.views import View
 
 __all__ = [
     "CORRECTION_JOB",
+    "REPORT_JOB",
     "ScaleConfig",
     "build_correction_job",
+    "build_report_job",
     "rescale_fleet",
     "scale_stream_workers",
 ]
 
 CORRECTION_JOB = "correct_views"
+REPORT_JOB = "report_reconciliation"
 
 
 def build_correction_job(views: Sequence[View]) -> UnresolvedAssetJobDefinition:
@@ -34,6 +37,16 @@ def build_correction_job(views: Sequence[View]) -> UnresolvedAssetJobDefinition:
         selection=selection,
         description="Record the archive's completeness and correct every view for the "
         "run's hours in one Spark job; the correction checks run after each view.",
+    )
+
+
+def build_report_job() -> UnresolvedAssetJobDefinition:
+    """``reconciliation_report`` for one event-time day (its daily partition)."""
+    return dg.define_asset_job(
+        REPORT_JOB,
+        selection=dg.AssetSelection.assets(RECONCILIATION_REPORT_KEY),
+        description="Reconcile every view over one event-time day and store the HTML and "
+        "Markdown report under reports/<day>/ of the storage root.",
     )
 
 

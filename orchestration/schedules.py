@@ -1,32 +1,50 @@
-"""The hourly correction schedule: each hour is corrected once its late data had time to arrive.
+"""Schedules: the hourly correction, and the daily reconciliation report.
 
+Correction: each hour is corrected once its late data had time to arrive.
 The schedule fires every hour at minute ``grace % 60`` (UTC) and requests the hour that ended
 at least ``SLUICE_CORRECTION_GRACE_MINUTES`` (default 15) ago. Hours the archive holds no
 events for are skipped with a reason. Event time is replayed trace time in demos, so hours
 of the past are corrected from the UI (partition picker, backfill) instead.
+
+Report: on ``SLUICE_REPORT_CRON`` (default ``30 0 * * *``, UTC) a run of the report job for the
+previous UTC day, skipped when the archive holds no event of that day; replayed days (event
+time in the past) are reported from the UI's partition picker or `sluice report --date D`.
 """
 
 import logging
 import os
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 import dagster as dg
 from dagster._core.definitions.unresolved_asset_job_definition import (
     UnresolvedAssetJobDefinition,
 )
 
-from assets.partitions import partition_key_for
+from assets.partitions import HOURLY, partition_key_for
 from orchestration.resources import StorageResource
 from pipelines.exceptions import ConfigError
 from pipelines.views import HOUR_MS
 from quality.completeness import archive_completeness
 
-__all__ = ["DEFAULT_GRACE_MINUTES", "build_correction_schedule", "grace_minutes", "hour_to_correct"]
+__all__ = [
+    "DEFAULT_GRACE_MINUTES",
+    "DEFAULT_REPORT_CRON",
+    "REPORT_SCHEDULE",
+    "build_correction_schedule",
+    "build_report_schedule",
+    "day_to_report",
+    "grace_minutes",
+    "hour_to_correct",
+    "report_cron",
+]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_GRACE_MINUTES = 15
 GRACE_ENV = "SLUICE_CORRECTION_GRACE_MINUTES"
+DEFAULT_REPORT_CRON = "30 0 * * *"
+REPORT_CRON_ENV = "SLUICE_REPORT_CRON"
+REPORT_SCHEDULE = "reconciliation_report_daily"
 
 
 def grace_minutes() -> int:
@@ -77,6 +95,58 @@ def build_correction_schedule(
             run_key=f"correct-{key}",
             partition_key=key,
             tags={"sluice/trigger": "schedule", "sluice/archive_complete": str(report.complete)},
+        )
+
+    return _schedule
+
+
+def report_cron() -> str:
+    """``SLUICE_REPORT_CRON``: when the daily report runs (UTC), default ``30 0 * * *``."""
+    from dagster._utils.schedules import is_valid_cron_string
+
+    cron = os.environ.get(REPORT_CRON_ENV, DEFAULT_REPORT_CRON).strip()
+    if not is_valid_cron_string(cron):
+        raise ConfigError(f"{REPORT_CRON_ENV}={cron!r} is not a cron expression (e.g. 30 0 * * *)")
+    return cron
+
+
+def day_to_report(scheduled: datetime) -> date:
+    """The UTC day before the one ``scheduled`` falls on."""
+    return scheduled.astimezone(UTC).date() - timedelta(days=1)
+
+
+def build_report_schedule(
+    job: UnresolvedAssetJobDefinition,
+    cron: str | None = None,
+    default_status: dg.DefaultScheduleStatus = dg.DefaultScheduleStatus.RUNNING,
+) -> dg.ScheduleDefinition:
+    """On ``cron`` (UTC): a run of ``job`` for the previous day, if the archive holds any of it."""
+    cron = cron or report_cron()
+
+    @dg.schedule(
+        name=REPORT_SCHEDULE,
+        job=job,
+        cron_schedule=cron,
+        execution_timezone="UTC",
+        default_status=default_status,
+        description=f"Reconciliation report of the previous UTC day ({cron}, UTC).",
+    )
+    def _schedule(
+        context: dg.ScheduleEvaluationContext, storage: StorageResource
+    ) -> dg.RunRequest | dg.SkipReason:
+        scheduled = context.scheduled_execution_time or datetime.now(UTC)
+        day = day_to_report(scheduled)
+        if day < HOURLY.start.date():
+            return dg.SkipReason(f"{day} is before the first partition {HOURLY.start.date()}")
+        start = int(datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp() * 1000)
+        hours = [start + i * HOUR_MS for i in range(24)]
+        events = sum(h.events for h in archive_completeness(storage.open(), hours))
+        if events == 0:
+            return dg.SkipReason(f"no archived events of {day}: nothing to report")
+        return dg.RunRequest(
+            run_key=f"report-{day.isoformat()}",
+            partition_key=day.isoformat(),
+            tags={"sluice/trigger": "schedule"},
         )
 
     return _schedule

@@ -104,6 +104,22 @@ class SluiceSettings(BaseSettings):
         description="An event this far ahead of its task's watermark is dead-lettered.",
     )
     poll_max_records: int = Field(default=5000, ge=1, description="Records per decode batch.")
+    fleet_sample_interval_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="How often the supervisor of a fleet (`sluice up`, `sluice stream`) records "
+        "its workers, backlog, time lag and watermark for the reconciliation report.",
+    )
+    fleet_sample_retention_days: float = Field(
+        default=14.0, gt=0, description="Fleet samples older than this are pruned."
+    )
+    worker_max_rate: float | None = Field(
+        default=None,
+        gt=0,
+        description="Most messages per second one worker processes, e.g. to protect a "
+        "downstream store; unset = unlimited. Throttled time counts as busy, so a worker at its "
+        "cap reports utilisation ~1 and autoscalers see the cap as its capacity.",
+    )
 
     @property
     def resolved_state_dir(self) -> Path:

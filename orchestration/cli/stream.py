@@ -10,6 +10,7 @@ import time
 from rich.console import Console
 
 from orchestration.fleet import LocalFleet
+from orchestration.fleet.samples import FleetSampler
 from orchestration.job_model import plan_job_model
 from orchestration.runtime import Runtime
 from pipelines.kafka import ensure_topics
@@ -133,10 +134,12 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     watcher = DeploymentWatcher(runtime, fleet)
     scaler = ScaleWatcher(runtime, fleet, args.topic or runtime.settings.topic)
+    sampler = FleetSampler(runtime)
     try:
         while not stop.wait(1.0):
             for event in [*fleet.supervise(), *watcher.check(), *scaler.check()]:
                 console.print(event)
+            sampler.maybe_record()
     except KeyboardInterrupt:
         pass
     finally:

@@ -24,6 +24,7 @@ from rich.text import Text
 
 from orchestration.cli.status import collect, render
 from orchestration.cli.stream import DeploymentWatcher, ScaleWatcher, start_fleet
+from orchestration.fleet.samples import FleetSampler
 from orchestration.runtime import Runtime
 from pipelines.kafka import EmbeddedBroker, ensure_topics
 
@@ -93,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         os.environ.setdefault("SLUICE_FLUSH_INTERVAL_S", "5")
     os.environ.setdefault("SLUICE_CHECKPOINT_INTERVAL_S", "15")
+    os.environ.setdefault("SLUICE_FLEET_SAMPLE_INTERVAL_S", "2")  # ~16 event-time min at 480x
     from pipelines.config import get_settings
 
     get_settings.cache_clear()
@@ -168,11 +170,13 @@ def _watch(runtime, fleet, generator, dagster, console, stop, exit_when_done: bo
     caught_up_since = None
     watcher = DeploymentWatcher(runtime, fleet)
     scaler = ScaleWatcher(runtime, fleet, runtime.settings.topic)
+    sampler = FleetSampler(runtime)
     with Live(console=console, auto_refresh=False) as live:
         while not stop.wait(2.0):
             for event in [*fleet.supervise(), *watcher.check(), *scaler.check()]:
                 console.print(event)
             lags = collect(runtime)
+            sampler.maybe_record(lags)
             gen_state = (
                 "running" if generator.poll() is None else f"done (exit {generator.returncode})"
             )

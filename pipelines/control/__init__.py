@@ -1,5 +1,5 @@
 """The control store shared by the stream workers (writers) and the control plane (readers)."""
 
-from pipelines.control.store import ControlStore, TaskStatus
+from pipelines.control.store import ControlStore, FleetSample, TaskStatus
 
-__all__ = ["ControlStore", "TaskStatus"]
+__all__ = ["ControlStore", "FleetSample", "TaskStatus"]

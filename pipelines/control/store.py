@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     Column,
     Float,
     Integer,
@@ -27,7 +28,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Engine
 
-__all__ = ["VIEW_STATES", "ControlStore", "TaskStatus"]
+__all__ = ["VIEW_STATES", "ControlStore", "FleetSample", "TaskStatus"]
 
 metadata = MetaData()
 
@@ -96,6 +97,21 @@ fleet_scaling = Table(
 )
 """Scaling requests (the queue of Metamarkets' Guardian) and what the fleet applied."""
 
+fleet_samples = Table(
+    "fleet_samples",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("sampled_at", Float, nullable=False, index=True),
+    Column("topic", String(255), nullable=False),
+    Column("workers", Integer, nullable=False),
+    Column("tasks", Integer, nullable=False),
+    Column("backlog", BigInteger, nullable=False),
+    Column("max_time_lag_s", Float, nullable=True),
+    Column("min_watermark_ms", BigInteger, nullable=True, index=True),
+    Column("consumed", BigInteger, nullable=False),
+)
+"""The fleet's lag and size over time, so a report can draw them for a day of event time."""
+
 
 @dataclass
 class TaskStatus:
@@ -132,6 +148,28 @@ class TaskStatus:
     def from_row(cls, row: Any) -> TaskStatus:
         data = dict(row._mapping)
         data["views"] = json.loads(data["views"] or "{}")
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class FleetSample:
+    """One look at a topic's fleet: its size, how far behind it is and how far it has got."""
+
+    sampled_at: float
+    """Wall-clock epoch seconds."""
+    topic: str
+    workers: int
+    tasks: int
+    backlog: int
+    max_time_lag_s: float | None
+    min_watermark_ms: int | None
+    """The event time every task has reached (the slowest task's watermark)."""
+    consumed: int
+
+    @classmethod
+    def from_row(cls, row: Any) -> FleetSample:
+        data = dict(row._mapping)
+        del data["id"]
         return cls(**data)
 
 
@@ -246,6 +284,29 @@ class ControlStore:
         with self.engine.connect() as conn:
             row = conn.execute(select(fleet_scaling).where(fleet_scaling.c.topic == topic)).first()
         return dict(row._mapping) if row else None
+
+    def record_fleet_sample(self, sample: FleetSample, retain_s: float | None = None) -> None:
+        """Append ``sample``; with ``retain_s``, drop samples older than that in the same go."""
+        with self.engine.begin() as conn:
+            conn.execute(fleet_samples.insert().values(**asdict(sample)))
+            if retain_s is not None:
+                cutoff = sample.sampled_at - retain_s
+                conn.execute(fleet_samples.delete().where(fleet_samples.c.sampled_at < cutoff))
+
+    def fleet_samples(
+        self, topic: str | None, watermark_from_ms: int, watermark_to_ms: int
+    ) -> list[FleetSample]:
+        """Samples whose fleet watermark lies in ``[from, to)`` (of ``topic``, or all), oldest
+        first: event time, so a replay's samples land on the day it replays."""
+        query = select(fleet_samples).where(
+            fleet_samples.c.min_watermark_ms >= watermark_from_ms,
+            fleet_samples.c.min_watermark_ms < watermark_to_ms,
+        )
+        if topic is not None:
+            query = query.where(fleet_samples.c.topic == topic)
+        with self.engine.connect() as conn:
+            rows = conn.execute(query.order_by(fleet_samples.c.sampled_at)).all()
+        return [FleetSample.from_row(r) for r in rows]
 
     def close(self) -> None:
         self.engine.dispose()

@@ -11,7 +11,12 @@ import dagster as dg
 import pytest
 import yaml
 
-from assets.constants import corrected_key, realtime_key
+from assets.constants import (
+    RAW_ARCHIVE_KEY,
+    RECONCILIATION_REPORT_KEY,
+    corrected_key,
+    realtime_key,
+)
 from assets.partitions import DEFAULT_PARTITIONS_START, HOURLY, partition_key_for
 from orchestration import resources
 from orchestration.definitions import correction_job, defs
@@ -22,6 +27,7 @@ from pipelines.config import PROJECT_ROOT
 from pipelines.control import ControlStore, TaskStatus
 from pipelines.exceptions import ConfigError
 from pipelines.segments.layout import parse_hour_label
+from quality.checks import CORRECTION_CHECK
 from tests.fixtures.dagster_fixture import build_archive, example_views
 
 pytestmark = pytest.mark.filterwarnings("ignore::dagster.BetaWarning")
@@ -54,11 +60,17 @@ def test_every_view_has_a_realtime_and_a_corrected_asset_with_a_blocking_check()
         assert corrected.partitions_def == HOURLY
         assert corrected.backfill_policy == dg.BackfillPolicy.single_run()
         assert dg.AssetKey("raw_archive") in corrected.parent_keys
-        checks = [c for c in graph.asset_check_keys if c.asset_key == corrected_key(view.name)]
-        assert len(checks) == 1
-        assert graph.get_check_spec(checks[0]).blocking
+        checks = {
+            c.name: c for c in graph.asset_check_keys if c.asset_key == corrected_key(view.name)
+        }
+        assert graph.get_check_spec(checks[CORRECTION_CHECK]).blocking
+        assert not graph.get_check_spec(checks["expectations_pass"]).blocking
+    archive_checks = {c.name: c for c in graph.asset_check_keys if c.asset_key == RAW_ARCHIVE_KEY}
+    assert graph.get_check_spec(archive_checks["nothing_lost"]).blocking
+    report = graph.get(RECONCILIATION_REPORT_KEY)
+    assert {corrected_key(v.name) for v in example_views()} <= set(report.parent_keys)
     groups = {graph.get(k).group_name for k in keys}
-    assert groups == {"raw", "views"}
+    assert groups == {"raw", "views", "reports"}
 
 
 def test_partitions_start_at_the_shipped_trace() -> None:

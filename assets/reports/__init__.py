@@ -1,0 +1,8 @@
+"""The ``reports`` group: the daily ``reconciliation_report`` over the code location's views."""
+
+from assets.reports.reconciliation import DAILY, build_reconciliation_report
+from assets.views import VIEWS
+
+__all__ = ["DAILY", "reconciliation_report"]
+
+reconciliation_report = build_reconciliation_report(VIEWS)
