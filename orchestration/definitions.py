@@ -1,7 +1,7 @@
 """The one place that builds Dagster ``Definitions``; ``workspace.yaml`` points here.
 
 Asset packages are loaded per group (``assets/raw``, ``assets/views``, ``assets/reports``)
-with the group names of :mod:`assets.constants`; checks (reconciliation, expectation suites, nothing lost),
+with the group names of :mod:`assets.constants`; checks (schemas, nothing lost, expectation suites, reconciliation),
 the correction and report jobs and schedules and the lag sensors are built from the same
 views; the resources are the set ``SLUICE_ENV`` picks.
 """
@@ -20,6 +20,7 @@ from orchestration.jobs import build_correction_job, build_report_job, scale_str
 from orchestration.resources import get_resources
 from orchestration.schedules import build_correction_schedule, build_report_schedule
 from orchestration.sensors import make_autoscaling_sensor, make_realtime_lag_sensor
+from quality.archive_checks import build_archive_schema_check
 from quality.checks import build_correction_checks
 from quality.expectation_checks import build_expectation_checks
 from quality.lineage_checks import build_nothing_lost_check
@@ -43,6 +44,7 @@ defs = dg.Definitions(
         *build_correction_checks(VIEWS),
         *build_expectation_checks(VIEWS),
         build_nothing_lost_check(),
+        build_archive_schema_check(),
     ],
     jobs=[correction_job, report_job, scale_stream_workers],
     schedules=[build_correction_schedule(correction_job), build_report_schedule(report_job)],

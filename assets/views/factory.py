@@ -88,11 +88,17 @@ def build_corrected_asset(view: View) -> dg.AssetsDefinition:
         context: dg.AssetExecutionContext, spark: SparkResource, storage: StorageResource
     ) -> dg.MaterializeResult:
         from pipelines.batch import correct_hours
+        from quality.schemas import validate_spark_segment
 
         hours = hours_in_window(*context.partition_time_window)
         context.log.info("correcting %s for %d hour(s)", view.name, len(hours))
         results = correct_hours(
-            spark.get_session(), storage.open(), [view], hours, s3_scheme=spark.s3_scheme()
+            spark.get_session(),
+            storage.open(),
+            [view],
+            hours,
+            s3_scheme=spark.s3_scheme(),
+            validate_segment=validate_spark_segment,  # a violation fails the run, unpublished
         )
         for result in results:
             context.add_asset_metadata(

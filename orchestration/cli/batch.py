@@ -74,6 +74,7 @@ def run_correct(args: argparse.Namespace) -> int:
     from pyspark.sql import SparkSession
 
     from pipelines.batch import archive_hours, build_spark, correct_hours
+    from quality.schemas import validate_spark_segment
 
     runtime = Runtime.from_env()
     views = select_views(runtime.views(args.views_file), args.views)
@@ -116,6 +117,7 @@ def run_correct(args: argparse.Namespace) -> int:
                 on_result=lambda r: progress.update(
                     task, advance=1, description=f"{r.view} {r.segment}"
                 ),
+                validate_segment=validate_spark_segment,
             )
     finally:
         if owns_session:

@@ -12,8 +12,9 @@ Per (view, segment), :func:`correct_hours`:
    is skipped, never published (an empty version would hide the realtime values);
 2. reads the files of all segments of all views in one Spark read, drops duplicates and
    caches the result, so every view is computed from the same events;
-3. aggregates each view in one pass (plus one two-stage pass per ``top_k``) and collects
-   the small result through Arrow;
+3. aggregates each view in one pass (plus one two-stage pass per ``top_k``), checks the
+   result with ``validate_segment`` if given (its error stops the run before anything of
+   that view is published) and collects the small result through Arrow;
 4. writes ``batch/v<N+1>/part-00000.parquet`` through the ObjectStore (so S3 works
    without Hadoop committers), then, last, publishes ``_published.json`` atomically.
 
@@ -191,7 +192,12 @@ def _spark_frame(agg: Aggregator) -> Callable[[DataFrame, list[str]], DataFrame]
     return frame if callable(frame) else None
 
 
-def _aggregate_view(events: DataFrame, view: View, segments: Sequence[int]) -> pa.Table:
+def _aggregate_view(
+    events: DataFrame,
+    view: View,
+    segments: Sequence[int],
+    validate: Callable[[DataFrame, View], None] | None = None,
+) -> pa.Table:
     """Exact values of every window of ``segments``, one row per (window, group), sorted."""
     window = F.col("event_time") - F.col("event_time") % F.lit(view.interval_ms)
     rows = events.where(F.col("topic") == view.topic).withColumn(WINDOW_START, window)
@@ -210,7 +216,17 @@ def _aggregate_view(events: DataFrame, view: View, segments: Sequence[int]) -> p
     for frame in frames:
         result = result.join(frame, on=keys, how="inner")
     schema = batch_schema(view)
-    table = result.select(*schema.names).toArrow()
+    output = result.select(*schema.names)
+    if validate is None:
+        table = output.toArrow()
+    else:
+        # Each check is a Spark job: compute the small result once for them and the collect.
+        output = output.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            validate(output, view)
+            table = output.toArrow()
+        finally:
+            output.unpersist()
     table = table.cast(schema) if table.num_rows else schema.empty_table()
     return table.sort_by([(name, "ascending") for name in keys])
 
@@ -256,12 +272,15 @@ def correct_hours(
     *,
     s3_scheme: str = "s3a",
     on_result: Callable[[CorrectionResult], None] | None = None,
+    validate_segment: Callable[[DataFrame, View], None] | None = None,
 ) -> list[CorrectionResult]:
     """Correct every segment of every view that covers one of ``hours`` (epoch-ms hour starts).
 
     Returns one result per (view, segment), in view order then time order; segments whose
     hours have no archive are skipped with a warning, not published. ``on_result`` is
-    called as each result is ready (progress display).
+    called as each result is ready (progress display). ``validate_segment(frame, view)`` checks
+    each view's rows before they are published and raises to stop the correction (the data
+    plane stays free of the quality layer: callers pass ``quality.schemas``' validator).
     """
     wanted = _check_hours(hours)
     plan: dict[str, list[int]] = {
@@ -322,7 +341,7 @@ def correct_hours(
             if not segments:
                 continue
             view_started = time.monotonic()
-            table = _aggregate_view(events, view, segments)  # 3
+            table = _aggregate_view(events, view, segments, validate_segment)  # 3
             share = (time.monotonic() - view_started) / len(segments)
             starts = table.column(WINDOW_START).to_numpy()
             for segment in segments:

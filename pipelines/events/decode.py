@@ -20,10 +20,46 @@ import orjson
 
 from pipelines.events.schema import EVENT_FIELDS, EVENT_TIME_MAX_MS, EVENT_TIME_MIN_MS
 
-__all__ = ["NO_WATERMARK", "DeadLetter", "DecodedBatch", "RawRecord", "decode_batch"]
+__all__ = [
+    "DEAD_LETTER_REASONS",
+    "EMPTY",
+    "FUTURE_EVENT_TIME",
+    "MALFORMED_JSON",
+    "MISSING_FIELD",
+    "NOT_AN_OBJECT",
+    "NO_WATERMARK",
+    "OUT_OF_RANGE",
+    "OVERSIZE",
+    "WRONG_TYPE",
+    "DeadLetter",
+    "DecodedBatch",
+    "RawRecord",
+    "decode_batch",
+]
 
 NO_WATERMARK = -(2**62)
 """Watermark of a task that has accepted no event yet."""
+
+# Dead-letter reasons, in the order the decoder tests for them.
+EMPTY = "empty"
+OVERSIZE = "oversize"
+MALFORMED_JSON = "malformed_json"
+NOT_AN_OBJECT = "not_an_object"
+MISSING_FIELD = "missing_field"
+WRONG_TYPE = "wrong_type"
+OUT_OF_RANGE = "out_of_range"
+FUTURE_EVENT_TIME = "future_event_time"
+DEAD_LETTER_REASONS = (
+    EMPTY,
+    OVERSIZE,
+    MALFORMED_JSON,
+    NOT_AN_OBJECT,
+    MISSING_FIELD,
+    WRONG_TYPE,
+    OUT_OF_RANGE,
+    FUTURE_EVENT_TIME,
+)
+"""Every reason a :class:`DeadLetter` can carry."""
 
 
 class RawRecord(Protocol):
@@ -98,16 +134,14 @@ def decode_batch(
     for rec in records:
         value = rec.value
         if value is None:
-            dead.append(
-                DeadLetter(rec.offset, rec.timestamp, "empty", "message has no value", None)
-            )
+            dead.append(DeadLetter(rec.offset, rec.timestamp, EMPTY, "message has no value", None))
             continue
         if len(value) > max_message_bytes:
             dead.append(
                 DeadLetter(
                     rec.offset,
                     rec.timestamp,
-                    "oversize",
+                    OVERSIZE,
                     f"{len(value)} bytes > max_message_bytes {max_message_bytes}",
                     value[:1024],
                 )
@@ -116,11 +150,11 @@ def decode_batch(
         try:
             event = loads(value)
         except decode_error as exc:
-            dead.append(DeadLetter(rec.offset, rec.timestamp, "malformed_json", str(exc), value))
+            dead.append(DeadLetter(rec.offset, rec.timestamp, MALFORMED_JSON, str(exc), value))
             continue
         if type(event) is not dict:
             detail = f"expected a JSON object, got {type(event).__name__}"
-            dead.append(DeadLetter(rec.offset, rec.timestamp, "not_an_object", detail, value))
+            dead.append(DeadLetter(rec.offset, rec.timestamp, NOT_AN_OBJECT, detail, value))
             continue
         try:
             eid = event["event_id"]
@@ -132,7 +166,7 @@ def decode_batch(
             etype = event["event_type"]
         except KeyError as exc:
             detail = f"missing field {exc.args[0]!r}"
-            dead.append(DeadLetter(rec.offset, rec.timestamp, "missing_field", detail, value))
+            dead.append(DeadLetter(rec.offset, rec.timestamp, MISSING_FIELD, detail, value))
             continue
         if not (
             type(t) is int
@@ -149,7 +183,7 @@ def decode_batch(
             and etype
         ):
             detail = _type_problem(event) or "wrong type"
-            dead.append(DeadLetter(rec.offset, rec.timestamp, "wrong_type", detail, value))
+            dead.append(DeadLetter(rec.offset, rec.timestamp, WRONG_TYPE, detail, value))
             continue
         if nbytes < 0 or not EVENT_TIME_MIN_MS <= t < EVENT_TIME_MAX_MS:
             detail = (
@@ -157,11 +191,11 @@ def decode_batch(
                 if nbytes < 0
                 else f"event_time {t} outside [{EVENT_TIME_MIN_MS}, {EVENT_TIME_MAX_MS})"
             )
-            dead.append(DeadLetter(rec.offset, rec.timestamp, "out_of_range", detail, value))
+            dead.append(DeadLetter(rec.offset, rec.timestamp, OUT_OF_RANGE, detail, value))
             continue
         if wm != NO_WATERMARK and t > wm + max_future_ms:
             detail = f"event_time {t} is {(t - wm) / 1000:.0f}s ahead of the watermark {wm}"
-            dead.append(DeadLetter(rec.offset, rec.timestamp, "future_event_time", detail, value))
+            dead.append(DeadLetter(rec.offset, rec.timestamp, FUTURE_EVENT_TIME, detail, value))
             continue
         offsets.append(rec.offset)
         stamps.append(rec.timestamp)

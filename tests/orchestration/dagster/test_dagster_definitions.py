@@ -67,6 +67,7 @@ def test_every_view_has_a_realtime_and_a_corrected_asset_with_a_blocking_check()
         assert not graph.get_check_spec(checks["expectations_pass"]).blocking
     archive_checks = {c.name: c for c in graph.asset_check_keys if c.asset_key == RAW_ARCHIVE_KEY}
     assert graph.get_check_spec(archive_checks["nothing_lost"]).blocking
+    assert graph.get_check_spec(archive_checks["archive_matches_schema"]).blocking
     report = graph.get(RECONCILIATION_REPORT_KEY)
     assert {corrected_key(v.name) for v in example_views()} <= set(report.parent_keys)
     groups = {graph.get(k).group_name for k in keys}

@@ -1,0 +1,51 @@
+"""pandera schemas of the data at Sluice's boundaries, each defined once (see spec.py).
+
+- the raw archive: :data:`ARCHIVE_EVENTS`, :data:`DEAD_LETTERS`;
+- per view: realtime segments, corrected (batch) segments and query results,
+  :func:`segment_spec`, :func:`corrected_schema`, and in Spark :func:`spark_schema`;
+- each spec becomes a pandas schema (:func:`pandas_schema`) and a Spark one, never written
+  twice;
+- validators raising :class:`~quality.exceptions.SchemaViolation`:
+  :func:`validate_archive_events`, :func:`validate_dead_letters`, :func:`validate_segment`
+  and, for ``correct_hours(validate_segment=...)``, :func:`validate_spark_segment`.
+"""
+
+from quality.schemas.archive import (
+    ARCHIVE_EVENTS,
+    DEAD_LETTERS,
+    EVENT_RULES,
+    validate_archive_events,
+    validate_dead_letters,
+)
+from quality.schemas.pandas_backend import pandas_schema, validate_frame
+from quality.schemas.segments import (
+    SegmentKind,
+    corrected_schema,
+    query_schema,
+    realtime_schema,
+    segment_spec,
+    validate_segment,
+)
+from quality.schemas.spark import spark_schema, validate_spark, validate_spark_segment
+from quality.schemas.spec import FrameSpec, Rule
+
+__all__ = [
+    "ARCHIVE_EVENTS",
+    "DEAD_LETTERS",
+    "EVENT_RULES",
+    "FrameSpec",
+    "Rule",
+    "SegmentKind",
+    "corrected_schema",
+    "pandas_schema",
+    "query_schema",
+    "realtime_schema",
+    "segment_spec",
+    "spark_schema",
+    "validate_archive_events",
+    "validate_dead_letters",
+    "validate_frame",
+    "validate_segment",
+    "validate_spark",
+    "validate_spark_segment",
+]

@@ -1,0 +1,167 @@
+"""Per-view schemas of segments and query results, built from the View.
+
+A view's rows take three shapes, one per boundary:
+
+- ``realtime``: a task's partials (``ViewState.segment_table``): window_start in epoch ms,
+  the grouping columns, one serialized state per aggregation;
+- ``batch``: a correction's exact values (``batch_schema(view)``), in the Spark job before
+  publishing and in the published files: window_start, groups, the metric columns;
+- ``query``: what ``query_view`` serves: window_start/window_end timestamps, groups, metrics
+  and the ``source`` of each row.
+
+All three: one row per (window_start, *grouping_cols), window starts on the view's grid,
+grouping values non-null and non-empty. Metrics are never null (a row exists only for a
+window with events), counts are >= 0, and min/max/mean/quantiles/first/last keep their input
+column's range (``bytes_tx >= 0`` gives ``bytes_min >= 0``); sums keep a lower bound >= 0.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+import pandas as pd
+import pyarrow as pa
+
+from pipelines.aggregators import Aggregator
+from pipelines.events.schema import EVENT_TIME_MAX_MS, EVENT_TIME_MIN_MS
+from pipelines.serving.query import SOURCE
+from pipelines.stream.state import ViewState, state_column
+from pipelines.views.model import WINDOW_END, WINDOW_START, View
+from quality.schemas.archive import EVENT_RULES
+from quality.schemas.pandas_backend import pandas_schema, to_pandas, validate_frame
+from quality.schemas.spec import (
+    NON_EMPTY,
+    ColumnSpec,
+    FrameSpec,
+    Rule,
+    RuleKind,
+    WindowWidth,
+    ge,
+    lt,
+    matches,
+    multiple_of,
+)
+
+if TYPE_CHECKING:
+    import pandera.pandas as pdp
+
+__all__ = [
+    "SegmentKind",
+    "corrected_schema",
+    "detect_kind",
+    "query_schema",
+    "realtime_schema",
+    "segment_spec",
+    "validate_segment",
+]
+
+COUNTS = frozenset({"count", "count_distinct", "approx_count_distinct"})
+"""Aggregations whose outputs count something, so are >= 0."""
+KEEPS_RANGE = frozenset({"min", "max", "mean", "quantiles", "first", "last"})
+"""Aggregations whose outputs are (or lie between) input values, so keep the input's range."""
+SOURCE_PATTERN = r"^(realtime|batch v[1-9][0-9]*)$"
+
+
+class SegmentKind(StrEnum):
+    REALTIME = "realtime"
+    BATCH = "batch"
+    QUERY = "query"
+
+
+def _layout(view: View, kind: SegmentKind) -> pa.Schema:
+    """The writer's own layout of the rows, so types are never written down twice."""
+    if kind is SegmentKind.REALTIME:
+        return ViewState(view).segment_table(0).schema
+    if kind is SegmentKind.BATCH:
+        from pipelines.batch.correct import batch_schema  # imports pyspark: only when needed
+
+        return batch_schema(view)
+    return view.output_schema().append(pa.field(SOURCE, pa.string()))
+
+
+def _metric_rules(agg: Aggregator, field: pa.Field) -> tuple[Rule, ...]:
+    if agg.name in COUNTS:
+        return (ge(0),)
+    if pa.types.is_string(field.type):
+        return (NON_EMPTY,)
+    source = EVENT_RULES.get(agg.spec.col_name or "", ())
+    if agg.name in KEEPS_RANGE:
+        return source
+    if agg.name == "sum":
+        return tuple(r for r in source if r.kind is RuleKind.GE and r.value >= 0)
+    return ()
+
+
+def _window_rules(view: View, field: pa.Field) -> tuple[Rule, ...]:
+    grid = (multiple_of(view.interval_ms),)
+    if pa.types.is_timestamp(field.type):
+        return grid
+    return (*grid, ge(view.window_start(EVENT_TIME_MIN_MS)), lt(EVENT_TIME_MAX_MS))
+
+
+def segment_spec(view: View, kind: SegmentKind | str) -> FrameSpec:
+    """The spec of ``view``'s rows at one boundary; both pandera schemas derive from it."""
+    if kind not in set(SegmentKind):
+        known = ", ".join(SegmentKind)
+        raise ValueError(f"segment kind must be one of {known}, got {kind!r}")
+    kind = SegmentKind(kind)
+    layout = _layout(view, kind)
+    metrics = {f.name: (agg, f) for agg in view.aggregators for f in agg.output_fields()}
+    states = {state_column(agg.out) for agg in view.aggregators}
+    columns = []
+    for field in layout:
+        name = field.name
+        if name == WINDOW_START:
+            rules = _window_rules(view, field)
+        elif name in view.grouping_cols:
+            rules = (NON_EMPTY,)
+        elif name in metrics:
+            rules = _metric_rules(*metrics[name])
+        elif name == SOURCE:
+            rules = (matches(SOURCE_PATTERN),)
+        elif name == WINDOW_END or name in states:
+            rules = ()
+        else:
+            raise AssertionError(f"{view.name}: no rule for column {name!r} of {kind} rows")
+        columns.append(ColumnSpec(name, field.type, False, rules))
+    width = WindowWidth(WINDOW_START, WINDOW_END, view.interval_ms)
+    return FrameSpec(
+        f"{kind} rows of view {view.name}",
+        tuple(columns),
+        unique=(WINDOW_START, *view.grouping_cols),
+        width=width if kind is SegmentKind.QUERY else None,
+    )
+
+
+def realtime_schema(view: View) -> pdp.DataFrameSchema:
+    """pandera (pandas) schema of a task's realtime segment table of ``view``."""
+    return pandas_schema(segment_spec(view, SegmentKind.REALTIME))
+
+
+def corrected_schema(view: View) -> pdp.DataFrameSchema:
+    """pandera (pandas) schema of ``view``'s corrected (batch) segment rows."""
+    return pandas_schema(segment_spec(view, SegmentKind.BATCH))
+
+
+def query_schema(view: View) -> pdp.DataFrameSchema:
+    """pandera (pandas) schema of what ``query_view`` returns for ``view``."""
+    return pandas_schema(segment_spec(view, SegmentKind.QUERY))
+
+
+def detect_kind(columns: list[str]) -> SegmentKind:
+    """Which of the three shapes a table has, from its columns."""
+    if WINDOW_END in columns or SOURCE in columns:
+        return SegmentKind.QUERY
+    if any(c.endswith(state_column("")) for c in columns):
+        return SegmentKind.REALTIME
+    return SegmentKind.BATCH
+
+
+def validate_segment(
+    view: View, data: pa.Table | pd.DataFrame, kind: SegmentKind | str | None = None
+) -> pd.DataFrame:
+    """Check realtime, batch or query rows of ``view`` (told by ``kind`` or the columns);
+    returns them as pandas or raises :class:`~quality.exceptions.SchemaViolation`."""
+    frame = to_pandas(data)
+    return validate_frame(segment_spec(view, kind or detect_kind(list(frame.columns))), frame)
