@@ -287,8 +287,7 @@ class Quantiles(Aggregator[Any]):
         if state.is_empty():
             return {self.column_for(q): None for q in self.quantiles}
         return {
-            self.column_for(q): float(state.get_quantile(q, inclusive=True))
-            for q in self.quantiles
+            self.column_for(q): float(state.get_quantile(q, inclusive=True)) for q in self.quantiles
         }
 
     def output_fields(self) -> list[pa.Field]:

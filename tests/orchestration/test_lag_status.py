@@ -8,7 +8,10 @@ from orchestration.lag import LagSample, lag_status, worst
 
 
 def _window(offsets, backlogs, age=1.0):
-    return [LagSample(float(i), o, b, age) for i, (o, b) in enumerate(zip(offsets, backlogs, strict=True))]
+    return [
+        LagSample(float(i), o, b, age)
+        for i, (o, b) in enumerate(zip(offsets, backlogs, strict=True))
+    ]
 
 
 @pytest.mark.parametrize(
