@@ -18,7 +18,9 @@ from tests.fixtures.stream_fixture import StreamRun, run_stream
 pytestmark = pytest.mark.spark
 
 VIEWS = load_views(Path(__file__).resolve().parents[2] / "data" / "views.yaml")
-COUNTED = [v for v in VIEWS if v.name in ("traffic_by_org", "sessions_by_org")]
+COUNTED = [
+    v for v in VIEWS if v.name in ("traffic_by_org", "sessions_by_org", "bytes_quantiles_by_type")
+]
 
 
 def _run(root: Path, spark, options: GeneratorOptions) -> StreamRun:  # noqa: F811
