@@ -20,11 +20,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from assets.constants import RAW_ARCHIVE_KEY
-from assets.partitions import hours_in_window
 from orchestration.resources import StorageResource
 from pipelines.segments.layout import archive_dead_letters_key, archive_events_key, hour_label
 from pipelines.storage import ObjectStore
 from quality.exceptions import SchemaViolation
+from quality.run_window import not_partitioned, run_hours
 from quality.schemas import validate_archive_events, validate_dead_letters
 
 __all__ = [
@@ -166,14 +166,6 @@ def evaluate_archive_schema(store: ObjectStore, hours: Sequence[int]) -> dg.Asse
     )
 
 
-def _run_hours(context: dg.AssetCheckExecutionContext) -> list[int] | None:
-    """Hour starts of the run's partition range, or None when the run is not partitioned."""
-    op_context = context.op_execution_context
-    if not (op_context.has_partition_key or op_context.has_partition_key_range):
-        return None
-    return hours_in_window(*op_context.partition_time_window)
-
-
 def build_archive_schema_check(blocking: bool = True) -> dg.AssetChecksDefinition:
     """``archive_matches_schema`` on ``raw_archive``, for the hours its run materialized."""
 
@@ -187,13 +179,9 @@ def build_archive_schema_check(blocking: bool = True) -> dg.AssetChecksDefinitio
     def _check(
         context: dg.AssetCheckExecutionContext, storage: StorageResource
     ) -> dg.AssetCheckResult:
-        hours = _run_hours(context)
+        hours = run_hours(context)
         if hours is None:
-            return dg.AssetCheckResult(
-                passed=True,
-                severity=dg.AssetCheckSeverity.WARN,
-                description="not run in a partitioned run: no hours to check",
-            )
+            return not_partitioned("no hours to check")
         return evaluate_archive_schema(storage.open(), hours)
 
     return _check

@@ -25,6 +25,7 @@ from pipelines.views import HOUR_MS, View
 from quality.causes import Causes
 from quality.compare import Comparison, Tolerance, compare_tables, metric_kinds, view_keys
 from quality.reconcile import Reconciliation, reconcile
+from quality.run_window import not_partitioned, run_window_ms
 
 __all__ = [
     "CORRECTION_CHECK",
@@ -138,15 +139,6 @@ def evaluate_correction(
     )
 
 
-def _window_ms(context: dg.AssetCheckExecutionContext) -> tuple[int, int] | None:
-    """The run's partition range as epoch ms, or None when the run is not partitioned."""
-    op_context = context.op_execution_context
-    if not (op_context.has_partition_key or op_context.has_partition_key_range):
-        return None
-    window = op_context.partition_time_window
-    return int(window.start.timestamp() * 1000), int(window.end.timestamp() * 1000)
-
-
 def build_correction_check(
     view: View, tolerance: Tolerance | None = None
 ) -> dg.AssetChecksDefinition:
@@ -165,13 +157,9 @@ def build_correction_check(
     def _check(
         context: dg.AssetCheckExecutionContext, storage: StorageResource
     ) -> dg.AssetCheckResult:
-        window = _window_ms(context)
+        window = run_window_ms(context)
         if window is None:
-            return dg.AssetCheckResult(
-                passed=True,
-                severity=dg.AssetCheckSeverity.WARN,
-                description="not run in a partitioned run: nothing to compare",
-            )
+            return not_partitioned("nothing to compare")
         return evaluate_correction(storage.open(), view, window[0], window[1], tolerance)
 
     return _check

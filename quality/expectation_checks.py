@@ -18,8 +18,8 @@ from assets.constants import corrected_key
 from orchestration.resources import StorageResource
 from pipelines.storage import ObjectStore
 from pipelines.views import View
-from quality.checks import _window_ms
 from quality.expectations import ExpectationSettings, SuiteResult, validate_view
+from quality.run_window import not_partitioned, run_window_ms
 
 __all__ = [
     "EXPECTATIONS_CHECK",
@@ -97,13 +97,9 @@ def build_expectation_check(
     def _check(
         context: dg.AssetCheckExecutionContext, storage: StorageResource
     ) -> dg.AssetCheckResult:
-        window = _window_ms(context)
+        window = run_window_ms(context)
         if window is None:
-            return dg.AssetCheckResult(
-                passed=True,
-                severity=dg.AssetCheckSeverity.WARN,
-                description="not run in a partitioned run: nothing to validate",
-            )
+            return not_partitioned("nothing to validate")
         return evaluate_expectations(storage.open(), view, window[0], window[1], settings)
 
     return _check

@@ -18,12 +18,12 @@ from kafka import TopicPartition
 from kafka.errors import KafkaError
 
 from assets.constants import RAW_ARCHIVE_KEY
-from assets.partitions import hours_in_window
 from orchestration.resources import KafkaResource, StorageResource
 from pipelines.exceptions import BrokerUnavailable
 from pipelines.kafka import beginning_offsets, consumer, end_offsets
 from pipelines.storage import ObjectStore
 from quality.lineage import HourLineage, check_nothing_lost
+from quality.run_window import run_hours
 
 __all__ = [
     "NOTHING_LOST_CHECK",
@@ -152,15 +152,6 @@ def evaluate_nothing_lost(
     return nothing_lost_result(report, problems[0] if problems else None)
 
 
-def _run_hours(context: dg.AssetCheckExecutionContext) -> list[int] | None:
-    """The hours of the run's partition range, or None when the run is not partitioned."""
-    op_context = context.op_execution_context
-    if not (op_context.has_partition_key or op_context.has_partition_key_range):
-        return None
-    window = op_context.partition_time_window
-    return hours_in_window(window.start, window.end)
-
-
 def build_nothing_lost_check() -> dg.AssetChecksDefinition:
     """The blocking check of ``raw_archive`` for the hours its run recorded."""
 
@@ -175,6 +166,6 @@ def build_nothing_lost_check() -> dg.AssetChecksDefinition:
     def _check(
         context: dg.AssetCheckExecutionContext, storage: StorageResource, kafka: KafkaResource
     ) -> dg.AssetCheckResult:
-        return evaluate_nothing_lost(storage.open(), _run_hours(context), kafka)
+        return evaluate_nothing_lost(storage.open(), run_hours(context), kafka)
 
     return _check
