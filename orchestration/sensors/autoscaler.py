@@ -6,7 +6,8 @@ asks the policy (``SLUICE_AUTOSCALE_POLICY``, default ``ds2``), lets the guards 
 so the fleet does not flap), and launches a
 ``scale_stream_workers`` run when the target changes, with the reason, the policy and the
 predicted cost as tags. The cursor keeps the recent snapshots (the policy's history) and the
-time of the last rescale.
+time of the last rescale. While a rescale is under way (requested but not applied, or its new
+workers not all reporting for two snapshots) a tick only records the snapshot.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import json
 import logging
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import dagster as dg
@@ -40,6 +41,9 @@ log = logging.getLogger(__name__)
 
 SCALE_JOB = "scale_stream_workers"
 HISTORY = 60
+STARTUP_GRACE_S = 120.0
+"""How long after a rescale the sensor waits for every new worker to report before deciding on
+those that do (a worker that never comes up must not block scaling for good)."""
 
 
 def _snapshot(data: dict[str, Any]) -> FleetMetrics:
@@ -53,6 +57,30 @@ def _plain(metrics: FleetMetrics) -> dict[str, Any]:
     }
 
 
+def _rescaling(
+    fleet: Mapping[str, Any], metrics: FleetMetrics, previous: FleetMetrics | None
+) -> str | None:
+    """Why the fleet is mid-rescale (its metrics describe no settled fleet), or None.
+
+    Settled means: no request pending, every worker of the new fleet reports, and so did the
+    previous snapshot, since backlog growth (hence the input rate) is measured against it and
+    the backlog of a stopped fleet stands still in its last reports.
+    """
+    desired, applied = fleet.get("desired_workers"), fleet.get("applied_workers")
+    if applied is None:
+        return None
+    if desired != applied:
+        return f"a rescale to {desired} workers is pending (the fleet runs {applied})"
+    applied_at = fleet.get("applied_at") or 0.0
+    if metrics.time - applied_at >= STARTUP_GRACE_S:
+        return None
+    if metrics.workers < applied:
+        return f"{metrics.workers} of {applied} workers report since the last rescale"
+    if previous is None or previous.time < applied_at or previous.workers < applied:
+        return "the rescaled fleet has no previous snapshot to measure growth against yet"
+    return None
+
+
 def decide_scaling(
     statuses: Sequence[TaskStatus],
     cursor: dict[str, Any],
@@ -61,8 +89,14 @@ def decide_scaling(
     settings: AutoscaleSettings,
     now: float,
     cooldown_s: float = 300.0,
+    fleet: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, Any] | None, dict[str, Any]]:
-    """(run config + tags of a scaling run or None, the new cursor) for one tick."""
+    """(run config + tags of a scaling run or None, the new cursor) for one tick.
+
+    ``fleet`` is the control store's scaling record of the topic (desired and applied
+    workers): while a rescale is pending or its new workers are still starting, the snapshot
+    is recorded but nothing is decided, since a half-started fleet looks small and idle.
+    """
     history = [_snapshot(d) for d in cursor.get("history", [])]
     partitions = len({(s.topic, s.partition) for s in statuses})
     metrics = collect_fleet_metrics(
@@ -77,6 +111,9 @@ def decide_scaling(
     }
     if metrics.workers == 0:
         return None, new_cursor  # not ready: no worker reports yet
+    if fleet is not None and (why := _rescaling(fleet, metrics, history[-1] if history else None)):
+        log.info("autoscaler: not deciding, %s", why)
+        return None, new_cursor
     decision = make_policy(policy_name, settings).decide(metrics, history)
     verdict = apply_guards(
         decision,
@@ -120,6 +157,8 @@ def make_autoscaling_sensor(
         control = control_store.open()
         try:
             statuses = control.tasks()
+            topics = sorted({s.topic for s in statuses})
+            fleet = control.scaling(topics[0]) if len(topics) == 1 else None
         finally:
             control.close()
         import time
@@ -132,6 +171,7 @@ def make_autoscaling_sensor(
             settings=AutoscaleSettings(),
             now=time.time(),
             cooldown_s=float(os.environ.get("SLUICE_AUTOSCALE_SENSOR_COOLDOWN_S", "300")),
+            fleet=fleet,
         )
         context.update_cursor(json.dumps(new_cursor))
         if request is None:

@@ -4,6 +4,12 @@ It consumes its partitions by manual assignment (no group rebalancing: the contr
 decides who runs what), feeds each task its records, flushes and checkpoints on schedule,
 and reports per-task metrics to the control store. SIGTERM or SIGINT stop it gracefully,
 with a final checkpoint; SIGKILL loses nothing either, since it resumes from the last one.
+
+Utilisation (busy time over wall time) counts decoding, processing, flushes and checkpoints,
+not waiting for the broker, so rate / utilisation estimates what the worker could carry. With
+``SLUICE_WORKER_MAX_RATE`` set, every batch takes at least ``records / rate`` seconds: the
+worker pauses for the rest, in short slices so reports, checkpoints and signals stay prompt,
+and a record costs at least ``1 / rate`` of busy time, so autoscalers see the cap as capacity.
 """
 
 from __future__ import annotations
@@ -33,6 +39,10 @@ from pipelines.views.model import View
 __all__ = ["StreamWorker", "TaskId", "consumer_group"]
 
 log = logging.getLogger(__name__)
+
+THROTTLE_SLICE_S = 0.2
+"""A rate-capped worker polls at most ``rate * THROTTLE_SLICE_S`` records at a time, so one
+pause is about this long."""
 
 
 @dataclass(frozen=True, order=True)
@@ -146,16 +156,28 @@ class StreamWorker:
         last_consumed = {tp: t.consumed for tp, t in self.tasks.items()}
         busy_at_status = 0.0
         idle_since: float | None = None  # start of the current run of empty polls
+        max_records = settings.poll_max_records
+        if settings.worker_max_rate is not None:
+            max_records = max(1, min(max_records, int(settings.worker_max_rate * THROTTLE_SLICE_S)))
         try:
             while not self.stop_event.is_set():
-                poll_started = time.monotonic()
-                polled = self.consumer.poll(timeout_ms=200, max_records=settings.poll_max_records)
+                poll_started, poll_cpu = time.monotonic(), time.process_time()
+                polled = self.consumer.poll(timeout_ms=200, max_records=max_records)
                 if polled:
+                    # Waiting in poll for the broker is idle; decoding what it sent is work
+                    # (the CPU time of the poll), and so is processing.
+                    polled_at = time.monotonic()
+                    work_s = min(polled_at - poll_started, time.process_time() - poll_cpu)
                     for tp, records in polled.items():
                         self.tasks[tp].process(records)
                     idle_since = None
                     self.last_progress_at = time.monotonic()
-                    self.busy_s += self.last_progress_at - poll_started
+                    work_s += self.last_progress_at - polled_at
+                    self.busy_s += self._throttle(
+                        sum(map(len, polled.values())),
+                        work_s,
+                        self.last_progress_at - poll_started,
+                    )
                 elif idle_since is None:
                     idle_since = poll_started
                 now = time.monotonic()
@@ -189,6 +211,22 @@ class StreamWorker:
                     break
         finally:
             self._shutdown()
+
+    def _throttle(self, records: int, work_s: float, wall_s: float) -> float:
+        """Hold a batch of ``records`` to ``records / max_rate`` seconds; its busy time, in s.
+
+        Under a cap every record costs at least ``1 / max_rate`` of busy time, whether the
+        worker computed or paused: utilisation is then the share of the capped capacity in use
+        and rate / utilisation (the true rate autoscalers size from) is the cap, not what the
+        worker could do without it.
+        """
+        rate = self.settings.worker_max_rate
+        if rate is None:
+            return work_s
+        due = records / rate
+        if due > wall_s:
+            self.stop_event.wait(due - wall_s)  # a stop signal ends the pause at once
+        return max(work_s, due)
 
     def _report(
         self, util: float, elapsed: float, last_consumed: dict, state: str = "running"
