@@ -31,14 +31,22 @@ SUBCOMMANDS = (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _command_of(argv: list[str]) -> str | None:
+    """The subcommand ``argv`` names (its first positional argument), if it is one of ours."""
+    positional = [a for a in argv if not a.startswith("-")]
+    return positional[0] if positional and positional[0] in SUBCOMMANDS else None
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every subcommand, or of ``only``: a worker process then imports what
+    it runs, not the report's plotting or Spark (seconds of start-up on every rescale)."""
     parser = argparse.ArgumentParser(
         prog="sluice",
         description="Real-time aggregation of event streams that stays correct and cheap.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in SUBCOMMANDS:
+    for name in (only,) if only else SUBCOMMANDS:
         try:
             module = importlib.import_module(f"orchestration.cli.{name}")
         except ModuleNotFoundError as exc:
@@ -50,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(_command_of(argv))
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
