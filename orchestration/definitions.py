@@ -50,4 +50,8 @@ defs = dg.Definitions(
     schedules=[build_correction_schedule(correction_job), build_report_schedule(report_job)],
     sensors=[make_realtime_lag_sensor(VIEWS), make_autoscaling_sensor(scale_stream_workers)],
     resources=get_resources(),
+    # Steps run one after another in the run's process: Spark parallelises the work, and a
+    # process per step would start a JVM (and import Dagster, PySpark, great-expectations)
+    # per corrected view and check.
+    executor=dg.in_process_executor,
 )

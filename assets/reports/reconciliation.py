@@ -52,7 +52,7 @@ def build_reconciliation_report(views: Sequence[View]) -> dg.AssetsDefinition:
         kinds={"html"},
         description="Realtime vs corrected per view and hour of an event-time day, the causes "
         "(late, duplicate, dead-lettered events), the fleet's lag and size: an HTML page with "
-        "plots and a Markdown summary under reports/<day>/ of the storage root.",
+        "plots and a Markdown summary under reports/YYYY-MM-DD/ of the storage root.",
     )
     def _report(
         context: dg.AssetExecutionContext,

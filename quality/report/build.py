@@ -24,7 +24,7 @@ from pipelines.serving import query_view
 from pipelines.storage import ObjectStore
 from pipelines.views import HOUR_MS, WINDOW_START, View
 from quality.causes import Causes
-from quality.compare import EXACT, Tolerance, metric_kinds
+from quality.compare import APPROXIMATE, EXACT, Tolerance, metric_kinds
 from quality.reconcile import Reconciliation, reconcile
 from quality.report.exceptions import InvalidReportDay
 
@@ -153,6 +153,18 @@ class ReportData:
 
     def causes_by_hour(self, view: str) -> dict[int, Causes]:
         return {r.hour_ms: r.causes for r in self.by_view(view)}
+
+    def sketch_error(self, view: str) -> float | None:
+        """Mean relative error of the view's sketch (HLL, KLL) rows over the day, or None."""
+        errors = [
+            e
+            for result in self.by_view(view)
+            if result.comparison
+            for metric in result.comparison.metrics
+            if metric.kind == APPROXIMATE
+            for e in metric.rel_errors
+        ]
+        return sum(errors) / len(errors) if errors else None
 
     def rel_errors_by_kind(self) -> dict[str, list[float]]:
         """Every per-row relative error of the day, pooled by metric kind."""

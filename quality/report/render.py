@@ -130,7 +130,14 @@ def render_html(data: ReportData, plots: ReportPlots, root: str = "") -> str:
         metrics = list(view.metric_columns)
         rows = [_row(data, r, metrics) for r in data.by_view(view.name)]
         tables.append({"view": view.name, "metrics": metrics, "rows": rows})
-    totals = [{"view": v.name, **data.causes_total(v.name).as_dict()} for v in data.views]
+    totals = [
+        {
+            "view": v.name,
+            **data.causes_total(v.name).as_dict(),
+            "sketch_error": _percent(data.sketch_error(v.name)),
+        }
+        for v in data.views
+    ]
     return _TEMPLATES.get_template("reconciliation.html.j2").render(
         day=data.day.isoformat(),
         generated_at=data.generated_at.strftime("%Y-%m-%d %H:%M:%S UTC"),
@@ -143,6 +150,11 @@ def render_html(data: ReportData, plots: ReportPlots, root: str = "") -> str:
         completeness=_completeness_rows(data),
         tables=tables,
     )
+
+
+def _percent(value: float | None) -> str:
+    """A mean relative error as a percentage; a dash where the view has no sketch."""
+    return "-" if value is None else f"{value:.2%}"
 
 
 def _cell(text: Any) -> str:
@@ -184,14 +196,14 @@ def render_markdown(data: ReportData, html_location: str | None = None) -> str:
         "",
         "## Causes (day totals)",
         "",
-        "| view | events | duplicates | late dropped | dead letters |",
-        "|---|---:|---:|---:|---:|",
+        "| view | events | duplicates | late dropped | dead letters | sketch error |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     for view in data.views:
         c = data.causes_total(view.name)
         lines.append(
             f"| {view.name} | {c.events:,} | {c.duplicates:,} | {c.late_dropped:,} "
-            f"| {c.dead_letters:,} |"
+            f"| {c.dead_letters:,} | {_percent(data.sketch_error(view.name))} |"
         )
     if html_location:
         lines += ["", f"Full report with plots: `{html_location}`"]

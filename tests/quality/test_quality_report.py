@@ -151,6 +151,10 @@ def test_the_report_holds_both_series_the_causes_and_the_samples(day: Day, publi
     assert f"{len(data.corrected)} corrected" in markdown
     assert "no correction yet for hours 21:00-22:00" in markdown
     assert str(stored.html_path) in markdown
+    sessions = data.sketch_error("sessions_by_org")  # HLL: within a few RSEs of exact
+    assert sessions is not None and 0 <= sessions < 0.1
+    assert data.sketch_error("traffic_by_org") is None  # exact aggregations only
+    assert f"| {sessions:.2%} |" in markdown
     for key in report_keys(DAY).values():
         assert day.run.store.exists(key)
     document = json.loads(day.run.store.get(report_keys(DAY)["json"]))

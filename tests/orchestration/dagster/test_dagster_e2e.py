@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from assets.constants import corrected_key, realtime_key
+from assets.constants import RECONCILIATION_REPORT_KEY, corrected_key, realtime_key
 from assets.partitions import partition_key_for
 from orchestration.dagster_service import DagsterHandle, start_dagster
 from pipelines.config import SluiceSettings
@@ -94,22 +95,8 @@ def test_backfill_of_three_hours_is_one_run_and_served(dagster) -> None:
     handle, settings, hours = dagster
     assert len(hours) == 3
     view = next(v for v in example_views() if v.name == "traffic_by_org")
-    params = {
-        "partitionNames": [partition_key_for(h) for h in hours],
-        "assetSelection": [{"path": corrected_key(view.name).path}],
-        "fromFailure": False,
-        "title": "e2e: three hours",
-    }
-    launched = handle.graphql(LAUNCH, {"params": params})["launchPartitionBackfill"]
-    assert launched["__typename"] == "LaunchBackfillSuccess", launched
-    backfill_id = launched["backfillId"]
-
-    def finished():
-        answer = handle.graphql(POLL, {"id": backfill_id})["partitionBackfillOrError"]
-        assert answer["__typename"] == "PartitionBackfill", answer
-        return answer if answer["status"] in TERMINAL else None
-
-    backfill = wait_until(finished, 420, f"backfill {backfill_id}", every_s=2.0)
+    partitions = [partition_key_for(h) for h in hours]
+    backfill = _backfill(handle, corrected_key(view.name), partitions, "e2e: three hours")
     assert backfill["status"] in ("COMPLETED_SUCCESS", "COMPLETED"), backfill
     assert backfill["numPartitions"] == 3
     assert [r["status"] for r in backfill["runs"]] == ["SUCCESS"]  # single-run policy
@@ -122,6 +109,63 @@ def test_backfill_of_three_hours_is_one_run_and_served(dagster) -> None:
         for t in served.column("window_start").to_pylist()
     }
     assert starts == set(hours)
+
+
+MATERIALIZATION = """
+query Latest($path: [String!]!) {
+  assetOrError(assetKey: {path: $path}) {
+    __typename
+    ... on Asset {
+      assetMaterializations(limit: 1) {
+        partition
+        metadataEntries {
+          label
+          __typename
+          ... on MarkdownMetadataEntry { mdStr }
+          ... on PathMetadataEntry { path }
+        }
+      }
+    }
+  }
+}
+"""
+
+
+def _backfill(handle: DagsterHandle, key, partitions: list[str], title: str) -> dict:
+    params = {
+        "partitionNames": partitions,
+        "assetSelection": [{"path": key.path}],
+        "fromFailure": False,
+        "title": title,
+    }
+    launched = handle.graphql(LAUNCH, {"params": params})["launchPartitionBackfill"]
+    assert launched["__typename"] == "LaunchBackfillSuccess", launched
+    backfill_id = launched["backfillId"]
+
+    def finished():
+        answer = handle.graphql(POLL, {"id": backfill_id})["partitionBackfillOrError"]
+        assert answer["__typename"] == "PartitionBackfill", answer
+        return answer if answer["status"] in TERMINAL else None
+
+    return wait_until(finished, 420, f"backfill {backfill_id}", every_s=2.0)
+
+
+def test_the_days_report_is_one_click_from_the_asset(dagster, artifacts_dir: Path) -> None:
+    """After the correction above, the report of its day materializes from the UI's API and
+    its Markdown summary and HTML path are the materialization's metadata."""
+    handle, _, hours = dagster
+    day = datetime.fromtimestamp(hours[0] / 1000, tz=UTC).strftime("%Y-%m-%d")
+    backfill = _backfill(handle, RECONCILIATION_REPORT_KEY, [day], "e2e: report")
+    assert backfill["status"] in ("COMPLETED_SUCCESS", "COMPLETED"), backfill
+    answer = handle.graphql(MATERIALIZATION, {"path": RECONCILIATION_REPORT_KEY.path})
+    (latest,) = answer["assetOrError"]["assetMaterializations"]
+    assert latest["partition"] == day
+    entries = {e["label"]: e for e in latest["metadataEntries"]}
+    summary = next(e for e in entries.values() if e["__typename"] == "MarkdownMetadataEntry")
+    assert f"Reconciliation report {day}" in summary["mdStr"]
+    html = next(e for e in entries.values() if e["__typename"] == "PathMetadataEntry")
+    page = Path(html["path"])
+    assert page.exists() and "<img" in page.read_text()
 
 
 def _require_chromium() -> None:
@@ -161,6 +205,29 @@ def test_asset_graph_shows_every_view_in_a_browser(dagster, artifacts_dir: Path)
                     shown = title.inner_text().strip()
                     assert _shown_as(name, shown), f"node of {name} shows {shown!r}"
                 expect(page.get_by_text("raw_archive", exact=True).first).to_be_visible()
+            finally:
+                page.screenshot(path=str(shot), full_page=True)
+        finally:
+            browser.close()
+    assert shot.stat().st_size > 10_000
+
+
+def test_the_report_summary_shows_on_the_asset_page(dagster, artifacts_dir: Path) -> None:
+    _require_chromium()
+    from playwright.sync_api import expect, sync_playwright
+
+    handle, _, _ = dagster
+    shot = artifacts_dir / "dagster-reconciliation-report.png"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1600, "height": 1400})
+            page.goto(f"{handle.url}/assets/{RECONCILIATION_REPORT_KEY.path[-1]}")
+            try:
+                expect(page.get_by_text("summary", exact=True).first).to_be_visible(timeout=60_000)
+                expect(page.get_by_text("open_html", exact=True).first).to_be_visible()
+                page.get_by_text("[Show Markdown]").first.click()  # the one click
+                expect(page.get_by_text("Causes (day totals)").first).to_be_visible()
             finally:
                 page.screenshot(path=str(shot), full_page=True)
         finally:
