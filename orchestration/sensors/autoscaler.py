@@ -41,6 +41,9 @@ log = logging.getLogger(__name__)
 
 SCALE_JOB = "scale_stream_workers"
 HISTORY = 60
+REMEMBERING_POLICIES = frozenset({"ds2", "keda"})
+"""Policies that hold scale-downs back by their recent targets (ds2's scale-down interval,
+keda's stabilisation window); the others decide from the snapshot and history alone."""
 STARTUP_GRACE_S = 120.0
 """How long after a rescale the sensor waits for every new worker to report before deciding on
 those that do (a worker that never comes up must not block scaling for good)."""
@@ -114,7 +117,13 @@ def decide_scaling(
     if fleet is not None and (why := _rescaling(fleet, metrics, history[-1] if history else None)):
         log.info("autoscaler: not deciding, %s", why)
         return None, new_cursor
-    decision = make_policy(policy_name, settings).decide(metrics, history)
+    policy = make_policy(policy_name, settings)
+    if policy_name in REMEMBERING_POLICIES:
+        # A tick builds the policy afresh; replaying the recorded snapshots restores its
+        # memory of recent targets before it decides (as far back as the cursor's history).
+        for i, past in enumerate(history):
+            policy.decide(past, history[:i])
+    decision = policy.decide(metrics, history)
     verdict = apply_guards(
         decision,
         metrics,

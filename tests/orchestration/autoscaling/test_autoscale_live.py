@@ -84,6 +84,36 @@ def test_a_growing_backlog_at_full_utilisation_scales_up_and_a_quiet_fleet_does_
         assert quiet_request is None or quiet_request["target"] < 2
 
 
+def test_ds2_holds_a_scale_down_across_sensor_ticks_for_its_interval():
+    """Each tick builds the policy afresh; its scale-down interval must still hold."""
+    settings = AutoscaleSettings(
+        ds2={"scale_down_interval_s": 300.0},
+        guards={"cooldown_s": 0.0, "hysteresis_workers": 0},
+    )
+    cursor: dict = {}
+    t = 20_000.0
+
+    def tick(backlog: int, rate: float, util: float):
+        nonlocal cursor, t
+        request, cursor = decide_scaling(
+            _statuses(t, 3, backlog, rate, util),
+            cursor,
+            policy_name="ds2",
+            settings=settings,
+            now=t,
+            cooldown_s=0.0,
+        )
+        t += 30.0
+        return request
+
+    for step in range(4):  # busy: three workers flat out, the backlog growing
+        tick(5_000 + 500 * step, 50.0, 1.0)
+    held = [tick(0, 5.0, 0.05) for _ in range(6)]  # quiet for 180 s < 300 s
+    assert held == [None] * 6, held
+    released = next((r for r in (tick(0, 5.0, 0.05) for _ in range(12)) if r), None)
+    assert released is not None and released["target"] < 3
+
+
 def test_sensor_launches_a_tagged_scaling_run(tmp_path, monkeypatch):
     url = f"sqlite:///{tmp_path / 'control.db'}"
     control = ControlStore(url)
