@@ -158,33 +158,57 @@ def _allowed(share: float, rows: int) -> int:
     return math.floor(share * rows + 1e-9)
 
 
-def _exact_metric(
-    column: str,
-    aggregation: str,
-    pairs: list[tuple[tuple, Any, Any]],
-    causes: dict[tuple, GroupCauses],
-    tolerance: Tolerance,
-) -> MetricReconciliation:
+Pairs = list[tuple[tuple, Any, Any]]
+"""Matched rows of one metric: (key, exact value, realtime value)."""
+Judge = Callable[[Any, Any, GroupCauses], bool]
+"""Whether a row's realtime value is what its exact value and causes lead to expect."""
+
+
+def _tally(
+    pairs: Pairs, causes: dict[tuple, GroupCauses], judge: Judge
+) -> tuple[int, int, list[dict[str, Any]]]:
+    """(rows that differ, of those the explained ones, samples of the unexplained rows)."""
     differing = explained = 0
     unexplained: list[dict[str, Any]] = []
     for key, expected, actual in pairs:
         why = causes.get(key, NO_CAUSES)
         differs = not _close(expected, actual)
+        ok = judge(expected, actual, why)
         differing += differs
-        if aggregation == "count" and expected is not None and actual is not None:
-            ok = int(actual) - int(expected) == why.stream_count_offset
-            explained += differs and ok
-        else:
-            ok = not differs or why.explains_difference
-            explained += differs and ok
+        explained += differs and ok
         if not ok:
             unexplained.append(_sample(key, expected, actual, why))
-    allowed = _allowed(tolerance.unexplained_share, len(pairs))
-    rule = (
-        "realtime = exact + duplicates - late drops"
-        if aggregation == "count"
-        else "differences only where duplicates or late drops occurred"
+    return differing, explained, unexplained
+
+
+def _relative(expected: Any, actual: Any, floor: float = 1e-12) -> float:
+    if expected is None or actual is None:
+        return 1.0
+    return abs(float(actual) - float(expected)) / max(abs(float(expected)), floor)
+
+
+def _count_judge(expected: Any, actual: Any, why: GroupCauses) -> bool:
+    if expected is None or actual is None:
+        return _close(expected, actual) or why.explains_difference
+    return int(actual) - int(expected) == why.stream_count_offset
+
+
+def _exact_judge(expected: Any, actual: Any, why: GroupCauses) -> bool:
+    return _close(expected, actual) or why.explains_difference
+
+
+def _exact_metric(
+    column: str,
+    aggregation: str,
+    pairs: Pairs,
+    causes: dict[tuple, GroupCauses],
+    tolerance: Tolerance,
+) -> MetricReconciliation:
+    count = aggregation == "count"
+    differing, explained, unexplained = _tally(
+        pairs, causes, _count_judge if count else _exact_judge
     )
+    allowed = _allowed(tolerance.unexplained_share, len(pairs))
     return MetricReconciliation(
         column=column,
         kind=EXACT,
@@ -194,35 +218,29 @@ def _exact_metric(
         explained=explained,
         unexplained=len(unexplained),
         allowed=allowed,
-        rule=rule,
+        rule="realtime = exact + duplicates - late drops"
+        if count
+        else "differences only where duplicates or late drops occurred",
         passed=len(unexplained) <= allowed,
         samples=unexplained[:SAMPLES],
     )
 
 
 def _hll_metric(
-    column: str,
-    rse: float,
-    pairs: list[tuple[tuple, Any, Any]],
-    causes: dict[tuple, GroupCauses],
-    tolerance: Tolerance,
+    column: str, rse: float, pairs: Pairs, causes: dict[tuple, GroupCauses], tolerance: Tolerance
 ) -> MetricReconciliation:
-    differing = explained = 0
-    beyond: list[dict[str, Any]] = []
     band = tolerance.hll_sigmas * rse
-    for key, expected, actual in pairs:
-        why = causes.get(key, NO_CAUSES)
+
+    def judge(expected: Any, actual: Any, why: GroupCauses) -> bool:
         if _close(expected, actual):
-            continue
-        differing += 1
+            return True
         if expected is None or actual is None:
-            beyond.append(_sample(key, expected, actual, why))
-            continue
-        error = abs(float(actual) - float(expected)) / max(1.0, float(expected))
-        if error <= band or (why.late > 0 and actual < expected):
-            explained += 1
-        else:
-            beyond.append(_sample(key, expected, actual, why))
+            return False
+        return _relative(expected, actual, floor=1.0) <= band or (
+            why.late > 0 and actual < expected
+        )
+
+    differing, explained, beyond = _tally(pairs, causes, judge)
     allowed = max(1, math.ceil(tolerance.hll_outside_share * len(pairs)))
     return MetricReconciliation(
         column=column,
@@ -240,36 +258,25 @@ def _hll_metric(
 
 
 def _quantile_metric(
-    column: str,
-    pairs: list[tuple[tuple, Any, Any]],
-    causes: dict[tuple, GroupCauses],
-    tolerance: Tolerance,
+    column: str, pairs: Pairs, causes: dict[tuple, GroupCauses], tolerance: Tolerance
 ) -> MetricReconciliation:
     """KLL: the mean relative error of rows without duplicates or late drops is bounded;
     in small windows one late or duplicate value moves a quantile, so those are explained."""
     bound = tolerance.approximate_relative
-    differing = explained = 0
-    errors: list[float] = []
-    beyond: list[dict[str, Any]] = []
-    for key, expected, actual in pairs:
-        why = causes.get(key, NO_CAUSES)
-        if _close(expected, actual):
-            if not why.explains_difference:
-                errors.append(0.0)
-            continue
-        differing += 1
-        if why.explains_difference:
-            explained += 1
-            continue
-        if expected is None or actual is None:
-            error = 1.0
-        else:
-            error = abs(float(actual) - float(expected)) / max(abs(float(expected)), 1e-12)
-        errors.append(error)
-        if error > bound:
-            beyond.append(_sample(key, expected, actual, why))
-        else:
-            explained += 1
+
+    def judge(expected: Any, actual: Any, why: GroupCauses) -> bool:
+        return (
+            _close(expected, actual)
+            or why.explains_difference
+            or _relative(expected, actual) <= bound
+        )
+
+    differing, explained, beyond = _tally(pairs, causes, judge)
+    errors = [
+        0.0 if _close(e, a) else _relative(e, a)
+        for key, e, a in pairs
+        if not causes.get(key, NO_CAUSES).explains_difference
+    ]
     mean = sum(errors) / len(errors) if errors else 0.0
     return MetricReconciliation(
         column=column,
@@ -308,7 +315,7 @@ def _other_metric(
 def _metrics(
     view: View,
     comparison: Comparison,
-    pairs_by_column: dict[str, list[tuple[tuple, Any, Any]]],
+    pairs_by_column: dict[str, Pairs],
     causes: dict[tuple, GroupCauses],
     tolerance: Tolerance,
 ) -> list[MetricReconciliation]:
