@@ -5,8 +5,6 @@ One module for everything that needs Spark, so the session starts once (FACTS.md
 
 from __future__ import annotations
 
-import io
-import json
 from pathlib import Path
 
 import dagster as dg
@@ -24,13 +22,14 @@ from orchestration.resources import (
     LocalStorageResource,
 )
 from pipelines.control import ControlStore
-from pipelines.segments.layout import batch_prefix, published_key, realtime_prefix
-from pipelines.serving.query import query_view, read_published
+from pipelines.segments.layout import realtime_prefix
+from pipelines.serving.query import query_view
 from pipelines.storage import LocalObjectStore, ObjectStore
 from pipelines.views import HOUR_MS, View
 from quality.checks import CORRECTION_CHECK, build_correction_check, evaluate_correction
 from quality.compare import Tolerance
 from tests.fixtures.dagster_fixture import build_archive, copy_storage, example_views
+from tests.fixtures.segments import publish_batch_version, published_table
 from tests.fixtures.spark import spark  # noqa: F401  (session-scoped SparkSession)
 
 pytestmark = [pytest.mark.spark, pytest.mark.filterwarnings("ignore::dagster.BetaWarning")]
@@ -144,21 +143,13 @@ def test_corrected_assets_and_blocking_checks_for_a_range_in_one_run(
 
 def _tamper(store: ObjectStore, view: View, segment: int, column: str, factor: float) -> None:
     """Publish a new batch version of ``segment`` with ``column`` scaled by ``factor``."""
-    manifest = read_published(store, view.name, segment)
-    table = pq.read_table(io.BytesIO(store.get(manifest["files"][0])))
+    table = published_table(store, view, segment)
     index = table.schema.get_field_index(column)
     scaled = pc.cast(
         pc.round(pc.multiply(table.column(column), factor)), table.schema.field(column).type
     )
-    table = table.set_column(index, table.schema.field(column), scaled)
-    version = int(manifest["version"]) + 1
-    key = f"{batch_prefix(view.name, segment, version)}part-00000.parquet"
-    sink = io.BytesIO()
-    pq.write_table(table, sink)
-    store.put(key, sink.getvalue())
-    store.put(
-        published_key(view.name, segment),
-        json.dumps({**manifest, "version": version, "files": [key]}).encode(),
+    publish_batch_version(
+        store, view, segment, table.set_column(index, table.schema.field(column), scaled)
     )
 
 

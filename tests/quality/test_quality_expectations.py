@@ -7,15 +7,12 @@ the hours the tests check, so the row-count bounds are learned from real publish
 
 from __future__ import annotations
 
-import io
-import json
 from dataclasses import replace
 from pathlib import Path
 
 import dagster as dg
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import pytest
 
 from assets.partitions import partition_key_for
@@ -24,8 +21,7 @@ from orchestration.resources import LocalSparkResource, LocalStorageResource
 from pipelines.batch import archive_hours, correct_hours
 from pipelines.exceptions import ConfigError, QueryError
 from pipelines.generator import GeneratorOptions
-from pipelines.segments.layout import batch_prefix, published_key
-from pipelines.serving.query import query_view, read_published
+from pipelines.serving.query import query_view
 from pipelines.storage import LocalObjectStore, ObjectStore
 from pipelines.views import HOUR_MS, View, parse_views
 from quality.expectation_checks import (
@@ -46,6 +42,7 @@ from quality.expectations import (
     validate_view,
 )
 from tests.fixtures.dagster_fixture import copy_storage, example_views
+from tests.fixtures.segments import publish_batch_version, published_table
 from tests.fixtures.spark import spark  # noqa: F401  (session-scoped SparkSession)
 from tests.fixtures.stream_fixture import StreamRun, run_stream
 
@@ -333,25 +330,6 @@ def test_a_missing_metric_column_fails_naming_it(corrected: StreamRun, hours) ->
 # --- the Dagster asset check -----------------------------------------------------------------
 
 
-def _publish(store: ObjectStore, view: View, segment: int, table: pa.Table) -> None:
-    """Publish ``table`` as the next batch version of ``segment``, as the correction would."""
-    manifest = read_published(store, view.name, segment)
-    version = int(manifest["version"]) + 1
-    key = f"{batch_prefix(view.name, segment, version)}part-00000.parquet"
-    sink = io.BytesIO()
-    pq.write_table(table, sink)
-    store.put(key, sink.getvalue())
-    store.put(
-        published_key(view.name, segment),
-        json.dumps({**manifest, "version": version, "files": [key]}).encode(),
-    )
-
-
-def _batch_file(store: ObjectStore, view: View, segment: int) -> pa.Table:
-    manifest = read_published(store, view.name, segment)
-    return pq.read_table(io.BytesIO(store.get(manifest["files"][0])))
-
-
 def test_the_check_runs_after_the_correction_and_records_the_suite(
     corrected: StreamRun, hours, tmp_path: Path
 ) -> None:
@@ -388,9 +366,9 @@ def test_the_check_fails_with_error_or_warns_by_what_broke(
 ) -> None:
     view, hour = VIEWS["clients_5m"], hours[6]
     store = LocalObjectStore(str(copy_storage(Path(corrected.store.root), tmp_path / "storage")))
-    table = _batch_file(store, view, hour)
+    table = published_table(store, view, hour)
 
-    _publish(store, view, hour, _set(table, "bytes_total", 0, -10.0))
+    publish_batch_version(store, view, hour, _set(table, "bytes_total", 0, -10.0))
     broken = evaluate_expectations(store, view, hour, hour + HOUR_MS, SETTINGS)
     assert not broken.passed and broken.severity == dg.AssetCheckSeverity.ERROR
     assert broken.metadata["failed_columns"].value == ["bytes_total"]
@@ -398,7 +376,7 @@ def test_the_check_fails_with_error_or_warns_by_what_broke(
         broken.description
     )
 
-    _publish(store, view, hour, one_row_per_window(table))
+    publish_batch_version(store, view, hour, one_row_per_window(table))
     sparse = evaluate_expectations(store, view, hour, hour + HOUR_MS, SETTINGS)
     assert not sparse.passed and sparse.severity == dg.AssetCheckSeverity.WARN
     assert sparse.metadata["failed_warnings"].value == 1
