@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from pipelines.exceptions import SluiceError
+from pipelines.exceptions import ConfigError, SluiceError
 
-__all__ = ["QualityError", "SchemaViolation"]
+__all__ = ["InvalidReportDay", "QualityError", "SchemaViolation"]
 
 
 class QualityError(SluiceError):
@@ -13,3 +13,7 @@ class QualityError(SluiceError):
 
 class SchemaViolation(QualityError):
     """Data crossing a boundary breaks its schema; the message names columns, checks, values."""
+
+
+class InvalidReportDay(ConfigError):
+    """The day to report is not a YYYY-MM-DD UTC date Sluice can report."""

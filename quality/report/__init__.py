@@ -4,8 +4,8 @@ root (``reports/<day>/``). `sluice report` and the ``reconciliation_report`` ass
 :func:`publish_report`.
 """
 
+from quality.exceptions import InvalidReportDay
 from quality.report.build import ReportData, ViewSeries, build_report, day_bounds, parse_day
-from quality.report.exceptions import InvalidReportDay
 from quality.report.plots import ReportPlots, render_plots
 from quality.report.publish import publish_report
 from quality.report.render import headline, render_html, render_json, render_markdown

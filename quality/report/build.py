@@ -25,8 +25,8 @@ from pipelines.storage import ObjectStore
 from pipelines.views import HOUR_MS, WINDOW_START, View
 from quality.causes import Causes
 from quality.compare import APPROXIMATE, EXACT, Tolerance, metric_kinds
+from quality.exceptions import InvalidReportDay
 from quality.reconcile import Reconciliation, reconcile
-from quality.report.exceptions import InvalidReportDay
 
 __all__ = ["DAY_MS", "ReportData", "ViewSeries", "build_report", "day_bounds", "parse_day"]
 
