@@ -32,6 +32,7 @@ from pipelines.control import ControlStore, TaskStatus
 from pipelines.exceptions import ConfigError
 from pipelines.generator import GeneratorOptions
 from quality.report import InvalidReportDay, parse_day, publish_report, report_keys
+from tests.fixtures.browser import chromium_page
 from tests.fixtures.dagster_fixture import example_views
 from tests.fixtures.spark import spark  # noqa: F401  (session-scoped SparkSession)
 from tests.fixtures.stream_fixture import StreamRun, run_stream
@@ -47,8 +48,6 @@ OPTIONS = GeneratorOptions(
     late_delay_mean_s=400.0,  # many beyond the views' allowed lateness
     duplicate_share=0.03,
 )
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
 
 
 class Day:
@@ -162,32 +161,19 @@ def test_the_report_holds_both_series_the_causes_and_the_samples(day: Day, publi
 
 
 def test_the_html_shows_its_plots_and_tables_in_chromium(published, artifacts_dir: Path):
-    if not CHROMIUM.exists():
-        if os.environ.get("CI"):
-            pytest.fail(f"{CHROMIUM} is missing in CI: install Debian's chromium")
-        pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
-
     data, stored = published
     shot = artifacts_dir / "reconciliation_report.png"
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1200, "height": 900})
-            page.goto(stored.html_uri)
-            page.wait_for_load_state("load")
-            widths = page.eval_on_selector_all(
-                "img.plot", "imgs => imgs.map(i => [i.id, i.complete ? i.naturalWidth : 0])"
-            )
-            rows = {
-                view.name: page.locator(f"#hours-{view.name} tbody tr").count()
-                for view in data.views
-            }
-            failed_rows = page.locator("table.hours tr.failed").count()
-            headline = page.locator("#headline").inner_text()
-            page.screenshot(path=str(shot), full_page=True)
-        finally:
-            browser.close()
+    with chromium_page(1200, 900, shot) as page:
+        page.goto(stored.html_uri)
+        page.wait_for_load_state("load")
+        widths = page.eval_on_selector_all(
+            "img.plot", "imgs => imgs.map(i => [i.id, i.complete ? i.naturalWidth : 0])"
+        )
+        rows = {
+            view.name: page.locator(f"#hours-{view.name} tbody tr").count() for view in data.views
+        }
+        failed_rows = page.locator("table.hours tr.failed").count()
+        headline = page.locator("#headline").inner_text()
     ids = {i for i, _ in widths}
     expected = {f"series-{v.name}" for v in data.views} | {"errors", "fleet", "causes"}
     assert ids == expected

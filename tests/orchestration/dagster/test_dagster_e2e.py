@@ -7,7 +7,6 @@ leave no process behind.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,21 +20,12 @@ from pipelines.config import SluiceSettings
 from pipelines.serving.query import query_view
 from pipelines.storage import LocalObjectStore
 from pipelines.views import HOUR_MS
+from tests.fixtures.browser import chromium_page
 from tests.fixtures.dagster_fixture import build_archive, example_views
 from tests.fixtures.processes import wait_until
 
 pytestmark = pytest.mark.e2e
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-]
 TERMINAL = {"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED"}
 
 LAUNCH = """
@@ -168,14 +158,6 @@ def test_the_days_report_is_one_click_from_the_asset(dagster, artifacts_dir: Pat
     assert page.exists() and "<img" in page.read_text()
 
 
-def _require_chromium() -> None:
-    if CHROMIUM.exists():
-        return
-    if os.environ.get("CI"):
-        pytest.fail(f"{CHROMIUM} is missing in CI: install Debian's chromium")
-    pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium); browser test skipped")
-
-
 def _shown_as(name: str, text: str) -> bool:
     """The node title shows ``name`` whole, or middle-truncated with an ellipsis."""
     if "…" not in text:
@@ -185,53 +167,35 @@ def _shown_as(name: str, text: str) -> bool:
 
 
 def test_asset_graph_shows_every_view_in_a_browser(dagster, artifacts_dir: Path) -> None:
-    _require_chromium()
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     handle, _, _ = dagster
     expected = []
     for view in example_views():
         expected += [realtime_key(view.name).path[-1], corrected_key(view.name).path[-1]]
     shot = artifacts_dir / "dagster-asset-graph.png"
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1600, "height": 2200})
-            page.goto(f"{handle.url}/locations/sluice/asset-groups/views/lineage")
-            try:
-                for name in expected:
-                    title = page.locator(f'[data-tooltip="{name}"]').first
-                    expect(title).to_be_visible(timeout=60_000)
-                    shown = title.inner_text().strip()
-                    assert _shown_as(name, shown), f"node of {name} shows {shown!r}"
-                expect(page.get_by_text("raw_archive", exact=True).first).to_be_visible()
-            finally:
-                page.screenshot(path=str(shot), full_page=True)
-        finally:
-            browser.close()
+    with chromium_page(1600, 2200, shot) as page:
+        page.goto(f"{handle.url}/locations/sluice/asset-groups/views/lineage")
+        for name in expected:
+            title = page.locator(f'[data-tooltip="{name}"]').first
+            expect(title).to_be_visible(timeout=60_000)
+            shown = title.inner_text().strip()
+            assert _shown_as(name, shown), f"node of {name} shows {shown!r}"
+        expect(page.get_by_text("raw_archive", exact=True).first).to_be_visible()
     assert shot.stat().st_size > 10_000
 
 
 def test_the_report_summary_shows_on_the_asset_page(dagster, artifacts_dir: Path) -> None:
-    _require_chromium()
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     handle, _, _ = dagster
     shot = artifacts_dir / "dagster-reconciliation-report.png"
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1600, "height": 1400})
-            page.goto(f"{handle.url}/assets/{RECONCILIATION_REPORT_KEY.path[-1]}")
-            try:
-                expect(page.get_by_text("summary", exact=True).first).to_be_visible(timeout=60_000)
-                expect(page.get_by_text("open_html", exact=True).first).to_be_visible()
-                show = page.get_by_text("[Show Markdown]")
-                if show.count():  # long summaries sit behind one click, short ones inline
-                    show.first.click()
-                expect(page.get_by_text("Causes (day totals)").first).to_be_visible()
-            finally:
-                page.screenshot(path=str(shot), full_page=True)
-        finally:
-            browser.close()
+    with chromium_page(1600, 1400, shot) as page:
+        page.goto(f"{handle.url}/assets/{RECONCILIATION_REPORT_KEY.path[-1]}")
+        expect(page.get_by_text("summary", exact=True).first).to_be_visible(timeout=60_000)
+        expect(page.get_by_text("open_html", exact=True).first).to_be_visible()
+        show = page.get_by_text("[Show Markdown]")
+        if show.count():  # long summaries sit behind one click, short ones inline
+            show.first.click()
+        expect(page.get_by_text("Causes (day totals)").first).to_be_visible()
     assert shot.stat().st_size > 10_000
