@@ -9,12 +9,12 @@ start and ``SLUICE_PARTITIONS_END`` (optional) caps the end, e.g. at the trace's
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
 import dagster as dg
 
+from orchestration.settings import PARTITION_FORMAT, DagsterSettings, get_dagster_settings
 from pipelines.views import HOUR_MS
 
 __all__ = [
@@ -26,14 +26,14 @@ __all__ = [
     "partition_key_for",
 ]
 
-DEFAULT_PARTITIONS_START = "2014-04-10-00:00"
-PARTITION_FORMAT = "%Y-%m-%d-%H:%M"
+DEFAULT_PARTITIONS_START = DagsterSettings.model_fields["partitions_start"].default
 
 
 def hourly_partitions(start: str | None = None, end: str | None = None) -> dg.PartitionsDefinition:
     """UTC hours from ``start`` (``YYYY-MM-DD-HH:MM``); defaults from the environment."""
-    start = start or os.environ.get("SLUICE_PARTITIONS_START") or DEFAULT_PARTITIONS_START
-    end = end or os.environ.get("SLUICE_PARTITIONS_END") or None
+    settings = get_dagster_settings()
+    start = start or settings.partitions_start
+    end = end or settings.partitions_end
     return dg.HourlyPartitionsDefinition(
         start_date=start, end_date=end, timezone="UTC", fmt=PARTITION_FORMAT
     )

@@ -12,7 +12,6 @@ time in the past) are reported from the UI's partition picker or `sluice report 
 """
 
 import logging
-import os
 from datetime import UTC, date, datetime, timedelta
 
 import dagster as dg
@@ -22,7 +21,8 @@ from dagster._core.definitions.unresolved_asset_job_definition import (
 
 from assets.partitions import HOURLY, partition_key_for
 from orchestration.resources import StorageResource
-from pipelines.exceptions import ConfigError
+from orchestration.settings import DagsterSettings
+from pipelines.settings import load_settings
 from pipelines.views import HOUR_MS
 from quality.completeness import archive_completeness
 
@@ -40,23 +40,14 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-DEFAULT_GRACE_MINUTES = 15
-GRACE_ENV = "SLUICE_CORRECTION_GRACE_MINUTES"
-DEFAULT_REPORT_CRON = "30 0 * * *"
-REPORT_CRON_ENV = "SLUICE_REPORT_CRON"
+DEFAULT_GRACE_MINUTES = DagsterSettings.model_fields["correction_grace_minutes"].default
+DEFAULT_REPORT_CRON = DagsterSettings.model_fields["report_cron"].default
 REPORT_SCHEDULE = "reconciliation_report_daily"
 
 
 def grace_minutes() -> int:
     """``SLUICE_CORRECTION_GRACE_MINUTES``: how long after an hour ends it is corrected."""
-    raw = os.environ.get(GRACE_ENV, str(DEFAULT_GRACE_MINUTES))
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(f"{GRACE_ENV}={raw!r} is not a whole number of minutes") from None
-    if not 0 <= value <= 24 * 60:
-        raise ConfigError(f"{GRACE_ENV}={value} must be between 0 and 1440 minutes")
-    return value
+    return load_settings(DagsterSettings).correction_grace_minutes
 
 
 def hour_to_correct(scheduled: datetime, grace: int) -> int:
@@ -102,12 +93,7 @@ def build_correction_schedule(
 
 def report_cron() -> str:
     """``SLUICE_REPORT_CRON``: when the daily report runs (UTC), default ``30 0 * * *``."""
-    from dagster._utils.schedules import is_valid_cron_string
-
-    cron = os.environ.get(REPORT_CRON_ENV, DEFAULT_REPORT_CRON).strip()
-    if not is_valid_cron_string(cron):
-        raise ConfigError(f"{REPORT_CRON_ENV}={cron!r} is not a cron expression (e.g. 30 0 * * *)")
-    return cron
+    return load_settings(DagsterSettings).report_cron
 
 
 def day_to_report(scheduled: datetime) -> date:

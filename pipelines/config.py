@@ -1,7 +1,7 @@
 """Every setting a user configures, in one place: environment variables with the embedded default.
 
 Settings are pydantic models read from ``SLUICE_*`` variables (and ``KAFKA_BOOTSTRAP_SERVERS``,
-the name Kafka tooling already uses). Unset, Sluice runs on one machine: the embedded broker,
+the name Kafka tooling already uses) or the settings file (:mod:`pipelines.settings`). Unset, Sluice runs on one machine: the embedded broker,
 a local storage root and a SQLite control store under the state directory.
 """
 
@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import AliasChoices, Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
+
+from pipelines.settings import SluiceBaseSettings, load_settings
 
 __all__ = ["PROJECT_ROOT", "KafkaSettings", "SluiceSettings", "get_settings"]
 
@@ -20,7 +22,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 """The checkout; shipped data (traces, example views) lives under ``data/``."""
 
 
-class KafkaSettings(BaseSettings):
+class KafkaSettings(SluiceBaseSettings):
     """How to reach the Kafka-protocol cluster; unset bootstrap servers mean the embedded broker."""
 
     model_config = SettingsConfigDict(env_prefix="SLUICE_KAFKA_", extra="ignore")
@@ -56,7 +58,7 @@ class KafkaSettings(BaseSettings):
         return kwargs
 
 
-class SluiceSettings(BaseSettings):
+class SluiceSettings(SluiceBaseSettings):
     """Where Sluice keeps its state and how its stream workers behave."""
 
     model_config = SettingsConfigDict(env_prefix="SLUICE_", extra="ignore")
@@ -136,5 +138,5 @@ class SluiceSettings(BaseSettings):
 
 @lru_cache(maxsize=1)
 def get_settings() -> SluiceSettings:
-    """Settings from the environment, read once per process."""
-    return SluiceSettings()
+    """Settings from the environment and the settings file, read once per process."""
+    return load_settings(SluiceSettings)

@@ -14,6 +14,11 @@ class ConfigError(SluiceError):
     """A setting or environment variable has a value Sluice cannot use."""
 
 
+class InvalidSetting(ConfigError):
+    """An option (environment variable or settings file) has a value its model refuses; the
+    CLI prints the one-line message and exits 2."""
+
+
 class ViewDefinitionError(SluiceError):
     """A view definition (YAML) is invalid; the message names the view and the field."""
 

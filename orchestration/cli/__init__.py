@@ -12,7 +12,10 @@ import importlib
 import logging
 import sys
 
-from pipelines.exceptions import SluiceError
+from pydantic import ValidationError
+
+from pipelines.exceptions import InvalidSetting, SluiceError
+from pipelines.settings import describe_validation_error
 
 __all__ = ["build_parser", "main"]
 
@@ -28,6 +31,7 @@ SUBCOMMANDS = (
     "batch",
     "report",
     "autoscale",
+    "config",
 )
 
 
@@ -72,6 +76,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
+    except InvalidSetting as exc:
+        print(f"sluice: invalid setting: {exc}", file=sys.stderr)
+        return 2
+    except ValidationError as exc:  # a settings model built without load_settings
+        print(f"sluice: invalid setting: {describe_validation_error(exc)}", file=sys.stderr)
+        return 2
     except SluiceError as exc:
         print(f"sluice: error: {exc}", file=sys.stderr)
         return 1

@@ -9,7 +9,6 @@ read by Dagster when a run starts, never at import time.
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any
 
 import dagster as dg
@@ -33,11 +32,11 @@ from orchestration.resources.storage import (
     S3StorageResource,
     StorageResource,
 )
-from pipelines.exceptions import ConfigError
+from orchestration.settings import DagsterSettings
+from pipelines.settings import load_settings
 
 __all__ = [
     "ENVS",
-    "ENV_VAR",
     "RESOURCES_BY_ENV",
     "ControlStoreResource",
     "FleetResource",
@@ -50,7 +49,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-ENV_VAR = "SLUICE_ENV"
 ENVS = ("local", "prod")
 
 RESOURCES_BY_ENV: dict[str, dict[str, Any]] = {
@@ -92,10 +90,7 @@ RESOURCES_BY_ENV: dict[str, dict[str, Any]] = {
 
 def get_env() -> str:
     """The environment whose resources Dagster uses: ``SLUICE_ENV``, default ``local``."""
-    env = os.environ.get(ENV_VAR, "local").strip().lower() or "local"
-    if env not in RESOURCES_BY_ENV:
-        raise ConfigError(f"{ENV_VAR}={env!r} is not one of {', '.join(RESOURCES_BY_ENV)}")
-    return env
+    return load_settings(DagsterSettings).env
 
 
 def get_resources(env: str | None = None) -> dict[str, Any]:

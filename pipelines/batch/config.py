@@ -10,12 +10,14 @@ import os
 import sys
 
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
+
+from pipelines.settings import SluiceBaseSettings
 
 __all__ = ["SparkSettings"]
 
 
-class SparkSettings(BaseSettings):
+class SparkSettings(SluiceBaseSettings):
     """How the batch correction gets its SparkSession."""
 
     model_config = SettingsConfigDict(env_prefix="SLUICE_SPARK_", extra="ignore")

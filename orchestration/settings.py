@@ -1,0 +1,85 @@
+"""The Dagster deployment's options: which resource set, which hours, when schedules fire.
+
+Read once, where the code location is built (:func:`get_dagster_settings`), like every other
+settings model (:mod:`pipelines.settings`: environment, then the settings file, then these
+defaults); a bad value stops the code location with one line naming the variable.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from functools import lru_cache
+from typing import Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import SettingsConfigDict
+
+from pipelines.settings import SluiceBaseSettings, load_settings
+
+__all__ = ["PARTITION_FORMAT", "DagsterSettings", "get_dagster_settings"]
+
+PARTITION_FORMAT = "%Y-%m-%d-%H:%M"
+
+
+class DagsterSettings(SluiceBaseSettings):
+    """How the Dagster code location is set up on this deployment."""
+
+    model_config = SettingsConfigDict(env_prefix="SLUICE_", extra="ignore")
+
+    env: Literal["local", "prod"] = Field(
+        default="local",
+        description="Resource set: local (embedded broker, local storage, SQLite, local Spark) "
+        "or prod (Kafka/MSK, S3, PostgreSQL, a Spark cluster, AWS Auto Scaling).",
+    )
+    partitions_start: str = Field(
+        default="2014-04-10-00:00",
+        description="First hourly partition, UTC, YYYY-MM-DD-HH:MM (default: the earliest "
+        "shipped trace, so every trace's hours can be corrected from the UI).",
+    )
+    partitions_end: str | None = Field(
+        default=None,
+        description="Last hourly partition (exclusive), UTC, YYYY-MM-DD-HH:MM; unset = open.",
+    )
+    correction_grace_minutes: int = Field(
+        default=15,
+        ge=0,
+        le=24 * 60,
+        description="Minutes after an hour ends before the hourly schedule corrects it "
+        "(late data's time to arrive).",
+    )
+    report_cron: str = Field(
+        default="30 0 * * *",
+        description="Cron (UTC) of the daily reconciliation report of the previous day.",
+    )
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_lower(cls, value: object) -> object:
+        return value.strip().lower() or "local" if isinstance(value, str) else value
+
+    @field_validator("partitions_start", "partitions_end")
+    @classmethod
+    def _partition_format(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        try:
+            datetime.strptime(value, PARTITION_FORMAT)
+        except ValueError:
+            raise ValueError("expected YYYY-MM-DD-HH:MM, e.g. 2014-07-01-00:00") from None
+        return value
+
+    @field_validator("report_cron")
+    @classmethod
+    def _cron(cls, value: str) -> str:
+        from dagster._utils.schedules import is_valid_cron_string
+
+        value = value.strip()
+        if not is_valid_cron_string(value):
+            raise ValueError("not a cron expression (e.g. 30 0 * * *)")
+        return value
+
+
+@lru_cache(maxsize=1)
+def get_dagster_settings() -> DagsterSettings:
+    """The deployment's settings, read once per process."""
+    return load_settings(DagsterSettings)
