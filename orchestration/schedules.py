@@ -11,7 +11,6 @@ previous UTC day, skipped when the archive holds no event of that day; replayed 
 time in the past) are reported from the UI's partition picker or `sluice report --date D`.
 """
 
-import logging
 from datetime import UTC, date, datetime, timedelta
 
 import dagster as dg
@@ -38,7 +37,6 @@ __all__ = [
     "report_cron",
 ]
 
-log = logging.getLogger(__name__)
 
 DEFAULT_GRACE_MINUTES = DagsterSettings.model_fields["correction_grace_minutes"].default
 DEFAULT_REPORT_CRON = DagsterSettings.model_fields["report_cron"].default

@@ -1,7 +1,5 @@
 """The ``events`` topic: produced outside Dagster (the generator, real producers), observed here."""
 
-import logging
-
 import dagster as dg
 
 from assets.constants import EVENTS_KEY, RAW_GROUP
@@ -9,8 +7,6 @@ from orchestration.resources import KafkaResource
 from pipelines.config import get_settings
 
 __all__ = ["events"]
-
-log = logging.getLogger(__name__)
 
 
 @dg.observable_source_asset(

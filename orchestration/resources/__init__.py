@@ -8,7 +8,6 @@ read by Dagster when a run starts, never at import time.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import dagster as dg
@@ -47,7 +46,6 @@ __all__ = [
     "get_resources",
 ]
 
-log = logging.getLogger(__name__)
 
 ENVS = ("local", "prod")
 

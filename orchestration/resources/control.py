@@ -6,7 +6,6 @@ where the URL carries a password and so comes from ``dg.EnvVar``.
 
 from __future__ import annotations
 
-import logging
 from abc import abstractmethod
 
 import dagster as dg
@@ -16,8 +15,6 @@ from pipelines.config import get_settings
 from pipelines.control import ControlStore
 
 __all__ = ["ControlStoreResource", "LocalControlStoreResource", "SqlControlStoreResource"]
-
-log = logging.getLogger(__name__)
 
 
 class ControlStoreResource(dg.ConfigurableResource):

@@ -6,7 +6,6 @@ production the bootstrap servers and SASL credentials of a real cluster (MSK).
 
 from __future__ import annotations
 
-import logging
 from abc import abstractmethod
 
 import dagster as dg
@@ -17,8 +16,6 @@ from pipelines.config import KafkaSettings, get_settings
 from pipelines.kafka import consumer, end_offsets, resolve_bootstrap
 
 __all__ = ["ClusterKafkaResource", "EmbeddedKafkaResource", "KafkaResource"]
-
-log = logging.getLogger(__name__)
 
 
 class KafkaResource(dg.ConfigurableResource):

@@ -8,7 +8,6 @@ many hours (one run, see ``BackfillPolicy.single_run``) pays Spark's start-up on
 
 from __future__ import annotations
 
-import logging
 from abc import abstractmethod
 from typing import TYPE_CHECKING, Any
 
@@ -20,8 +19,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = ["ClusterSparkResource", "LocalSparkResource", "SparkResource"]
-
-log = logging.getLogger(__name__)
 
 
 class SparkResource(dg.ConfigurableResource):

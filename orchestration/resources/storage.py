@@ -6,7 +6,6 @@ directory (one machine, tests) or an S3 prefix reached through dagster-aws' ``S3
 
 from __future__ import annotations
 
-import logging
 from abc import abstractmethod
 
 import dagster as dg
@@ -17,8 +16,6 @@ from pipelines.config import get_settings
 from pipelines.storage import ObjectStore, open_store
 
 __all__ = ["LocalStorageResource", "S3StorageResource", "StorageResource"]
-
-log = logging.getLogger(__name__)
 
 
 class StorageResource(dg.ConfigurableResource):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import logging
 from typing import Protocol
 
 import orjson
@@ -11,8 +10,6 @@ import orjson
 from pipelines.events.decode import DeadLetter
 
 __all__ = ["DeadLetterSink", "KafkaDeadLetterSink", "dead_letter_message"]
-
-log = logging.getLogger(__name__)
 
 
 class DeadLetterSink(Protocol):
