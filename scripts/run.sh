@@ -43,6 +43,8 @@ case "$cmd" in
   up) exec .venv/bin/sluice up "$@" ;;
   test)
     need_chromium
+    echo "checking the import contracts (pyproject.toml: the package graph runs one way) ..." >&2
+    .venv/bin/lint-imports --no-cache || die "an import runs back up the layers (see above)"
     exec .venv/bin/python -m pytest "$@" ;;
   sluice) exec .venv/bin/sluice "$@" ;;
   *) die "usage: bash scripts/run.sh up|test|sluice [args]" ;;
