@@ -154,7 +154,7 @@ class OptionRow:
 
 def _shown(value: Any, secret: bool) -> str:
     if value is None:
-        return "-"
+        return "unset"
     if isinstance(value, SecretStr) or secret:
         return MASK
     text = str(value.value if isinstance(value, Enum) else value)
@@ -181,16 +181,21 @@ def _walk(
         yield name, _variable_names(name, field, prefix), value, field
 
 
-def option_rows(settings: SluiceBaseSettings) -> list[OptionRow]:
-    """Every option of ``settings`` with its effective value (secrets masked) and its source."""
-    config = type(settings).model_config
+def option_rows(settings: BaseSettings, *, defaults: bool = False) -> list[OptionRow]:
+    """Every option of ``settings`` with its effective value (secrets masked) and its source;
+    with ``defaults``, each option's default instead (``settings`` may then be the class)."""
+    model = settings if isinstance(settings, type) else type(settings)
+    config = model.model_config
     prefix = config.get("env_prefix", "") or ""
     delimiter = config.get("env_nested_delimiter")
-    path, file_vars = _current_file_variables()
+    path, file_vars = (None, {}) if defaults else _current_file_variables()
     file_upper = {k.upper() for k in file_vars}
+    instance = model.model_construct() if defaults else settings
     rows = []
-    for _, names, value, field in _walk(settings, prefix, delimiter):
-        if any(n in os.environ for n in names):
+    for _, names, value, field in _walk(instance, prefix, delimiter):
+        if defaults:
+            source = "default"
+        elif any(n in os.environ for n in names):
             source = "environment"
         elif any(n.upper() in file_upper for n in names):
             source = f"file {path}"

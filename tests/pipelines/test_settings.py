@@ -174,3 +174,16 @@ def test_no_option_is_read_from_the_environment_outside_the_settings_modules() -
             if reads := _environ_reads(ast.parse(path.read_text())):
                 offenders[rel] = reads
     assert offenders == {}
+
+
+def test_docs_settings_md_is_generated_from_the_models(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)  # no ./sluice.yaml; defaults never read the environment
+    monkeypatch.delenv("SLUICE_CONFIG_FILE", raising=False)
+    assert main(["config", "--defaults", "--format", "markdown"]) == 0
+    generated = capsys.readouterr().out
+    assert generated == (ROOT / "docs" / "settings.md").read_text(), (
+        "docs/settings.md is stale: .venv/bin/sluice config --defaults --format markdown "
+        "> docs/settings.md"
+    )
