@@ -16,14 +16,14 @@ import assets.raw
 import assets.reports
 import assets.views
 from assets.constants import RAW_GROUP, REPORTS_GROUP, VIEWS_GROUP
+from assets.raw.archive_checks import build_archive_schema_check
+from assets.raw.lineage_checks import build_nothing_lost_check
+from assets.views.checks import build_correction_checks
+from assets.views.expectation_checks import build_expectation_checks
 from orchestration.jobs import build_correction_job, build_report_job, scale_stream_workers
 from orchestration.resources import get_resources
 from orchestration.schedules import build_correction_schedule, build_report_schedule
 from orchestration.sensors import make_autoscaling_sensor, make_realtime_lag_sensor
-from quality.archive_checks import build_archive_schema_check
-from quality.checks import build_correction_checks
-from quality.expectation_checks import build_expectation_checks
-from quality.lineage_checks import build_nothing_lost_check
 
 __all__ = ["defs"]
 

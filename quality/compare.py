@@ -7,7 +7,7 @@ and relative errors are summarised (max and mean) and held against a tolerance t
 on how the stream computes the metric: exact aggregations (count, sum, min, ...) must agree
 within ``Tolerance.relative``; sketches (HLL, KLL) within ``Tolerance.approximate_relative``;
 rankings (top_k) are reported but never fail the comparison. No Dagster imports here: the
-asset checks in :mod:`quality.checks` wrap these results.
+asset checks in :mod:`assets.views.checks` wrap these results.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from assets.constants import corrected_key, realtime_key
 from assets.partitions import partition_key_for
 from assets.raw import raw_archive
 from assets.views import corrected_assets, realtime_assets
+from assets.views.checks import CORRECTION_CHECK, build_correction_check, evaluate_correction
 from orchestration.resources import (
     LocalControlStoreResource,
     LocalSparkResource,
@@ -26,7 +27,6 @@ from pipelines.segments.layout import realtime_prefix
 from pipelines.serving.query import query_view
 from pipelines.storage import LocalObjectStore, ObjectStore
 from pipelines.views import HOUR_MS, View
-from quality.checks import CORRECTION_CHECK, build_correction_check, evaluate_correction
 from quality.compare import Tolerance
 from tests.fixtures.dagster_fixture import build_archive, copy_storage, example_views
 from tests.fixtures.segments import publish_batch_version, published_table

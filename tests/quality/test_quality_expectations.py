@@ -16,6 +16,12 @@ import pyarrow.compute as pc
 import pytest
 
 from assets.partitions import partition_key_for
+from assets.views.expectation_checks import (
+    EXPECTATIONS_CHECK,
+    build_expectation_check,
+    build_expectation_checks,
+    evaluate_expectations,
+)
 from assets.views.factory import build_corrected_asset
 from orchestration.resources import LocalSparkResource, LocalStorageResource
 from pipelines.batch import archive_hours, correct_hours
@@ -24,12 +30,6 @@ from pipelines.generator import GeneratorOptions
 from pipelines.serving.query import query_view
 from pipelines.storage import LocalObjectStore, ObjectStore
 from pipelines.views import HOUR_MS, View, parse_views
-from quality.expectation_checks import (
-    EXPECTATIONS_CHECK,
-    build_expectation_check,
-    build_expectation_checks,
-    evaluate_expectations,
-)
 from quality.expectations import (
     CRITICAL,
     WARNING,

@@ -18,6 +18,12 @@ import pytest
 
 from assets.partitions import partition_key_for
 from assets.raw import raw_archive
+from assets.raw.lineage_checks import (
+    NOTHING_LOST_CHECK,
+    broker_offset_bounds,
+    build_nothing_lost_check,
+    evaluate_nothing_lost,
+)
 from orchestration.resources import ClusterKafkaResource, KafkaResource, LocalStorageResource
 from pipelines.config import SluiceSettings
 from pipelines.exceptions import BrokerUnavailable
@@ -28,12 +34,6 @@ from pipelines.storage import LocalObjectStore, ObjectStore
 from pipelines.stream import StreamWorker, TaskId
 from quality.completeness import RangeRecord, merge_ranges, read_range_records
 from quality.lineage import check_nothing_lost, format_offsets
-from quality.lineage_checks import (
-    NOTHING_LOST_CHECK,
-    broker_offset_bounds,
-    build_nothing_lost_check,
-    evaluate_nothing_lost,
-)
 from tests.fixtures.dagster_fixture import copy_storage, example_views
 from tests.fixtures.processes import wait_until
 from tests.fixtures.stream_fixture import StreamRun, run_stream

@@ -19,6 +19,12 @@ import pytest
 
 from assets.partitions import partition_key_for
 from assets.raw import raw_archive
+from assets.raw.archive_checks import (
+    ARCHIVE_SCHEMA_CHECK,
+    build_archive_schema_check,
+    evaluate_archive_schema,
+    read_archive_hour,
+)
 from orchestration.resources import LocalStorageResource
 from pipelines.events.decode import DEAD_LETTER_REASONS
 from pipelines.generator import GeneratorOptions
@@ -26,12 +32,6 @@ from pipelines.segments.layout import archive_events_key, hour_label, realtime_p
 from pipelines.serving.query import query_view
 from pipelines.storage import LocalObjectStore
 from pipelines.views import HOUR_MS, View, parse_views
-from quality.archive_checks import (
-    ARCHIVE_SCHEMA_CHECK,
-    build_archive_schema_check,
-    evaluate_archive_schema,
-    read_archive_hour,
-)
 from quality.exceptions import QualityError, SchemaViolation
 from quality.schemas import (
     SegmentKind,

@@ -18,6 +18,7 @@ from assets.constants import (
     realtime_key,
 )
 from assets.partitions import DEFAULT_PARTITIONS_START, HOURLY, partition_key_for
+from assets.views.checks import CORRECTION_CHECK
 from orchestration import resources
 from orchestration.definitions import correction_job, defs
 from orchestration.resources import LocalControlStoreResource, LocalStorageResource
@@ -27,7 +28,6 @@ from pipelines.config import PROJECT_ROOT
 from pipelines.control import ControlStore, TaskStatus
 from pipelines.exceptions import ConfigError
 from pipelines.segments.layout import parse_hour_label
-from quality.checks import CORRECTION_CHECK
 from tests.fixtures.dagster_fixture import build_archive, example_views
 
 pytestmark = pytest.mark.filterwarnings("ignore::dagster.BetaWarning")

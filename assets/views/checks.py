@@ -17,6 +17,7 @@ from typing import Any
 import dagster as dg
 
 from assets.constants import corrected_key
+from assets.run_window import not_partitioned, run_window_ms
 from orchestration.resources import StorageResource
 from pipelines.segments.layout import hour_label
 from pipelines.serving.query import query_view
@@ -25,7 +26,6 @@ from pipelines.views import HOUR_MS, View
 from quality.causes import Causes
 from quality.compare import Comparison, Tolerance, compare_tables, metric_kinds, view_keys
 from quality.reconcile import Reconciliation, reconcile
-from quality.run_window import not_partitioned, run_window_ms
 
 __all__ = [
     "CORRECTION_CHECK",

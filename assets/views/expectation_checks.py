@@ -15,11 +15,11 @@ from typing import Any
 import dagster as dg
 
 from assets.constants import corrected_key
+from assets.run_window import not_partitioned, run_window_ms
 from orchestration.resources import StorageResource
 from pipelines.storage import ObjectStore
 from pipelines.views import View
 from quality.expectations import ExpectationSettings, SuiteResult, validate_view
-from quality.run_window import not_partitioned, run_window_ms
 
 __all__ = [
     "EXPECTATIONS_CHECK",

@@ -18,12 +18,12 @@ from kafka import TopicPartition
 from kafka.errors import KafkaError
 
 from assets.constants import RAW_ARCHIVE_KEY
+from assets.run_window import run_hours
 from orchestration.resources import KafkaResource, StorageResource
 from pipelines.exceptions import BrokerUnavailable
 from pipelines.kafka import beginning_offsets, consumer, end_offsets
 from pipelines.storage import ObjectStore
 from quality.lineage import HourLineage, check_nothing_lost
-from quality.run_window import run_hours
 
 __all__ = [
     "NOTHING_LOST_CHECK",

@@ -20,11 +20,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from assets.constants import RAW_ARCHIVE_KEY
+from assets.run_window import not_partitioned, run_hours
 from orchestration.resources import StorageResource
 from pipelines.segments.layout import archive_dead_letters_key, archive_events_key, hour_label
 from pipelines.storage import ObjectStore
 from quality.exceptions import SchemaViolation
-from quality.run_window import not_partitioned, run_hours
 from quality.schemas import validate_archive_events, validate_dead_letters
 
 __all__ = [
