@@ -17,14 +17,17 @@ from dataclasses import dataclass
 from kafka import TopicPartition
 from kafka.errors import KafkaError
 
+from orchestration.runtime import Runtime
 from pipelines.config import KafkaSettings
 from pipelines.control import TaskStatus
+from pipelines.exceptions import BrokerUnavailable
 from pipelines.kafka import consumer, end_offsets
 
 __all__ = [
     "STATUS_ORDER",
     "LagSample",
     "TaskLag",
+    "collect_task_lags",
     "lag_status",
     "newest_produced_timestamps",
     "task_lags",
@@ -97,6 +100,21 @@ def task_lags(
         age = now - status.heartbeat_at
         lags.append(TaskLag(status, backlog, time_lag, age, age > stale_after_s))
     return lags
+
+
+def collect_task_lags(runtime: Runtime, stale_after_s: float = 300.0) -> list[TaskLag]:
+    """Every task's lag now: the workers' reports joined with what the broker holds (what the
+    workers last reported alone when the broker does not answer)."""
+    statuses = runtime.control.tasks()
+    produced = {}
+    try:
+        bootstrap = runtime.bootstrap()
+        for topic in sorted({s.topic for s in statuses}):
+            parts = sorted(s.partition for s in statuses if s.topic == topic)
+            produced[topic] = newest_produced_timestamps(bootstrap, topic, parts, runtime.kafka)
+    except BrokerUnavailable:
+        pass
+    return task_lags(statuses, produced, stale_after_s=stale_after_s)
 
 
 STATUS_ORDER = ("OK", "WARN", "STALL", "STOP", "ERR")

@@ -17,15 +17,13 @@ from rich.text import Text
 from orchestration.lag import (
     LagSample,
     TaskLag,
+    collect_task_lags,
     lag_status,
-    newest_produced_timestamps,
-    task_lags,
     worst,
 )
 from orchestration.runtime import Runtime
-from pipelines.exceptions import BrokerUnavailable
 
-__all__ = ["StatusTracker", "collect", "register", "render"]
+__all__ = ["StatusTracker", "register", "render"]
 
 log = logging.getLogger(__name__)
 
@@ -39,19 +37,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--stale-after", type=float, default=300.0, help="heartbeat age that marks a task stale"
     )
     parser.set_defaults(func=run)
-
-
-def collect(runtime: Runtime, stale_after_s: float = 300.0) -> list[TaskLag]:
-    statuses = runtime.control.tasks()
-    produced = {}
-    try:
-        bootstrap = runtime.bootstrap()
-        for topic in sorted({s.topic for s in statuses}):
-            parts = sorted(s.partition for s in statuses if s.topic == topic)
-            produced[topic] = newest_produced_timestamps(bootstrap, topic, parts, runtime.kafka)
-    except BrokerUnavailable:
-        pass  # show what the workers last reported
-    return task_lags(statuses, produced, stale_after_s=stale_after_s)
 
 
 def _fmt_s(seconds: float | None) -> str:
@@ -149,19 +134,19 @@ def _snapshot(lags: list[TaskLag]) -> list[dict]:
 def run(args: argparse.Namespace) -> int:
     runtime = Runtime.from_env()
     if args.json:
-        json.dump(_snapshot(collect(runtime, args.stale_after)), sys.stdout, indent=2)
+        json.dump(_snapshot(collect_task_lags(runtime, args.stale_after)), sys.stdout, indent=2)
         print()
         return 0
     console = Console()
     if args.once:
-        console.print(render(collect(runtime, args.stale_after)))
+        console.print(render(collect_task_lags(runtime, args.stale_after)))
         return 0
     with Live(
-        render(collect(runtime, args.stale_after)), console=console, auto_refresh=False
+        render(collect_task_lags(runtime, args.stale_after)), console=console, auto_refresh=False
     ) as live:
         try:
             while True:
                 time.sleep(args.interval)
-                live.update(render(collect(runtime, args.stale_after)), refresh=True)
+                live.update(render(collect_task_lags(runtime, args.stale_after)), refresh=True)
         except KeyboardInterrupt:
             return 0

@@ -22,9 +22,10 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.text import Text
 
-from orchestration.cli.status import collect, render
+from orchestration.cli.status import render
 from orchestration.cli.stream import DeploymentWatcher, ScaleWatcher, start_fleet
 from orchestration.fleet.samples import FleetSampler
+from orchestration.lag import collect_task_lags
 from orchestration.runtime import Runtime
 from pipelines.kafka import EmbeddedBroker, ensure_topics
 
@@ -175,7 +176,7 @@ def _watch(runtime, fleet, generator, dagster, console, stop, exit_when_done: bo
         while not stop.wait(2.0):
             for event in [*fleet.supervise(), *watcher.check(), *scaler.check()]:
                 console.print(event)
-            lags = collect(runtime)
+            lags = collect_task_lags(runtime)
             sampler.maybe_record(lags)
             gen_state = (
                 "running" if generator.poll() is None else f"done (exit {generator.returncode})"

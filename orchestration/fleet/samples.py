@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from orchestration.lag import TaskLag
+from orchestration.lag import TaskLag, collect_task_lags
 from orchestration.runtime import Runtime
 from pipelines.control import FleetSample
 
@@ -71,9 +71,7 @@ class FleetSampler:
             return []
         self.next_at = now + self.interval_s
         if lags is None:
-            from orchestration.cli.status import collect
-
-            lags = collect(self.runtime)
+            lags = collect_task_lags(self.runtime)
         samples = [
             sample
             for topic in sorted({lag.status.topic for lag in lags})
