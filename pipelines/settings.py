@@ -43,6 +43,7 @@ __all__ = [
     "OptionRow",
     "SettingsFileSource",
     "SluiceBaseSettings",
+    "as_environment",
     "describe_validation_error",
     "load_settings",
     "option_rows",
@@ -235,3 +236,24 @@ def load_settings(model: type[SettingsT]) -> SettingsT:
         return model()
     except ValidationError as exc:
         raise InvalidSetting(describe_validation_error(exc)) from None
+
+
+def as_environment(settings: BaseSettings) -> dict[str, str]:
+    """``settings`` as the variables that rebuild it in a child process: how a supervisor
+    hands its effective settings to the processes it starts, explicitly (secrets included,
+    since the child needs them; never log the result)."""
+    config = type(settings).model_config
+    prefix = config.get("env_prefix", "") or ""
+    delimiter = config.get("env_nested_delimiter")
+    env = {}
+    for _, names, value, _field in _walk(settings, prefix, delimiter):
+        if value is None:
+            continue
+        if isinstance(value, SecretStr):
+            value = value.get_secret_value()
+        elif isinstance(value, dict | list):
+            value = json.dumps(value)
+        elif isinstance(value, Enum):
+            value = value.value
+        env[names[0]] = str(value)
+    return env

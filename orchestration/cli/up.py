@@ -23,10 +23,9 @@ from rich.live import Live
 from rich.text import Text
 
 from orchestration.cli.status import render
-from orchestration.cli.stream import DeploymentWatcher, ScaleWatcher, start_fleet
-from orchestration.fleet.samples import FleetSampler
-from orchestration.lag import collect_task_lags
+from orchestration.fleet import Supervisor, child_environment, start_fleet
 from orchestration.runtime import Runtime
+from pipelines.config import SluiceSettings
 from pipelines.kafka import EmbeddedBroker, ensure_topics
 
 __all__ = ["register"]
@@ -45,8 +44,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--flush-interval",
         type=float,
         default=None,
-        help="segment flush seconds (default 5 here, so a compressed day shows up quickly; "
-        "SLUICE_FLUSH_INTERVAL_S wins if set)",
+        help="segment flush seconds (default: SLUICE_FLUSH_INTERVAL_S if set, else 5 here, "
+        "so a compressed day shows up quickly)",
     )
     parser.add_argument("--no-dagster", action="store_true", help="do not start Dagster")
     parser.add_argument(
@@ -89,18 +88,28 @@ def _stop_process(process: subprocess.Popen | None, timeout_s: float = 10.0) -> 
         process.wait(timeout=5)
 
 
-def run(args: argparse.Namespace) -> int:
-    if args.flush_interval is not None:
-        os.environ["SLUICE_FLUSH_INTERVAL_S"] = str(args.flush_interval)
-    else:
-        os.environ.setdefault("SLUICE_FLUSH_INTERVAL_S", "5")
-    os.environ.setdefault("SLUICE_CHECKPOINT_INTERVAL_S", "15")
-    os.environ.setdefault("SLUICE_FLEET_SAMPLE_INTERVAL_S", "2")  # ~16 event-time min at 480x
-    from pipelines.config import get_settings
+UP_DEFAULTS = {
+    "flush_interval_s": 5.0,  # a compressed day shows up in the segments quickly
+    "checkpoint_interval_s": 15.0,
+    "fleet_sample_interval_s": 2.0,  # ~16 event-time minutes at 480x
+}
+"""What `up` changes from the settings' defaults, unless the user set the option."""
 
-    get_settings.cache_clear()
-    runtime = Runtime.from_env()
-    settings = runtime.settings
+
+def up_settings(settings: SluiceSettings, flush_interval: float | None) -> SluiceSettings:
+    """``settings`` with `up`'s defaults for the options the user left unset; ``--flush-interval``
+    wins over everything."""
+    update = {k: v for k, v in UP_DEFAULTS.items() if k not in settings.model_fields_set}
+    if flush_interval is not None:
+        update["flush_interval_s"] = flush_interval
+    update["state_dir"] = settings.resolved_state_dir
+    return SluiceSettings.model_validate({**settings.model_dump(), **update})
+
+
+def run(args: argparse.Namespace) -> int:
+    base = Runtime.from_env()
+    settings = up_settings(base.settings, args.flush_interval)
+    runtime = Runtime(settings, base.kafka)
     state_dir = settings.resolved_state_dir
     (state_dir / "logs").mkdir(parents=True, exist_ok=True)
     console = Console()
@@ -119,8 +128,8 @@ def run(args: argparse.Namespace) -> int:
             info = broker.start()
             bootstrap = info.bootstrap
             console.print(f"embedded broker pid {info.pid} at {bootstrap}")
-            os.environ["KAFKA_BOOTSTRAP_SERVERS"] = bootstrap
-            runtime = Runtime.from_env()
+            kafka = runtime.kafka.model_copy(update={"bootstrap_servers": bootstrap})
+            runtime = Runtime(settings, kafka)
         ensure_topics(
             bootstrap,
             {settings.topic: settings.partitions, settings.dead_letter_topic: 1},
@@ -128,14 +137,10 @@ def run(args: argparse.Namespace) -> int:
         )
         fleet = start_fleet(runtime, args.workers, args.views, None)
         console.print(f"{len(fleet.workers)} stream workers: {fleet.job_model.describe()}")
+        children = child_environment(runtime)
         if not args.no_dagster:
-            dagster = _start_dagster(settings, console)
-        env = {
-            **os.environ,
-            "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
-            "SLUICE_STATE_DIR": str(state_dir),
-        }
-        generator = _generator(args, env, state_dir)
+            dagster = _start_dagster(settings, children, console)
+        generator = _generator(args, {**os.environ, **children}, state_dir)
         console.print(
             f"replaying {args.trace} ({args.duration} simulated at {args.speedup:g}x); "
             f"logs in {state_dir / 'logs'}; Ctrl-C stops everything"
@@ -156,28 +161,26 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _start_dagster(settings, console: Console):
+def _start_dagster(settings: SluiceSettings, env: dict[str, str], console: Console):
     try:
         from orchestration.dagster_service import start_dagster
     except ImportError as exc:
         console.print(f"[yellow]Dagster is not available ({exc}); continuing without it[/]")
         return None
-    handle = start_dagster(settings)
+    handle = start_dagster(settings, extra_env=env)
     console.print(f"Dagster UI: [bold]{handle.url}[/]")
     return handle
 
 
 def _watch(runtime, fleet, generator, dagster, console, stop, exit_when_done: bool) -> None:
     caught_up_since = None
-    watcher = DeploymentWatcher(runtime, fleet)
-    scaler = ScaleWatcher(runtime, fleet, runtime.settings.topic)
-    sampler = FleetSampler(runtime)
+    supervisor = Supervisor(runtime, fleet)
     with Live(console=console, auto_refresh=False) as live:
-        while not stop.wait(2.0):
-            for event in [*fleet.supervise(), *watcher.check(), *scaler.check()]:
+
+        def show(events: list[str], lags: list) -> bool:
+            nonlocal caught_up_since
+            for event in events:
                 console.print(event)
-            lags = collect_task_lags(runtime)
-            sampler.maybe_record(lags)
             gen_state = (
                 "running" if generator.poll() is None else f"done (exit {generator.returncode})"
             )
@@ -186,10 +189,11 @@ def _watch(runtime, fleet, generator, dagster, console, stop, exit_when_done: bo
                 header.append(f"   Dagster: {dagster.url}")
             live.update(Group(header, render(lags)), refresh=True)
             done = generator.poll() is not None and lags and all(lag.backlog == 0 for lag in lags)
-            if exit_when_done and done:
-                caught_up_since = caught_up_since or time.monotonic()
-                # one more flush interval so the last windows are in the segments
-                if time.monotonic() - caught_up_since > runtime.settings.flush_interval_s + 2:
-                    return
-            else:
+            if not (exit_when_done and done):
                 caught_up_since = None
+                return False
+            caught_up_since = caught_up_since or time.monotonic()
+            # one more flush interval so the last windows are in the segments
+            return time.monotonic() - caught_up_since > runtime.settings.flush_interval_s + 2
+
+        supervisor.run(stop, 2.0, show, with_lags=True)

@@ -262,8 +262,7 @@ def test_rescale_hands_tasks_over_through_checkpoints(tmp_path, broker, stream):
     import threading
 
     from orchestration.autoscaling.live import ControlStoreRealizer
-    from orchestration.cli.stream import ScaleWatcher
-    from orchestration.fleet import LocalFleet
+    from orchestration.fleet import LocalFleet, ScaleWatcher
     from orchestration.job_model import plan_job_model
     from orchestration.runtime import Runtime
     from pipelines.config import KafkaSettings

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import yaml
 
-from orchestration.cli.stream import DeploymentWatcher
+from orchestration.fleet import DeploymentWatcher
 from orchestration.runtime import Runtime
 from pipelines.config import PROJECT_ROOT, KafkaSettings
 

@@ -11,7 +11,7 @@ import dagster as dg
 
 from orchestration.autoscaling.config import AutoscaleSettings
 from orchestration.autoscaling.live import ControlStoreRealizer, collect_fleet_metrics
-from orchestration.cli.stream import ScaleWatcher
+from orchestration.fleet import ScaleWatcher
 from orchestration.jobs import scale_stream_workers
 from orchestration.lag import task_lags
 from orchestration.resources.control import LocalControlStoreResource
