@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +22,7 @@ import pyarrow as pa
 
 from pipelines.exceptions import ConfigError
 from pipelines.views.model import WINDOW_START, View
+from quality.config import CheckSettings
 
 __all__ = [
     "APPROXIMATE",
@@ -85,25 +85,20 @@ class Tolerance:
 
     @classmethod
     def from_env(cls) -> Tolerance:
-        """``SLUICE_CHECK_RELATIVE_TOLERANCE`` (0.05), ``..._APPROXIMATE_TOLERANCE`` (0.10),
-        ``SLUICE_CHECK_STATISTIC`` (mean), ``SLUICE_CHECK_GROUP_MISMATCH`` (0.05),
-        ``SLUICE_CHECK_UNEXPLAINED_SHARE`` (0), ``SLUICE_CHECK_HLL_SIGMAS`` (3),
-        ``SLUICE_CHECK_HLL_OUTSIDE_SHARE`` (0.01)."""
-        env = os.environ.get
-        try:
-            return cls(
-                relative=float(os.environ.get("SLUICE_CHECK_RELATIVE_TOLERANCE", "0.05")),
-                approximate_relative=float(
-                    os.environ.get("SLUICE_CHECK_APPROXIMATE_TOLERANCE", "0.10")
-                ),
-                statistic=os.environ.get("SLUICE_CHECK_STATISTIC", "mean"),
-                max_group_mismatch=float(os.environ.get("SLUICE_CHECK_GROUP_MISMATCH", "0.05")),
-                unexplained_share=float(env("SLUICE_CHECK_UNEXPLAINED_SHARE", "0")),
-                hll_sigmas=float(env("SLUICE_CHECK_HLL_SIGMAS", "3")),
-                hll_outside_share=float(env("SLUICE_CHECK_HLL_OUTSIDE_SHARE", "0.01")),
-            )
-        except ValueError as exc:
-            raise ConfigError(f"bad SLUICE_CHECK_* tolerance setting: {exc}") from exc
+        """The tolerance of the ``SLUICE_CHECK_*`` settings (:class:`quality.config.CheckSettings`)."""
+        return cls.from_settings(CheckSettings.load())
+
+    @classmethod
+    def from_settings(cls, settings: CheckSettings) -> Tolerance:
+        return cls(
+            relative=settings.relative_tolerance,
+            approximate_relative=settings.approximate_tolerance,
+            statistic=settings.statistic,
+            max_group_mismatch=settings.group_mismatch,
+            unexplained_share=settings.unexplained_share,
+            hll_sigmas=settings.hll_sigmas,
+            hll_outside_share=settings.hll_outside_share,
+        )
 
     def bound(self, kind: str) -> float | None:
         if kind == EXACT:

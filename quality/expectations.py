@@ -36,14 +36,13 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pydantic import Field, ValidationError
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from pipelines.exceptions import ConfigError, QueryError
+from pipelines.exceptions import QueryError
 from pipelines.segments.layout import hour_label
 from pipelines.serving.query import query_view, read_published
 from pipelines.storage import ObjectStore
 from pipelines.views.model import HOUR_MS, WINDOW_START, View
+from quality.config import ExpectationSettings
 
 if TYPE_CHECKING:
     import great_expectations as gx
@@ -53,7 +52,6 @@ __all__ = [
     "NON_NEGATIVE_FIELDS",
     "WARNING",
     "ExpectationOutcome",
-    "ExpectationSettings",
     "RowBounds",
     "SuiteResult",
     "build_suite",
@@ -79,52 +77,6 @@ _COUNTS = frozenset({"count", "count_distinct", "approx_count_distinct"})
 _DISTINCT = frozenset({"count_distinct", "approx_count_distinct"})
 _VALUES_OF_INPUT = frozenset({"sum", "mean", "min", "max", "quantiles", "first", "last"})
 """Outputs that are a sum, an average or one of the input values: >= 0 when the input is."""
-
-
-class ExpectationSettings(BaseSettings):
-    """How the row-count bounds are learned and how much of a failure is kept as a sample."""
-
-    model_config = SettingsConfigDict(env_prefix="SLUICE_EXPECT_", extra="ignore")
-
-    rows_history_hours: int = Field(
-        default=24,
-        ge=1,
-        description="Hours before the checked ones whose published corrections teach the "
-        "row-count bound (SLUICE_EXPECT_ROWS_HISTORY_HOURS).",
-    )
-    rows_min_history: int = Field(
-        default=3,
-        ge=1,
-        description="Fewer published segments than this in that history: no row-count "
-        "expectation, and the result says so (SLUICE_EXPECT_ROWS_MIN_HISTORY).",
-    )
-    rows_factor: float = Field(
-        default=3.0,
-        gt=1.0,
-        description="Rows per segment may be within [median / f, median * f] of the history "
-        "(SLUICE_EXPECT_ROWS_FACTOR). A wide multiplicative band around the median: rows are "
-        "windows x active groups, which follow the daily traffic, and the median ignores one "
-        "odd hour where mean +- k std over a few hours would not.",
-    )
-    sample_size: int = Field(
-        default=10,
-        ge=1,
-        le=1000,
-        description="Unexpected rows kept per failed expectation (SLUICE_EXPECT_SAMPLE_SIZE).",
-    )
-
-    @classmethod
-    def from_env(cls) -> ExpectationSettings:
-        """The settings from ``SLUICE_EXPECT_*``; a bad value raises ConfigError naming it."""
-        try:
-            return cls()
-        except ValidationError as exc:
-            problems = [
-                f"SLUICE_EXPECT_{'_'.join(map(str, e['loc'])).upper()}={e.get('input')!r}: "
-                f"{e['msg']}"
-                for e in exc.errors()
-            ]
-            raise ConfigError("; ".join(problems)) from exc
 
 
 # --- what is checked -------------------------------------------------------------------------

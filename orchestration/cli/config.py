@@ -22,7 +22,8 @@ SETTINGS_MODELS: tuple[tuple[str, str, str], ...] = (
     ("pipelines.config", "SluiceSettings", "state, storage, topics and stream workers"),
     ("pipelines.config", "KafkaSettings", "the Kafka-protocol cluster"),
     ("pipelines.batch.config", "SparkSettings", "the Spark batch correction"),
-    ("quality.expectations", "ExpectationSettings", "expectation suites"),
+    ("quality.config", "CheckSettings", "reconciliation checks"),
+    ("quality.config", "ExpectationSettings", "expectation suites"),
     ("orchestration.settings", "DagsterSettings", "the Dagster code location"),
     ("orchestration.autoscaling.config", "AutoscaleSettings", "autoscaling"),
 )

@@ -30,10 +30,10 @@ from pipelines.generator import GeneratorOptions
 from pipelines.serving.query import query_view
 from pipelines.storage import LocalObjectStore, ObjectStore
 from pipelines.views import HOUR_MS, View, parse_views
+from quality.config import ExpectationSettings
 from quality.expectations import (
     CRITICAL,
     WARNING,
-    ExpectationSettings,
     SuiteResult,
     build_suite,
     expected_windows,
