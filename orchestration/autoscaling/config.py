@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, Field, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic_settings import SettingsConfigDict
+
+from pipelines.settings import SluiceBaseSettings
 
 __all__ = [
     "AutoscaleSettings",
@@ -236,7 +238,7 @@ class AwsSettings(BaseModel):
     )
 
 
-class AutoscaleSettings(BaseSettings):
+class AutoscaleSettings(SluiceBaseSettings):
     """All autoscaling settings; one instance is passed to policies, simulator and realizers."""
 
     model_config = SettingsConfigDict(
@@ -259,6 +261,27 @@ class AutoscaleSettings(BaseSettings):
     mcts: MctsSettings = Field(default_factory=MctsSettings, description="`mcts` planner.")
     guards: GuardSettings = Field(default_factory=GuardSettings, description="Guards.")
     aws: AwsSettings = Field(default_factory=AwsSettings, description="AWS realizer.")
+    sensor: bool = Field(
+        False,
+        description="Start the live lag_autoscaler sensor running (on/off; the UI can toggle it).",
+    )
+    policy: str = Field("ds2", description="Policy the live sensor decides with.")
+    sensor_interval_s: int = Field(30, ge=5, description="Seconds between the live sensor's ticks.")
+    sensor_cooldown_s: float = Field(
+        300.0,
+        ge=0,
+        description="The live sensor's cooldown guard, s: no rescale within this long of the "
+        "previous one (guards.cooldown_s is the simulator's).",
+    )
+
+    @field_validator("policy")
+    @classmethod
+    def _known_policy(cls, value: str) -> str:
+        from orchestration.autoscaling.policies import POLICIES
+
+        if value not in POLICIES:
+            raise ValueError(f"unknown policy (known: {', '.join(POLICIES)})")
+        return value
 
     @model_validator(mode="after")
     def _check_bands(self) -> AutoscaleSettings:

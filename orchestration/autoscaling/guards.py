@@ -123,12 +123,13 @@ class HysteresisGuard:
         )
 
 
-def default_guards(settings: AutoscaleSettings) -> list[Guard]:
-    """Bounds, then cooldown and hysteresis as configured."""
+def default_guards(settings: AutoscaleSettings, *, cooldown_s: float | None = None) -> list[Guard]:
+    """Bounds, then cooldown (``settings.guards.cooldown_s`` unless ``cooldown_s`` is given:
+    the live sensor's own) and hysteresis as configured: one guard of each kind."""
     fleet = settings.fleet
     return [
         BoundsGuard(fleet.min_workers, fleet.upper),
-        CooldownGuard(settings.guards.cooldown_s),
+        CooldownGuard(settings.guards.cooldown_s if cooldown_s is None else cooldown_s),
         HysteresisGuard(settings.guards.hysteresis_workers),
     ]
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import csv
 import logging
 import math
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -33,10 +32,11 @@ from orchestration.autoscaling.exceptions import (
     TraceFormatError,
     TraceNotFound,
 )
-from orchestration.autoscaling.guards import Guard, GuardContext, apply_guards, default_guards
+from orchestration.autoscaling.guards import Guard, default_guards
 from orchestration.autoscaling.metrics import FleetMetrics
 from orchestration.autoscaling.policies import ScalingPolicy, make_policy
 from orchestration.autoscaling.realizers import SimulatedRealizer
+from orchestration.autoscaling.step import decide
 
 __all__ = [
     "TRACES_DIR",
@@ -351,14 +351,9 @@ class Simulator:
                     backlog_growth=(backlog - prev_backlog) / self.step_s,
                     time_lag=lag_now,
                 )
-            started = time.perf_counter()
-            decision = policy.decide(metrics, history)
-            elapsed = time.perf_counter() - started
+            step = decide(policy, metrics, history, guards, last_rescale)
             history.append(metrics)
-            verdict = apply_guards(
-                decision, metrics, guards, GuardContext(now=now, last_rescale_at=last_rescale)
-            )
-            decision = verdict.decision
+            decision, elapsed = step.decision, step.decision_s
             workers = realizer.current()
             rescaled = False
             if decision.target != workers:

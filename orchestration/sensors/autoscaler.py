@@ -1,9 +1,10 @@
 """The lag sensor: every 30 s, the configured policy decides the worker count on live metrics.
 
 It reads the workers' task reports from the control store, builds a `FleetMetrics` snapshot,
-asks the policy (``SLUICE_AUTOSCALE_POLICY``, default ``ds2``), lets the guards veto
-(bounds, hysteresis, and a cooldown of ``SLUICE_AUTOSCALE_SENSOR_COOLDOWN_S``, default 300 s,
-so the fleet does not flap), and launches a
+asks the policy (``SLUICE_AUTOSCALE_POLICY``, default ``ds2``) through the decision step the
+simulator uses (:mod:`orchestration.autoscaling.step`), whose guards may veto (bounds,
+hysteresis, and one cooldown, ``SLUICE_AUTOSCALE_SENSOR_COOLDOWN_S``, default 300 s, so the
+fleet does not flap), and launches a
 ``scale_stream_workers`` run when the target changes, with the reason, the policy and the
 predicted cost as tags. The cursor keeps the recent snapshots (the policy's history) and the
 time of the last rescale. While a rescale is under way (requested but not applied, or its new
@@ -15,25 +16,22 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import dagster as dg
 
 from orchestration.autoscaling.config import AutoscaleSettings
-from orchestration.autoscaling.guards import (
-    CooldownGuard,
-    GuardContext,
-    apply_guards,
-    default_guards,
-)
+from orchestration.autoscaling.guards import default_guards
 from orchestration.autoscaling.live import collect_fleet_metrics
 from orchestration.autoscaling.metrics import FleetMetrics
 from orchestration.autoscaling.policies import make_policy
+from orchestration.autoscaling.step import decide
 from orchestration.lag import task_lags
 from orchestration.resources.control import ControlStoreResource
 from pipelines.control import TaskStatus
+from pipelines.settings import load_settings
 
 __all__ = ["SCALE_JOB", "decide_scaling", "make_autoscaling_sensor"]
 
@@ -123,14 +121,8 @@ def decide_scaling(
         # memory of recent targets before it decides (as far back as the cursor's history).
         for i, past in enumerate(history):
             policy.decide(past, history[:i])
-    decision = policy.decide(metrics, history)
-    verdict = apply_guards(
-        decision,
-        metrics,
-        [*default_guards(settings), CooldownGuard(cooldown_s)],
-        GuardContext(now=now, last_rescale_at=cursor.get("last_rescale_at")),
-    )
-    final = verdict.decision
+    guards = default_guards(settings, cooldown_s=cooldown_s)
+    final = decide(policy, metrics, history, guards, cursor.get("last_rescale_at")).decision
     if final.target == metrics.workers:
         return None, new_cursor
     new_cursor["last_rescale_at"] = now
@@ -146,10 +138,16 @@ def decide_scaling(
 
 
 def make_autoscaling_sensor(
-    job: dg.JobDefinition, views: Sequence[Any] = ()
+    job: dg.JobDefinition,
+    views: Sequence[Any] = (),
+    settings: AutoscaleSettings | None = None,
+    clock: Callable[[], float] = time.time,
 ) -> dg.SensorDefinition:
-    interval = int(os.environ.get("SLUICE_AUTOSCALE_SENSOR_INTERVAL_S", "30"))
-    running = os.environ.get("SLUICE_AUTOSCALE_SENSOR", "off").lower() in ("1", "on", "true")
+    """The ``lag_autoscaler`` sensor; ``settings`` are read once here (default: the
+    environment and the settings file) and ``clock`` gives each tick's time."""
+    settings = settings or load_settings(AutoscaleSettings)
+    interval = settings.sensor_interval_s
+    running = settings.sensor
 
     @dg.sensor(
         name="lag_autoscaler",
@@ -170,16 +168,13 @@ def make_autoscaling_sensor(
             fleet = control.scaling(topics[0]) if len(topics) == 1 else None
         finally:
             control.close()
-        import time
-
-        policy = os.environ.get("SLUICE_AUTOSCALE_POLICY", "ds2")
         request, new_cursor = decide_scaling(
             statuses,
             cursor,
-            policy_name=policy,
-            settings=AutoscaleSettings(),
-            now=time.time(),
-            cooldown_s=float(os.environ.get("SLUICE_AUTOSCALE_SENSOR_COOLDOWN_S", "300")),
+            policy_name=settings.policy,
+            settings=settings,
+            now=clock(),
+            cooldown_s=settings.sensor_cooldown_s,
             fleet=fleet,
         )
         context.update_cursor(json.dumps(new_cursor))
