@@ -7,6 +7,7 @@ the input without reading code.
 from __future__ import annotations
 
 from pipelines.exceptions import SluiceError
+from pipelines.generator.trace import TraceFormatError, TraceNotFound  # the trace's errors
 
 __all__ = [
     "AutoscalingError",
@@ -21,14 +22,6 @@ __all__ = [
 
 class AutoscalingError(SluiceError):
     """Root of the autoscaler's errors."""
-
-
-class TraceNotFound(AutoscalingError):
-    """The trace file (or shipped trace name) does not exist."""
-
-
-class TraceFormatError(AutoscalingError):
-    """The trace is not a `timestamp,value` CSV with increasing times and finite values >= 0."""
 
 
 class InvalidFleetParameter(AutoscalingError):

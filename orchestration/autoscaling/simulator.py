@@ -15,13 +15,10 @@ guards review, the `SimulatedRealizer` applies, and the fleet then processes for
 
 from __future__ import annotations
 
-import csv
 import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
-from pathlib import Path
 
 import numpy as np
 
@@ -29,17 +26,16 @@ from orchestration.autoscaling.capacity import fleet_capacity, workers_for_rate
 from orchestration.autoscaling.config import AutoscaleSettings
 from orchestration.autoscaling.exceptions import (
     InvalidFleetParameter,
-    TraceFormatError,
-    TraceNotFound,
 )
 from orchestration.autoscaling.guards import Guard, default_guards
 from orchestration.autoscaling.metrics import FleetMetrics
 from orchestration.autoscaling.policies import ScalingPolicy, make_policy
 from orchestration.autoscaling.realizers import SimulatedRealizer
 from orchestration.autoscaling.step import decide
+from pipelines.generator.trace import TRACES_DIR, Trace, load_trace, resolve_trace, shipped_traces
 
 __all__ = [
-    "TRACES_DIR",
+    "TRACES_DIR",  # re-exported: the simulator replays the generator's traces
     "PolicySummary",
     "SimulationResult",
     "Simulator",
@@ -53,111 +49,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-# project root / data / traces
-TRACES_DIR = Path(__file__).resolve().parents[2] / "data" / "traces"
-
-
-@dataclass(frozen=True)
-class Trace:
-    """A traffic trace: seconds since its start and the value (after scaling: msg/s)."""
-
-    name: str
-    times: np.ndarray
-    values: np.ndarray
-
-    @property
-    def duration_s(self) -> float:
-        return float(self.times[-1] - self.times[0])
-
-    def scaled(self, peak_rate: float) -> Trace:
-        """Values scaled so the maximum is `peak_rate` msg/s."""
-        if not (peak_rate > 0 and math.isfinite(peak_rate)):
-            raise InvalidFleetParameter(f"peak rate must be a positive number, got {peak_rate}")
-        top = float(self.values.max())
-        if top <= 0:
-            raise TraceFormatError(f"trace {self.name!r} has no positive value to scale")
-        return Trace(self.name, self.times, self.values * (peak_rate / top))
-
-    def cut(self, days: float | None) -> Trace:
-        """The first `days` days (all of it if None)."""
-        if days is None:
-            return self
-        if not (days > 0 and math.isfinite(days)):
-            raise InvalidFleetParameter(f"days must be positive, got {days}")
-        keep = self.times <= self.times[0] + days * 86400.0
-        if keep.sum() < 2:
-            raise InvalidFleetParameter(
-                f"{days} days of trace {self.name!r} hold fewer than 2 points"
-            )
-        return Trace(self.name, self.times[keep], self.values[keep])
-
-    def rate_at(self, t: np.ndarray) -> np.ndarray:
-        """Linearly interpolated value at seconds `t` since the start."""
-        return np.interp(t, self.times - self.times[0], self.values)
-
-
-def shipped_traces() -> list[Path]:
-    """The traces shipped with the project, by name."""
-    return sorted(TRACES_DIR.glob("*.csv"))
-
-
-def resolve_trace(spec: str | Path) -> Path:
-    """A path, or the name of a shipped trace (`nyc_taxi` -> data/traces/nyc_taxi.csv)."""
-    path = Path(spec)
-    if path.is_file():
-        return path
-    for cand in (TRACES_DIR / f"{spec}.csv", TRACES_DIR / str(spec)):
-        if cand.is_file():
-            return cand
-    names = ", ".join(p.stem for p in shipped_traces())
-    raise TraceNotFound(f"trace {str(spec)!r} not found (shipped traces: {names})")
-
-
-def load_trace(spec: str | Path) -> Trace:
-    """Read a `timestamp,value` CSV (ISO timestamps or epoch seconds; header optional)."""
-    path = resolve_trace(spec)
-    times: list[float] = []
-    values: list[float] = []
-    try:
-        with path.open(newline="") as fh:
-            for lineno, row in enumerate(csv.reader(fh), start=1):
-                if not row or all(not c.strip() for c in row):
-                    continue
-                if len(row) < 2:
-                    raise TraceFormatError(f"{path}:{lineno}: expected timestamp,value, got {row}")
-                stamp, raw = row[0].strip(), row[1].strip()
-                if lineno == 1 and stamp.lower() in {"timestamp", "time", "ts"}:
-                    continue
-                try:
-                    t = float(stamp)
-                except ValueError:
-                    try:
-                        t = datetime.fromisoformat(stamp).timestamp()
-                    except ValueError:
-                        raise TraceFormatError(
-                            f"{path}:{lineno}: bad timestamp {stamp!r}"
-                        ) from None
-                try:
-                    v = float(raw)
-                except ValueError:
-                    raise TraceFormatError(f"{path}:{lineno}: bad value {raw!r}") from None
-                if not math.isfinite(v) or v < 0:
-                    raise TraceFormatError(
-                        f"{path}:{lineno}: value must be finite and >= 0, got {raw!r}"
-                    )
-                if times and t <= times[-1]:
-                    raise TraceFormatError(
-                        f"{path}:{lineno}: timestamp {stamp!r} does not increase"
-                    )
-                times.append(t)
-                values.append(v)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TraceFormatError(f"cannot read trace {path}: {exc}") from exc
-    if len(times) < 2:
-        raise TraceFormatError(f"{path}: needs at least 2 rows, got {len(times)}")
-    t = np.array(times)
-    return Trace(path.stem, t - t[0], np.array(values))
 
 
 @dataclass(frozen=True, slots=True)

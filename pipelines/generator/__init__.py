@@ -1,4 +1,4 @@
-"""The trace-driven event generator."""
+"""The trace-driven event generator, and the one trace loader the simulator replays too."""
 
 from pipelines.generator.replay import replay
 from pipelines.generator.synth import (
@@ -8,18 +8,32 @@ from pipelines.generator.synth import (
     Message,
     synthesize,
 )
-from pipelines.generator.trace import TRACES_DIR, Trace, TraceError, load_trace, resolve_trace
+from pipelines.generator.trace import (
+    TRACES_DIR,
+    InvalidTraceParameter,
+    Trace,
+    TraceError,
+    TraceFormatError,
+    TraceNotFound,
+    load_trace,
+    resolve_trace,
+    shipped_traces,
+)
 
 __all__ = [
     "MALFORMED_KINDS",
     "TRACES_DIR",
     "GeneratorOptions",
     "GeneratorReport",
+    "InvalidTraceParameter",
     "Message",
     "Trace",
     "TraceError",
+    "TraceFormatError",
+    "TraceNotFound",
     "load_trace",
     "replay",
     "resolve_trace",
+    "shipped_traces",
     "synthesize",
 ]

@@ -12,7 +12,6 @@ from autoscale_builders import trace_of
 from orchestration.autoscaling.config import AutoscaleSettings
 from orchestration.autoscaling.decision import ScalingDecision
 from orchestration.autoscaling.exceptions import (
-    InvalidFleetParameter,
     TraceFormatError,
     TraceNotFound,
 )
@@ -27,6 +26,7 @@ from orchestration.autoscaling.simulator import (
     simulate,
     summarise,
 )
+from pipelines.generator import InvalidTraceParameter
 
 HOUR = 3600.0
 
@@ -164,7 +164,7 @@ def test_missing_trace_and_bad_parameters(tmp_path: Path, settings: AutoscaleSet
     with pytest.raises(TraceNotFound, match=r"nope\.csv"):
         load_trace(tmp_path / "nope.csv")
     trace = trace_of([1.0, 2.0])
-    with pytest.raises(InvalidFleetParameter, match="-5"):
+    with pytest.raises(InvalidTraceParameter, match="-5"):
         trace.scaled(-5.0)
-    with pytest.raises(InvalidFleetParameter, match="days"):
+    with pytest.raises(InvalidTraceParameter, match="days"):
         trace.cut(0.0)
