@@ -8,9 +8,10 @@ from pathlib import Path
 
 from pipelines.config import KafkaSettings, SluiceSettings, get_settings
 from pipelines.control import ControlStore
+from pipelines.exceptions import QueryError
 from pipelines.kafka import resolve_bootstrap
 from pipelines.storage import ObjectStore, open_store
-from pipelines.views import View, load_views
+from pipelines.views import ResolvedView, View, load_views, resolve_views_file
 
 __all__ = ["Runtime"]
 
@@ -33,34 +34,24 @@ class Runtime:
         return ControlStore(self.settings.resolved_control_store_url)
 
     def views(self, path: str | Path | None = None) -> list[View]:
+        """The views file's own definitions, before deployments: what a user edits. Everything
+        that runs, queries or corrects a view uses :meth:`resolved_views` instead."""
         return load_views(path or self.settings.views_file)
 
+    def resolved_views(self, path: str | Path | None = None) -> dict[str, ResolvedView]:
+        """Every view from its newest change, file or deployment (:mod:`pipelines.views.resolve`)."""
+        return resolve_views_file(path or self.settings.views_file, self.control.deployed_views())
+
     def active_views(self, path: str | Path | None = None) -> list[View]:
-        """The file's views, overridden by what was deployed (e.g. from Dagster), minus disabled.
+        """The views workers run: resolved, minus those whose newest change disabled them."""
+        return [r.view for r in self.resolved_views(path).values() if r.runs]
 
-        A deployment carries the whole definition, so a view deployed from the UI runs even if
-        the file on this machine is older.
-        """
-        from pipelines.views import parse_views
-
-        by_name = {v.name: v for v in self.views(path)}
-        for deployed in self.control.deployed_views():
-            if deployed["state"] == "Disabled":
-                by_name.pop(deployed["name"], None)
-                continue
-            (view,) = parse_views(
-                [deployed["definition"]], source=f"deployed view {deployed['name']}"
-            )
-            by_name[view.name] = view
-        return list(by_name.values())
-
-    def deployment_version(self) -> str:
-        """Changes whenever a view is deployed, changed or disabled; the fleet reloads on it."""
-        parts = [
-            f"{d['name']}={d['fingerprint']}:{d['state'] == 'Disabled'}"
-            for d in self.control.deployed_views()
-        ]
-        return "|".join(parts)
+    def deployment_version(self, path: str | Path | None = None) -> str:
+        """Changes whenever the views in force change (a deployment, a Disabled state, an edit of
+        the views file); the fleet reloads on it."""
+        return "|".join(
+            f"{name}={r.view.fingerprint}:{r.runs}" for name, r in self.resolved_views(path).items()
+        )
 
     def mark_deployed_running(self) -> None:
         for deployed in self.control.deployed_views():
@@ -68,12 +59,11 @@ class Runtime:
                 self.control.set_view_state(deployed["name"], "Running")
 
     def view(self, name: str, path: str | Path | None = None) -> View:
-        from pipelines.exceptions import QueryError
-
-        views = {v.name: v for v in self.views(path)}
-        if name not in views:
-            raise QueryError(f"unknown view {name!r} (views: {', '.join(sorted(views))})")
-        return views[name]
+        """The definition of ``name`` in force (disabled or not: its data can still be read)."""
+        resolved = self.resolved_views(path)
+        if name not in resolved:
+            raise QueryError(f"unknown view {name!r} (views: {', '.join(resolved)})")
+        return resolved[name].view
 
     def bootstrap(self) -> str:
         return resolve_bootstrap(self.settings, self.kafka)

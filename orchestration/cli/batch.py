@@ -77,7 +77,9 @@ def run_correct(args: argparse.Namespace) -> int:
     from quality.schemas import validate_spark_segment
 
     runtime = Runtime.from_env()
-    views = select_views(runtime.views(args.views_file), args.views)
+    views = select_views(
+        [r.view for r in runtime.resolved_views(args.views_file).values()], args.views
+    )
     start = parse_hour(args.hour, "--hour")
     end = parse_hour(args.to, "--to") if args.to else start + HOUR_MS
     if end <= start:

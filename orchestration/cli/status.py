@@ -22,6 +22,8 @@ from orchestration.lag import (
     worst,
 )
 from orchestration.runtime import Runtime
+from pipelines.exceptions import SluiceError
+from pipelines.views import ResolvedView
 
 __all__ = ["StatusTracker", "register", "render"]
 
@@ -117,6 +119,28 @@ def render(lags: list[TaskLag], statuses: dict[str, str] | None = None) -> Group
     return Group(table, footer)
 
 
+def render_views(views: dict[str, ResolvedView]) -> Table:
+    """Each view's state and where its definition in force comes from (newest change wins)."""
+    table = Table(title="Views", title_justify="left")
+    for name in ("view", "state", "source", "changed", "fingerprint"):
+        table.add_column(name)
+    for name, resolved in views.items():
+        style = "dim" if not resolved.runs else None
+        changed = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(resolved.changed_at))
+        table.add_row(
+            name, resolved.state, resolved.source, changed, resolved.view.fingerprint, style=style
+        )
+    return table
+
+
+def _views(runtime: Runtime) -> dict[str, ResolvedView]:
+    try:
+        return runtime.resolved_views()
+    except SluiceError as exc:  # a broken views file must not hide the fleet
+        log.warning("cannot resolve the views: %s", exc)
+        return {}
+
+
 def _snapshot(lags: list[TaskLag]) -> list[dict]:
     return [
         {
@@ -134,13 +158,22 @@ def _snapshot(lags: list[TaskLag]) -> list[dict]:
 def run(args: argparse.Namespace) -> int:
     runtime = Runtime.from_env()
     if args.json:
-        json.dump(_snapshot(collect_task_lags(runtime, args.stale_after)), sys.stdout, indent=2)
+        snapshot = {
+            "tasks": _snapshot(collect_task_lags(runtime, args.stale_after)),
+            "views": {
+                name: {"state": r.state, "source": r.source, "changed_at": r.changed_at}
+                for name, r in _views(runtime).items()
+            },
+        }
+        json.dump(snapshot, sys.stdout, indent=2)
         print()
         return 0
     console = Console()
     if args.once:
+        console.print(render_views(_views(runtime)))
         console.print(render(collect_task_lags(runtime, args.stale_after)))
         return 0
+    console.print(render_views(_views(runtime)))
     with Live(
         render(collect_task_lags(runtime, args.stale_after)), console=console, auto_refresh=False
     ) as live:

@@ -233,12 +233,17 @@ class ControlStore:
             return True
 
     def set_view_state(self, name: str, state: str) -> None:
+        """Set a deployed view's state; entering or leaving Disabled is a change of what runs,
+        so it moves ``deployed_at`` (the newest change wins, :mod:`pipelines.views.resolve`)."""
         if state not in VIEW_STATES:
             raise ValueError(f"view state {state!r} is not one of {VIEW_STATES}")
+        row = view_deployments.c
         with self.engine.begin() as conn:
-            conn.execute(
-                view_deployments.update().where(view_deployments.c.name == name).values(state=state)
-            )
+            current = conn.execute(select(row.state).where(row.name == name)).scalar_one_or_none()
+            values: dict[str, Any] = {"state": state}
+            if current is not None and (current == "Disabled") != (state == "Disabled"):
+                values["deployed_at"] = time.time()
+            conn.execute(view_deployments.update().where(row.name == name).values(**values))
 
     def deployed_views(self) -> list[dict[str, Any]]:
         with self.engine.connect() as conn:
