@@ -267,6 +267,12 @@ class AutoscaleSettings(SluiceBaseSettings):
     )
     policy: str = Field("ds2", description="Policy the live sensor decides with.")
     sensor_interval_s: int = Field(30, ge=5, description="Seconds between the live sensor's ticks.")
+    history_retention_s: float = Field(
+        8 * 86400.0,
+        ge=86400.0,
+        description="How long the live sensor keeps its per-minute rate history in the control "
+        "store, s: the span a live policy reads (a season of a day and more).",
+    )
     sensor_cooldown_s: float = Field(
         300.0,
         ge=0,

@@ -7,7 +7,9 @@ hysteresis, and one cooldown, ``SLUICE_AUTOSCALE_SENSOR_COOLDOWN_S``, default 30
 fleet does not flap), and launches a
 ``scale_stream_workers`` run when the target changes, with the reason, the policy and the
 predicted cost as tags. The cursor keeps the recent snapshots (the policy's history) and the
-time of the last rescale. While a rescale is under way (requested but not applied, or its new
+time of the last rescale; the control store keeps one snapshot a minute for days
+(``SLUICE_AUTOSCALE_HISTORY_RETENTION_S``), and the policy decides on that season followed by
+the cursor's snapshots. While a rescale is under way (requested but not applied, or its new
 workers not all reporting for two snapshots) a tick only records the snapshot.
 """
 
@@ -91,12 +93,16 @@ def decide_scaling(
     now: float,
     cooldown_s: float = 300.0,
     fleet: Mapping[str, Any] | None = None,
+    season: Sequence[Mapping[str, Any]] = (),
 ) -> tuple[dict[str, Any] | None, dict[str, Any]]:
     """(run config + tags of a scaling run or None, the new cursor) for one tick.
 
     ``fleet`` is the control store's scaling record of the topic (desired and applied
     workers): while a rescale is pending or its new workers are still starting, the snapshot
     is recorded but nothing is decided, since a half-started fleet looks small and idle.
+    ``season`` is the per-minute history the control store kept (days of it): the policy
+    decides on it followed by the cursor's recent snapshots, as the simulator gives a policy
+    everything since the start.
     """
     history = [_snapshot(d) for d in cursor.get("history", [])]
     partitions = len({(s.topic, s.partition) for s in statuses})
@@ -122,7 +128,11 @@ def decide_scaling(
         for i, past in enumerate(history):
             policy.decide(past, history[:i])
     guards = default_guards(settings, cooldown_s=cooldown_s)
-    final = decide(policy, metrics, history, guards, cursor.get("last_rescale_at")).decision
+    first_recent = history[0].time if history else metrics.time
+    older = [m for m in map(_snapshot, season) if m.time < first_recent]
+    final = decide(
+        policy, metrics, [*older, *history], guards, cursor.get("last_rescale_at")
+    ).decision
     if final.target == metrics.workers:
         return None, new_cursor
     new_cursor["last_rescale_at"] = now
@@ -161,22 +171,29 @@ def make_autoscaling_sensor(
     )
     def lag_autoscaler(context: dg.SensorEvaluationContext, control_store: ControlStoreResource):
         cursor = json.loads(context.cursor) if context.cursor else {}
+        now = clock()
         control = control_store.open()
         try:
             statuses = control.tasks()
             topics = sorted({s.topic for s in statuses})
-            fleet = control.scaling(topics[0]) if len(topics) == 1 else None
+            topic = topics[0] if len(topics) == 1 else None
+            fleet = control.scaling(topic) if topic else None
+            retain = settings.history_retention_s
+            season = control.rate_history(topic, now - retain, now) if topic else []
+            request, new_cursor = decide_scaling(
+                statuses,
+                cursor,
+                policy_name=settings.policy,
+                settings=settings,
+                now=now,
+                cooldown_s=settings.sensor_cooldown_s,
+                fleet=fleet,
+                season=season,
+            )
+            if topic:  # this tick's snapshot becomes its minute's in the season
+                control.record_rate(topic, now, new_cursor["history"][-1], retain_s=retain)
         finally:
             control.close()
-        request, new_cursor = decide_scaling(
-            statuses,
-            cursor,
-            policy_name=settings.policy,
-            settings=settings,
-            now=clock(),
-            cooldown_s=settings.sensor_cooldown_s,
-            fleet=fleet,
-        )
         context.update_cursor(json.dumps(new_cursor))
         if request is None:
             return dg.SkipReason("no change")

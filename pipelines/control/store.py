@@ -112,6 +112,16 @@ fleet_samples = Table(
 )
 """The fleet's lag and size over time, so a report can draw them for a day of event time."""
 
+rate_history = Table(
+    "rate_history",
+    metadata,
+    Column("topic", String(255), primary_key=True),
+    Column("minute", BigInteger, primary_key=True),
+    Column("snapshot", Text, nullable=False),
+)
+"""One fleet-metrics snapshot per topic and minute (the minute's last), kept for days: the
+history a live scaling policy reads, a season and more, as the simulator gives it."""
+
 
 @dataclass
 class TaskStatus:
@@ -313,6 +323,41 @@ class ControlStore:
             rows = conn.execute(query.order_by(fleet_samples.c.sampled_at)).all()
         return [FleetSample.from_row(r) for r in rows]
 
+    def record_rate(
+        self, topic: str, at_s: float, snapshot: dict[str, Any], retain_s: float | None = None
+    ) -> None:
+        """Keep ``snapshot`` as the minute of ``at_s``'s (the newest of a minute wins); with
+        ``retain_s``, drop minutes older than that in the same go."""
+        minute = int(at_s // 60)
+        with self.engine.begin() as conn:
+            _upsert(
+                conn,
+                rate_history,
+                {"topic": topic, "minute": minute},
+                {"snapshot": json.dumps(snapshot)},
+            )
+            if retain_s is not None:
+                cutoff = int((at_s - retain_s) // 60)
+                conn.execute(
+                    rate_history.delete().where(
+                        rate_history.c.topic == topic, rate_history.c.minute < cutoff
+                    )
+                )
+
+    def rate_history(self, topic: str, since_s: float, until_s: float) -> list[dict[str, Any]]:
+        """The per-minute snapshots of ``topic`` in ``[since_s, until_s)``, oldest first."""
+        query = (
+            select(rate_history.c.snapshot)
+            .where(
+                rate_history.c.topic == topic,
+                rate_history.c.minute >= int(since_s // 60),
+                rate_history.c.minute < int(until_s // 60),
+            )
+            .order_by(rate_history.c.minute)
+        )
+        with self.engine.connect() as conn:
+            return [json.loads(row.snapshot) for row in conn.execute(query)]
+
     def close(self) -> None:
         self.engine.dispose()
 
@@ -324,9 +369,10 @@ def _upsert(
     values: dict[str, Any],
     on_insert: dict[str, Any] | None = None,
 ) -> None:
-    """Update the row with ``key``, or insert it (with ``on_insert`` too); portable SQL."""
-    ((column, value),) = key.items()
-    updated = conn.execute(table.update().where(table.c[column] == value).values(**values))
+    """Update the row with ``key`` (one or more key columns), or insert it (with ``on_insert``
+    too); portable SQL."""
+    match = [table.c[column] == value for column, value in key.items()]
+    updated = conn.execute(table.update().where(*match).values(**values))
     if updated.rowcount == 0:
         conn.execute(table.insert().values(**key, **values, **(on_insert or {})))
 

@@ -30,16 +30,23 @@ PARTITIONS = 8
 
 @dataclass
 class FakeControlStore:
-    """What the sensor reads: task reports and the fleet's scaling record."""
+    """What the sensor reads and keeps: task reports, the scaling record, the rate history."""
 
     statuses: list[TaskStatus] = field(default_factory=list)
     workers: int = 1
+    minutes: dict[int, dict] = field(default_factory=dict)
 
     def tasks(self) -> list[TaskStatus]:
         return self.statuses
 
     def scaling(self, topic: str) -> dict:
         return {"desired_workers": self.workers, "applied_workers": self.workers, "applied_at": 0}
+
+    def record_rate(self, topic: str, at_s: float, snapshot: dict, retain_s: float) -> None:
+        self.minutes[int(at_s // 60)] = snapshot
+
+    def rate_history(self, topic: str, since_s: float, until_s: float) -> list[dict]:
+        return [s for m, s in sorted(self.minutes.items()) if since_s // 60 <= m < until_s // 60]
 
     def close(self) -> None:
         pass
