@@ -15,14 +15,12 @@ from datetime import UTC, datetime
 import dagster as dg
 
 from orchestration.settings import PARTITION_FORMAT, DagsterSettings, get_dagster_settings
-from pipelines.views import HOUR_MS
 
 __all__ = [
     "DEFAULT_PARTITIONS_START",
     "HOURLY",
     "PARTITION_FORMAT",
     "hourly_partitions",
-    "hours_in_window",
     "partition_key_for",
 ]
 
@@ -41,13 +39,6 @@ def hourly_partitions(start: str | None = None, end: str | None = None) -> dg.Pa
 
 HOURLY = hourly_partitions()
 """The one hourly partitioning shared by ``raw_archive`` and every ``corrected_<view>``."""
-
-
-def hours_in_window(start: datetime, end: datetime) -> list[int]:
-    """Epoch-ms starts of the hours in ``[start, end)`` (a run's partition time window)."""
-    first = int(start.timestamp() * 1000)
-    last = int(end.timestamp() * 1000)
-    return list(range(first - first % HOUR_MS, last, HOUR_MS))
 
 
 def partition_key_for(hour_ms: int) -> str:

@@ -6,7 +6,7 @@ partition (an ad-hoc materialization) gets ``None`` and a WARN result saying so.
 
 import dagster as dg
 
-from assets.partitions import hours_in_window
+from pipelines.segments import hours_in_window
 
 __all__ = ["not_partitioned", "run_hours", "run_window_ms"]
 

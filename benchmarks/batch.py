@@ -33,10 +33,10 @@ from pipelines.archive.writer import ARCHIVE_SCHEMA
 from pipelines.batch import SparkSettings, build_spark, correct_hours
 from pipelines.config import PROJECT_ROOT
 from pipelines.events.schema import EVENT_TYPES
-from pipelines.segments.layout import archive_events_key, parse_hour_label
+from pipelines.segments import HOUR_MS, archive_events_key, parse_hour_label
 from pipelines.serving import query_view
 from pipelines.storage import LocalObjectStore
-from pipelines.views import HOUR_MS, WINDOW_START, View, load_views
+from pipelines.views import WINDOW_START, View, load_views
 
 log = logging.getLogger("benchmarks.batch")
 

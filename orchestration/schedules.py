@@ -21,8 +21,8 @@ from dagster._core.definitions.unresolved_asset_job_definition import (
 from assets.partitions import HOURLY, partition_key_for
 from orchestration.resources import StorageResource
 from orchestration.settings import DagsterSettings
+from pipelines.segments import HOUR_MS
 from pipelines.settings import load_settings
-from pipelines.views import HOUR_MS
 from quality.completeness import archive_completeness
 
 __all__ = [

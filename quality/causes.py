@@ -15,7 +15,6 @@ offset ranges start before the hour's last offset (events that came early), up t
 
 from __future__ import annotations
 
-import io
 import logging
 import threading
 from collections.abc import Sequence
@@ -24,12 +23,16 @@ from datetime import UTC, datetime
 
 import duckdb
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from pipelines.segments.layout import archive_events_key
+from pipelines.segments import (
+    HOUR_MS,
+    RangeRecord,
+    archive_events_key,
+    read_parquet,
+    read_range_records,
+)
 from pipelines.storage import ObjectStore
 from pipelines.views.model import View
-from quality.completeness import RangeRecord, read_range_records
 
 __all__ = [
     "LOOKAHEAD_HOURS",
@@ -43,7 +46,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-HOUR_MS = 3_600_000
 LOOKAHEAD_HOURS = 24
 """How many later hours are searched for early events that raised the watermark."""
 
@@ -145,7 +147,7 @@ class ArchiveReader:
                 log.warning("archive file %s vanished while reading (a task discarded it)", key)
                 self._tables[cache_key] = None
             else:
-                self._tables[cache_key] = pq.read_table(io.BytesIO(data), columns=list(columns))
+                self._tables[cache_key] = read_parquet(data, columns)
         return self._tables[cache_key]
 
 
@@ -171,7 +173,7 @@ _DEAD_LETTERS_OF_HOUR = """
         FROM marks
     )
     SELECT count(*) FROM watermarked
-    WHERE letter AND watermark >= $hour AND watermark < $hour + 3600000
+    WHERE letter AND watermark >= $hour AND watermark < $hour + $hour_ms
 """
 
 
@@ -235,7 +237,9 @@ def read_hour_archive(
         con.register("archive", rows)
         with_watermark = con.sql(_PRIOR_WATERMARK).to_arrow_table()
         con.register("letters", letters)
-        dead = con.execute(_DEAD_LETTERS_OF_HOUR, {"hour": hour_ms}).fetchall()[0][0]
+        dead = con.execute(_DEAD_LETTERS_OF_HOUR, {"hour": hour_ms, "hour_ms": HOUR_MS}).fetchall()[
+            0
+        ][0]
     finally:
         con.unregister("archive")
         con.unregister("letters")

@@ -11,45 +11,22 @@ the hour (so only late events can still arrive). Pure data-plane code: no Dagste
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipelines.segments.layout import hour_label, parse_hour_label
+from pipelines.segments import RangeRecord, hour_label, parse_hour_label, read_range_records
 from pipelines.storage import ObjectStore
 
 __all__ = [
     "HourCompleteness",
-    "RangeRecord",
     "archive_completeness",
     "merge_ranges",
-    "read_range_records",
 ]
 
 log = logging.getLogger(__name__)
-
-RANGES_PREFIX = "archive/ranges/"
-
-
-@dataclass(frozen=True)
-class RangeRecord:
-    """One archived offset range of one topic partition."""
-
-    topic: str
-    partition: int
-    first: int
-    end: int
-    events: dict[str, int]
-    dead_letters: dict[str, int]
-    files: tuple[str, ...] = ()
-    """The archive files the range wrote (events of each hour, dead letters of each hour)."""
-
-    @property
-    def source(self) -> str:
-        return f"{self.topic}-{self.partition}"
 
 
 @dataclass(frozen=True)
@@ -93,32 +70,6 @@ class HourCompleteness:
             "open_partitions": list(self.open_partitions),
             "complete": self.complete,
         }
-
-
-def read_range_records(store: ObjectStore, topic: str | None = None) -> list[RangeRecord]:
-    """Every range record under the archive (of ``topic`` if given), sorted by source and offset."""
-    prefix = f"{RANGES_PREFIX}{topic}/" if topic else RANGES_PREFIX
-    records = []
-    for key in store.list(prefix):
-        if not key.endswith(".json"):
-            continue
-        try:
-            raw = json.loads(store.get(key))
-        except FileNotFoundError:  # removed by a task discarding uncommitted ranges
-            continue
-        records.append(
-            RangeRecord(
-                topic=raw["topic"],
-                partition=int(raw["partition"]),
-                first=int(raw["first"]),
-                end=int(raw["end"]),
-                events={k: int(v) for k, v in raw.get("events", {}).items()},
-                dead_letters={k: int(v) for k, v in raw.get("dead_letters", {}).items()},
-                files=tuple(raw.get("files", ())),
-            )
-        )
-    records.sort(key=lambda r: (r.topic, r.partition, r.first))
-    return records
 
 
 def merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -38,10 +38,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipelines.exceptions import QueryError
-from pipelines.segments.layout import hour_label
+from pipelines.segments import HOUR_MS, hour_label
 from pipelines.serving.query import query_view, read_published
 from pipelines.storage import ObjectStore
-from pipelines.views.model import HOUR_MS, WINDOW_START, View
+from pipelines.views.model import WINDOW_START, View
 from quality.config import ExpectationSettings
 
 if TYPE_CHECKING:

@@ -22,7 +22,6 @@ archived topics, or None for the archive alone. Pure data-plane code: no Dagster
 
 from __future__ import annotations
 
-import io
 import itertools
 import logging
 import numbers
@@ -33,18 +32,21 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from pipelines.exceptions import CheckpointError
-from pipelines.segments.layout import (
+from pipelines.segments import (
+    HOUR_MS,
+    RangeRecord,
     archive_dead_letters_key,
     archive_events_key,
     hour_label,
     parse_hour_label,
+    read_parquet,
+    read_range_records,
 )
 from pipelines.storage import ObjectStore
 from pipelines.stream.checkpoint import load_checkpoint
-from quality.completeness import RangeRecord, merge_ranges, read_range_records
+from quality.completeness import merge_ranges
 
 __all__ = [
     "BrokerOffsets",
@@ -56,7 +58,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-HOUR_MS = 3_600_000
 MAX_LISTED = 5
 """Offset ranges a message lists before it says how many more there are."""
 DEAD_LETTERS_PREFIX = "archive/dead_letters/"
@@ -262,7 +263,7 @@ def _verify(store: ObjectStore, record: RangeRecord) -> _RangeCheck:
             missing_files.append(key)
             continue
         try:
-            column = pq.read_table(io.BytesIO(data), columns=["offset"]).column("offset")
+            column = read_parquet(data, ["offset"]).column("offset")
         except (pa.ArrowException, KeyError, ValueError) as exc:
             unreadable.append(f"{key} ({exc})")
             continue

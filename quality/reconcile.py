@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipelines.segments.layout import hour_label
+from pipelines.segments import HOUR_MS, hour_label, read_range_records
 from pipelines.serving.query import query_view, read_published
 from pipelines.storage import ObjectStore
 from pipelines.views.model import View
@@ -53,13 +53,11 @@ from quality.compare import (
     rows_by_key,
     view_keys,
 )
-from quality.completeness import read_range_records
 
 __all__ = ["MetricReconciliation", "Reconciliation", "reconcile", "reconcile_hour"]
 
 log = logging.getLogger(__name__)
 
-HOUR_MS = 3_600_000
 NO_CAUSES = GroupCauses(0, 0, 0)
 SAMPLES = 5
 

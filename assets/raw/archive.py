@@ -10,8 +10,9 @@ import logging
 import dagster as dg
 
 from assets.constants import EVENTS_KEY, RAW_ARCHIVE_KEY, RAW_GROUP
-from assets.partitions import HOURLY, hours_in_window, partition_key_for
+from assets.partitions import HOURLY, partition_key_for
 from orchestration.resources import StorageResource
+from pipelines.segments import hours_in_window
 from quality.completeness import archive_completeness
 
 __all__ = ["raw_archive"]

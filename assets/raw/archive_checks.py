@@ -9,7 +9,6 @@ breaks its schema would overshadow the realtime values with wrong ones.
 :func:`evaluate_archive_schema` is the body, callable without Dagster.
 """
 
-import io
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -17,12 +16,16 @@ from typing import Any
 
 import dagster as dg
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from assets.constants import RAW_ARCHIVE_KEY
 from assets.run_window import not_partitioned, run_hours
 from orchestration.resources import StorageResource
-from pipelines.segments.layout import archive_dead_letters_key, archive_events_key, hour_label
+from pipelines.segments import (
+    archive_dead_letters_key,
+    archive_events_key,
+    hour_label,
+    read_parquet,
+)
 from pipelines.storage import ObjectStore
 from quality.exceptions import SchemaViolation
 from quality.schemas import validate_archive_events, validate_dead_letters
@@ -81,7 +84,7 @@ def read_archive_hour(
     tables: dict[str, pa.Table] = {}
     for key in keys:
         try:
-            tables[key] = pq.read_table(io.BytesIO(store.get(key)))
+            tables[key] = read_parquet(store.get(key))
         except FileNotFoundError:  # removed by a task discarding uncommitted ranges
             continue
     if not tables:

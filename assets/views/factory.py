@@ -15,8 +15,9 @@ from typing import Any
 import dagster as dg
 
 from assets.constants import RAW_ARCHIVE_KEY, VIEWS_GROUP, corrected_key, realtime_key
-from assets.partitions import HOURLY, hours_in_window, partition_key_for
+from assets.partitions import HOURLY, partition_key_for
 from orchestration.resources import ControlStoreResource, SparkResource, StorageResource
+from pipelines.segments import hours_in_window
 from pipelines.views import View, format_duration, parse_views
 
 __all__ = ["build_corrected_asset", "build_realtime_asset", "build_view_assets"]

@@ -19,8 +19,8 @@ from orchestration.runtime import Runtime
 from pipelines.batch.config import SparkSettings
 from pipelines.batch.exceptions import ArchiveMissing, InvalidHour, UnknownView
 from pipelines.exceptions import QueryError
-from pipelines.segments.layout import hour_label
-from pipelines.views import HOUR_MS, View
+from pipelines.segments import HOUR_MS, hour_label
+from pipelines.views import View
 
 __all__ = ["parse_hour", "register"]
 

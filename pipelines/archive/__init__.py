@@ -4,7 +4,6 @@ from pipelines.archive.writer import (
     ARCHIVE_SCHEMA,
     DEAD_LETTER_SCHEMA,
     ArchiveBuffer,
-    ArchiveRange,
     discard_uncommitted,
 )
 
@@ -12,6 +11,5 @@ __all__ = [
     "ARCHIVE_SCHEMA",
     "DEAD_LETTER_SCHEMA",
     "ArchiveBuffer",
-    "ArchiveRange",
     "discard_uncommitted",
 ]

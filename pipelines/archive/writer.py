@@ -9,28 +9,28 @@ anyone can tell which offsets of which partitions an hour has.
 
 from __future__ import annotations
 
-import io
 import json
 import logging
-from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from pipelines.events.decode import DeadLetter, DecodedBatch
-from pipelines.segments.layout import (
+from pipelines.segments import (
+    HOUR_MS,
+    RangeRecord,
     archive_dead_letters_key,
     archive_events_key,
     archive_range_key,
     archive_ranges_prefix,
+    hour_start,
+    to_parquet,
 )
 from pipelines.storage import ObjectStore
 
-__all__ = ["ARCHIVE_SCHEMA", "DEAD_LETTER_SCHEMA", "ArchiveBuffer", "ArchiveRange"]
+__all__ = ["ARCHIVE_SCHEMA", "DEAD_LETTER_SCHEMA", "ArchiveBuffer"]
 
 log = logging.getLogger(__name__)
-HOUR_MS = 3_600_000
 
 ARCHIVE_SCHEMA = pa.schema(
     [
@@ -61,27 +61,6 @@ DEAD_LETTER_SCHEMA = pa.schema(
 )
 
 
-@dataclass(frozen=True)
-class ArchiveRange:
-    topic: str
-    partition: int
-    first: int
-    end: int
-    events: dict[str, int]
-    dead_letters: dict[str, int]
-    files: list[str]
-
-
-def _parquet(table: pa.Table) -> bytes:
-    sink = io.BytesIO()
-    pq.write_table(table, sink, compression="zstd")
-    return sink.getvalue()
-
-
-def _hour(ms: int) -> int:
-    return ms - ms % HOUR_MS
-
-
 class ArchiveBuffer:
     """Valid events and dead letters of one task since its last archive write."""
 
@@ -100,7 +79,7 @@ class ArchiveBuffer:
         if batch.next_offset > self._end:
             self._end = batch.next_offset
 
-    def write(self, store: ObjectStore) -> ArchiveRange | None:
+    def write(self, store: ObjectStore) -> RangeRecord | None:
         """Write the buffered range; the range record goes last, after its files."""
         if self._end <= self.first:
             return None
@@ -114,23 +93,23 @@ class ArchiveBuffer:
             for hour in np.unique(hours).tolist():
                 part = table.filter(pa.array(hours == hour))
                 key = archive_events_key(hour, self.topic, self.partition, first, end)
-                store.put(key, _parquet(part))
+                store.put(key, to_parquet(part))
                 files.append(key)
                 events[key.split("/")[2].removeprefix("hour=")] = part.num_rows
         dead: dict[str, int] = {}
         if self._dead:
             by_hour: dict[int, list[DeadLetter]] = {}
             for letter in self._dead:
-                by_hour.setdefault(_hour(letter.timestamp), []).append(letter)
+                by_hour.setdefault(hour_start(letter.timestamp), []).append(letter)
             for hour, letters in sorted(by_hour.items()):
                 key = archive_dead_letters_key(hour, self.topic, self.partition, first, end)
-                store.put(key, _parquet(self._dead_table(letters)))
+                store.put(key, to_parquet(self._dead_table(letters)))
                 files.append(key)
                 dead[key.split("/")[2].removeprefix("hour=")] = len(letters)
-        record = ArchiveRange(self.topic, self.partition, first, end, events, dead, files)
+        record = RangeRecord(self.topic, self.partition, first, end, events, dead, tuple(files))
         store.put(
             archive_range_key(self.topic, self.partition, first, end),
-            json.dumps(record.__dict__).encode(),
+            record.to_json(),
         )
         self.first = end
         self._batches.clear()

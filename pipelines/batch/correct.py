@@ -25,7 +25,6 @@ next version with identical values.
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 import time
@@ -34,7 +33,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -44,16 +42,18 @@ from pipelines.aggregators import Aggregator
 from pipelines.archive.writer import ARCHIVE_SCHEMA
 from pipelines.batch.exceptions import InvalidHour
 from pipelines.batch.spark import spark_uri
-from pipelines.segments.layout import (
+from pipelines.segments import (
+    HOUR_MS,
     archive_events_key,
     batch_prefix,
     hour_label,
     parse_hour_label,
     published_key,
+    to_parquet,
 )
 from pipelines.serving.query import read_published
 from pipelines.storage import ObjectStore
-from pipelines.views.model import HOUR_MS, WINDOW_START, View
+from pipelines.views.model import WINDOW_START, View
 
 __all__ = [
     "CorrectionResult",
@@ -231,12 +231,6 @@ def _aggregate_view(
     return table.sort_by([(name, "ascending") for name in keys])
 
 
-def _parquet(table: pa.Table) -> bytes:
-    sink = io.BytesIO()
-    pq.write_table(table, sink, compression="zstd")
-    return sink.getvalue()
-
-
 def _publish(
     store: ObjectStore,
     view: View,
@@ -250,7 +244,7 @@ def _publish(
     current = read_published(store, view.name, segment)
     version = int(current["version"]) + 1 if current else 1
     key = f"{batch_prefix(view.name, segment, version)}{PART_FILE}"
-    store.put(key, _parquet(table))
+    store.put(key, to_parquet(table))
     manifest = {
         "version": version,
         "files": [key],

@@ -1,44 +1,28 @@
-"""Where things live under the storage root, in one place.
-
-    segments/<view>/<segment>/realtime/<topic>-<partition>.parquet   a task's partials (version 0)
-    segments/<view>/<segment>/batch/v<version>/part-*.parquet        a correction's exact values
-    segments/<view>/<segment>/_published.json                        the newest published batch
-    checkpoints/<topic>/<partition>.parquet                           a task's state and offsets
-    archive/events/hour=<hour>/<topic>-<partition>-<first>-<end>.parquet
-    archive/dead_letters/hour=<hour>/<topic>-<partition>-<first>-<end>.parquet
-    archive/ranges/<topic>/<partition>/<first>-<end>.json             what one flush archived
-
-``<segment>`` and ``<hour>`` are UTC hours such as ``2015-02-26T21``.
-"""
+"""Every key under the storage root; the layout is drawn in :mod:`pipelines.segments`."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import date
+
+from pipelines.segments.time import hour_label
 
 __all__ = [
+    "RANGES_PREFIX",
+    "REPORTS_PREFIX",
+    "REPORT_FORMATS",
     "archive_dead_letters_key",
     "archive_events_key",
     "archive_range_key",
     "archive_ranges_prefix",
     "batch_prefix",
     "checkpoint_key",
-    "hour_label",
-    "parse_hour_label",
     "published_key",
     "realtime_key",
     "realtime_prefix",
+    "report_keys",
     "segment_prefix",
     "view_prefix",
 ]
-
-
-def hour_label(epoch_ms: int) -> str:
-    return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H")
-
-
-def parse_hour_label(label: str) -> int:
-    moment = datetime.strptime(label, "%Y-%m-%dT%H").replace(tzinfo=UTC)
-    return int(moment.timestamp() * 1000)
 
 
 def view_prefix(view: str) -> str:
@@ -79,9 +63,21 @@ def archive_dead_letters_key(hour_ms: int, topic: str, partition: int, first: in
     )
 
 
+RANGES_PREFIX = "archive/ranges/"
+REPORTS_PREFIX = "reports/"
+REPORT_FORMATS = ("html", "md", "json")
+
+
 def archive_ranges_prefix(topic: str, partition: int) -> str:
-    return f"archive/ranges/{topic}/{partition}/"
+    return f"{RANGES_PREFIX}{topic}/{partition}/"
 
 
 def archive_range_key(topic: str, partition: int, first: int, end: int) -> str:
     return f"{archive_ranges_prefix(topic, partition)}{first:020d}-{end:020d}.json"
+
+
+def report_keys(day: date) -> dict[str, str]:
+    """Storage keys of a day's reconciliation report, by format."""
+    return {
+        fmt: f"{REPORTS_PREFIX}{day.isoformat()}/reconciliation.{fmt}" for fmt in REPORT_FORMATS
+    }

@@ -7,7 +7,6 @@ merged with the view's aggregators.
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 from collections.abc import Iterable
@@ -15,12 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from pipelines.exceptions import QueryError
-from pipelines.segments.layout import (
+from pipelines.segments import (
     parse_hour_label,
     published_key,
+    read_parquet,
     realtime_prefix,
     view_prefix,
 )
@@ -63,7 +62,7 @@ def read_published(store: ObjectStore, view: str, segment_start_ms: int) -> dict
 
 
 def _read(store: ObjectStore, key: str) -> pa.Table:
-    return pq.read_table(io.BytesIO(store.get(key)))
+    return read_parquet(store.get(key))
 
 
 def segment_sources(

@@ -6,16 +6,14 @@ Kafka consumer group mirrors it for external lag tools and is never ahead of it.
 
 from __future__ import annotations
 
-import io
 import json
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from pipelines.exceptions import CheckpointError
-from pipelines.segments.layout import checkpoint_key
+from pipelines.segments import checkpoint_key, read_parquet, to_parquet
 from pipelines.storage import ObjectStore
 
 __all__ = ["TaskCheckpoint", "load_checkpoint", "save_checkpoint"]
@@ -56,9 +54,7 @@ def save_checkpoint(store: ObjectStore, checkpoint: TaskCheckpoint) -> None:
             metadata={"sluice_checkpoint": json.dumps(header)},
         ),
     )
-    sink = io.BytesIO()
-    pq.write_table(table, sink, compression="zstd")
-    store.put(checkpoint_key(checkpoint.topic, checkpoint.partition), sink.getvalue())
+    store.put(checkpoint_key(checkpoint.topic, checkpoint.partition), to_parquet(table))
 
 
 def load_checkpoint(store: ObjectStore, topic: str, partition: int) -> TaskCheckpoint | None:
@@ -68,7 +64,7 @@ def load_checkpoint(store: ObjectStore, topic: str, partition: int) -> TaskCheck
     except FileNotFoundError:
         return None
     try:
-        table = pq.read_table(io.BytesIO(data))
+        table = read_parquet(data)
         header = json.loads(table.schema.metadata[b"sluice_checkpoint"])
     except (pa.ArrowException, KeyError, ValueError) as exc:
         raise CheckpointError(f"checkpoint {store.uri(key)} is unreadable: {exc}") from exc

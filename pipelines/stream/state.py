@@ -7,7 +7,6 @@ full snapshots of the task's partials, never deltas, and a replay simply overwri
 
 from __future__ import annotations
 
-import io
 import json
 from collections.abc import Iterable
 from typing import Any
@@ -15,12 +14,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from pipelines.events.decode import DecodedBatch
 from pipelines.views.model import WINDOW_START, View
 
-__all__ = ["ViewState", "read_state_table", "state_column"]
+__all__ = ["ViewState", "state_column"]
 
 GroupKey = tuple  # (window_start_ms, *group values)
 
@@ -134,13 +132,3 @@ class ViewState:
             states = [agg.deserialize(row[state_column(agg.out)]) for agg in self.aggregators]
             segment = key[0] - key[0] % self.view.segment_ms
             self.buckets.setdefault(segment, {})[key] = states
-
-
-def table_to_parquet(table: pa.Table) -> bytes:
-    sink = io.BytesIO()
-    pq.write_table(table, sink, compression="zstd")
-    return sink.getvalue()
-
-
-def read_state_table(data: bytes) -> pa.Table:
-    return pq.read_table(io.BytesIO(data))

@@ -15,11 +15,11 @@ from collections.abc import Callable, Sequence
 from pipelines.archive import ArchiveBuffer, discard_uncommitted
 from pipelines.config import SluiceSettings
 from pipelines.events.decode import NO_WATERMARK, RawRecord, decode_batch
-from pipelines.segments.layout import realtime_key
+from pipelines.segments import read_parquet, realtime_key, to_parquet
 from pipelines.storage import ObjectStore
 from pipelines.stream.checkpoint import TaskCheckpoint, load_checkpoint, save_checkpoint
 from pipelines.stream.dead_letters import DeadLetterSink
-from pipelines.stream.state import ViewState, read_state_table, table_to_parquet
+from pipelines.stream.state import ViewState
 from pipelines.views.model import View
 
 __all__ = ["StreamTask"]
@@ -78,7 +78,7 @@ class StreamTask:
                 continue
             state.processed = saved["processed"]
             state.late = saved["late"]
-            state.load(read_state_table(checkpoint.states[name]))
+            state.load(read_parquet(checkpoint.states[name]))
         self.archive = ArchiveBuffer(self.topic, self.partition, checkpoint.next_offset)
         discard_uncommitted(self.store, self.topic, self.partition, checkpoint.next_offset)
         log.info("%s: restored checkpoint at offset %d", self.name, checkpoint.next_offset)
@@ -133,7 +133,7 @@ class StreamTask:
         for state in self.states.values():  # 2
             for segment in sorted(state.dirty):
                 key = realtime_key(state.view.name, segment, self.topic, self.partition)
-                self.store.put(key, table_to_parquet(state.segment_table(segment)))
+                self.store.put(key, to_parquet(state.segment_table(segment)))
             state.dirty.clear()
         self.sink.flush()  # 3
 
@@ -164,7 +164,7 @@ class StreamTask:
                 }
                 for name, s in self.states.items()
             },
-            states={name: table_to_parquet(s.all_table()) for name, s in self.states.items()},
+            states={name: to_parquet(s.all_table()) for name, s in self.states.items()},
         )
         save_checkpoint(self.store, checkpoint)
         self.checkpointed_offset = self.next_offset

@@ -1,11 +1,10 @@
 """View definitions: the model, the validating YAML loader, and which definition is in force."""
 
 from pipelines.views.loader import load_views, parse_duration, parse_views
-from pipelines.views.model import HOUR_MS, WINDOW_END, WINDOW_START, View, format_duration
+from pipelines.views.model import WINDOW_END, WINDOW_START, View, format_duration
 from pipelines.views.resolve import ResolvedView, resolve_views, resolve_views_file
 
 __all__ = [
-    "HOUR_MS",
     "WINDOW_END",
     "WINDOW_START",
     "ResolvedView",

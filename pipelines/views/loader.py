@@ -16,7 +16,8 @@ import yaml
 from pipelines.aggregators import AggregationSpec, InputKind, get, names
 from pipelines.events.schema import EVENT_FIELDS
 from pipelines.exceptions import UnknownAggregation, ViewDefinitionError
-from pipelines.views.model import HOUR_MS, WINDOW_END, WINDOW_START, View
+from pipelines.segments import HOUR_MS
+from pipelines.views.model import WINDOW_END, WINDOW_START, View
 
 __all__ = ["load_views", "parse_duration", "parse_views"]
 

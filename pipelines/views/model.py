@@ -12,10 +12,10 @@ from functools import cached_property
 import pyarrow as pa
 
 from pipelines.aggregators import AggregationSpec, Aggregator, build
+from pipelines.segments import HOUR_MS
 
-__all__ = ["HOUR_MS", "View", "format_duration"]
+__all__ = ["View", "format_duration"]
 
-HOUR_MS = 3_600_000
 
 WINDOW_START = "window_start"
 WINDOW_END = "window_end"

@@ -4,12 +4,13 @@ root (``reports/<day>/``). `sluice report` and the ``reconciliation_report`` ass
 :func:`publish_report`.
 """
 
+from pipelines.segments import report_keys
 from quality.exceptions import InvalidReportDay
 from quality.report.build import ReportData, ViewSeries, build_report, day_bounds, parse_day
 from quality.report.plots import ReportPlots, render_plots
 from quality.report.publish import publish_report
 from quality.report.render import headline, render_html, render_json, render_markdown
-from quality.report.store import StoredReport, report_keys, write_report
+from quality.report.store import StoredReport, write_report
 
 __all__ = [
     "InvalidReportDay",

@@ -20,9 +20,10 @@ from typing import Any
 import pyarrow as pa
 
 from pipelines.control import ControlStore, FleetSample
+from pipelines.segments import HOUR_MS
 from pipelines.serving import query_view
 from pipelines.storage import ObjectStore
-from pipelines.views import HOUR_MS, WINDOW_START, View
+from pipelines.views import WINDOW_START, View
 from quality.causes import Causes
 from quality.compare import APPROXIMATE, EXACT, Tolerance, metric_kinds
 from quality.exceptions import InvalidReportDay

@@ -7,13 +7,14 @@ from collections.abc import Sequence
 from datetime import date
 
 from pipelines.control import ControlStore
+from pipelines.segments import report_keys
 from pipelines.storage import ObjectStore
 from pipelines.views import View
 from quality.compare import Tolerance
 from quality.report.build import ReportData, build_report, parse_day
 from quality.report.plots import render_plots
 from quality.report.render import render_html, render_json, render_markdown
-from quality.report.store import StoredReport, report_keys, report_location, write_report
+from quality.report.store import StoredReport, report_location, write_report
 
 __all__ = ["publish_report"]
 

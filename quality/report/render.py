@@ -16,7 +16,7 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
-from pipelines.views import HOUR_MS
+from pipelines.segments import HOUR_MS
 from quality.reconcile import Reconciliation
 from quality.report.build import ReportData
 from quality.report.plots import ReportPlots

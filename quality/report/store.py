@@ -1,8 +1,6 @@
-"""Where a day's report lives under the storage root, and writing it there.
-
-    reports/<YYYY-MM-DD>/reconciliation.html   the page, plots embedded
-    reports/<YYYY-MM-DD>/reconciliation.md     the summary Dagster shows inline
-    reports/<YYYY-MM-DD>/reconciliation.json   the numbers behind both
+"""Writing a day's report under the storage root (keys: :func:`pipelines.segments.report_keys`:
+the HTML page with its plots embedded, the Markdown summary Dagster shows inline, and the JSON
+numbers behind both).
 
 Writes go through the :class:`ObjectStore`, so they are atomic locally and on S3.
 """
@@ -13,17 +11,10 @@ from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
+from pipelines.segments import report_keys
 from pipelines.storage import LocalObjectStore, ObjectStore
 
-__all__ = ["REPORTS_PREFIX", "StoredReport", "report_keys", "report_location", "write_report"]
-
-REPORTS_PREFIX = "reports/"
-FORMATS = ("html", "md", "json")
-
-
-def report_keys(day: date) -> dict[str, str]:
-    """Storage keys of a day's report, by format."""
-    return {fmt: f"{REPORTS_PREFIX}{day.isoformat()}/reconciliation.{fmt}" for fmt in FORMATS}
+__all__ = ["StoredReport", "report_location", "write_report"]
 
 
 def report_location(store: ObjectStore, key: str) -> tuple[Path | None, str]:

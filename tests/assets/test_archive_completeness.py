@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from orchestration.dagster_service import prepare_dagster_home
-from pipelines.segments.layout import archive_range_key, parse_hour_label
+from pipelines.segments import archive_range_key, parse_hour_label
 from pipelines.storage import LocalObjectStore
 from quality.completeness import archive_completeness
 

@@ -23,10 +23,10 @@ from orchestration.resources import (
     LocalStorageResource,
 )
 from pipelines.control import ControlStore
-from pipelines.segments.layout import realtime_prefix
+from pipelines.segments import HOUR_MS, realtime_prefix
 from pipelines.serving.query import query_view
 from pipelines.storage import LocalObjectStore, ObjectStore
-from pipelines.views import HOUR_MS, View
+from pipelines.views import View
 from quality.compare import Tolerance
 from tests.fixtures.dagster_fixture import build_archive, copy_storage, example_views
 from tests.fixtures.segments import publish_batch_version, published_table

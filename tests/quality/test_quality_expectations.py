@@ -27,9 +27,11 @@ from orchestration.resources import LocalSparkResource, LocalStorageResource
 from pipelines.batch import archive_hours, correct_hours
 from pipelines.exceptions import ConfigError, QueryError
 from pipelines.generator import GeneratorOptions
+from pipelines.segments import HOUR_MS
 from pipelines.serving.query import query_view
 from pipelines.storage import LocalObjectStore, ObjectStore
-from pipelines.views import HOUR_MS, View, parse_views
+from pipelines.testing import StreamRun, run_stream
+from pipelines.views import View, parse_views
 from quality.config import ExpectationSettings
 from quality.expectations import (
     CRITICAL,
@@ -44,7 +46,6 @@ from quality.expectations import (
 from tests.fixtures.dagster_fixture import copy_storage, example_views
 from tests.fixtures.segments import publish_batch_version, published_table
 from tests.fixtures.spark import spark  # noqa: F401  (session-scoped SparkSession)
-from tests.fixtures.stream_fixture import StreamRun, run_stream
 
 pytestmark = [pytest.mark.spark, pytest.mark.filterwarnings("ignore::dagster.BetaWarning")]
 

@@ -29,14 +29,14 @@ from pipelines.config import SluiceSettings
 from pipelines.exceptions import BrokerUnavailable
 from pipelines.generator import GeneratorOptions, load_trace, replay
 from pipelines.kafka import ensure_topics, producer
-from pipelines.segments.layout import archive_range_key, hour_label
+from pipelines.segments import RangeRecord, archive_range_key, hour_label, read_range_records
 from pipelines.storage import LocalObjectStore, ObjectStore
 from pipelines.stream import StreamWorker, TaskId
-from quality.completeness import RangeRecord, merge_ranges, read_range_records
+from pipelines.testing import StreamRun, run_stream
+from quality.completeness import merge_ranges
 from quality.lineage import check_nothing_lost, format_offsets
 from tests.fixtures.dagster_fixture import copy_storage, example_views
 from tests.fixtures.processes import wait_until
-from tests.fixtures.stream_fixture import StreamRun, run_stream
 
 pytestmark = pytest.mark.filterwarnings("ignore::dagster.BetaWarning")
 

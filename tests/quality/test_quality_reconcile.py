@@ -8,12 +8,12 @@ import pytest
 
 from pipelines.batch import correct_hours
 from pipelines.generator import GeneratorOptions
-from pipelines.segments.layout import realtime_prefix
+from pipelines.segments import realtime_prefix
+from pipelines.testing import StreamRun, run_stream
 from pipelines.views import load_views
 from quality.compare import Tolerance
 from quality.reconcile import reconcile
 from tests.fixtures.spark import spark  # noqa: F401
-from tests.fixtures.stream_fixture import StreamRun, run_stream
 
 pytestmark = pytest.mark.spark
 

@@ -31,11 +31,11 @@ from pipelines.config import PROJECT_ROOT, KafkaSettings, SluiceSettings, get_se
 from pipelines.control import ControlStore, TaskStatus
 from pipelines.exceptions import ConfigError
 from pipelines.generator import GeneratorOptions
+from pipelines.testing import StreamRun, run_stream
 from quality.report import InvalidReportDay, parse_day, publish_report, report_keys
 from tests.fixtures.browser import chromium_page
 from tests.fixtures.dagster_fixture import example_views
 from tests.fixtures.spark import spark  # noqa: F401  (session-scoped SparkSession)
-from tests.fixtures.stream_fixture import StreamRun, run_stream
 
 pytestmark = [pytest.mark.spark, pytest.mark.filterwarnings("ignore::dagster.BetaWarning")]
 

@@ -28,10 +28,11 @@ from assets.raw.archive_checks import (
 from orchestration.resources import LocalStorageResource
 from pipelines.events.decode import DEAD_LETTER_REASONS
 from pipelines.generator import GeneratorOptions
-from pipelines.segments.layout import archive_events_key, hour_label, realtime_prefix
+from pipelines.segments import HOUR_MS, archive_events_key, hour_label, realtime_prefix
 from pipelines.serving.query import query_view
 from pipelines.storage import LocalObjectStore
-from pipelines.views import HOUR_MS, View, parse_views
+from pipelines.testing import StreamRun, run_stream
+from pipelines.views import View, parse_views
 from quality.exceptions import QualityError, SchemaViolation
 from quality.schemas import (
     SegmentKind,
@@ -42,7 +43,6 @@ from quality.schemas import (
     validate_segment,
 )
 from tests.fixtures.dagster_fixture import example_views
-from tests.fixtures.stream_fixture import StreamRun, run_stream
 
 pytestmark = pytest.mark.filterwarnings("ignore::dagster.BetaWarning")
 

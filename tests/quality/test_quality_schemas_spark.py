@@ -14,13 +14,14 @@ from pyspark.sql.pandas.types import from_arrow_type
 
 from pipelines.batch import CorrectionResult, archive_hours, correct_hours
 from pipelines.generator import GeneratorOptions
+from pipelines.segments import HOUR_MS
 from pipelines.serving.query import query_view
-from pipelines.views import HOUR_MS, View, parse_views
+from pipelines.testing import StreamRun, run_stream
+from pipelines.views import View, parse_views
 from quality.exceptions import SchemaViolation
 from quality.schemas import SegmentKind, segment_spec, validate_segment, validate_spark_segment
 from tests.fixtures.dagster_fixture import example_views
 from tests.fixtures.spark import spark  # noqa: F401  (session-scoped SparkSession)
-from tests.fixtures.stream_fixture import StreamRun, run_stream
 
 pytestmark = pytest.mark.spark
 

@@ -27,7 +27,7 @@ from orchestration.sensors import make_realtime_lag_sensor
 from pipelines.config import PROJECT_ROOT
 from pipelines.control import ControlStore, TaskStatus
 from pipelines.exceptions import ConfigError
-from pipelines.segments.layout import parse_hour_label
+from pipelines.segments import parse_hour_label
 from tests.fixtures.dagster_fixture import build_archive, example_views
 
 pytestmark = pytest.mark.filterwarnings("ignore::dagster.BetaWarning")

@@ -17,9 +17,9 @@ from assets.constants import RECONCILIATION_REPORT_KEY, corrected_key, realtime_
 from assets.partitions import partition_key_for
 from orchestration.dagster_service import DagsterHandle, start_dagster
 from pipelines.config import SluiceSettings
+from pipelines.segments import HOUR_MS
 from pipelines.serving.query import query_view
 from pipelines.storage import LocalObjectStore
-from pipelines.views import HOUR_MS
 from tests.fixtures.browser import chromium_page
 from tests.fixtures.dagster_fixture import build_archive, example_views
 from tests.fixtures.processes import wait_until

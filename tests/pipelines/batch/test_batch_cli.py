@@ -11,9 +11,9 @@ from orchestration.cli.batch import parse_hour, select_views
 from pipelines.batch import InvalidHour, UnknownView
 from pipelines.config import PROJECT_ROOT, get_settings
 from pipelines.generator import GeneratorOptions
-from pipelines.segments.layout import hour_label, parse_hour_label, published_key
+from pipelines.segments import hour_label, parse_hour_label, published_key
+from pipelines.testing import StreamRun, run_stream
 from pipelines.views import load_views
-from tests.fixtures.stream_fixture import StreamRun, run_stream
 
 VIEWS_FILE = PROJECT_ROOT / "data" / "views.yaml"
 

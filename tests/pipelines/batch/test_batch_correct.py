@@ -22,10 +22,10 @@ from pipelines.batch import (
 )
 from pipelines.config import PROJECT_ROOT
 from pipelines.generator import GeneratorOptions
-from pipelines.segments.layout import batch_prefix, hour_label, parse_hour_label, published_key
+from pipelines.segments import HOUR_MS, batch_prefix, hour_label, parse_hour_label, published_key
 from pipelines.serving import query_view
-from pipelines.views import HOUR_MS, WINDOW_START, View, parse_views
-from tests.fixtures.stream_fixture import StreamRun, run_stream
+from pipelines.testing import StreamRun, run_stream
+from pipelines.views import WINDOW_START, View, parse_views
 
 pytestmark = pytest.mark.spark
 

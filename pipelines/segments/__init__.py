@@ -1,0 +1,72 @@
+"""The on-disk format, in one folder: every key under the storage root, the time units the
+keys use, range records and the Parquet helpers. Everything that reads or writes the storage
+root imports them from here::
+
+    segments/<view>/<segment>/realtime/<topic>-<partition>.parquet   a task's partials (version 0)
+    segments/<view>/<segment>/batch/v<version>/part-*.parquet        a correction's exact values
+    segments/<view>/<segment>/_published.json                        the newest published batch
+    checkpoints/<topic>/<partition>.parquet                           a task's state and offsets
+    archive/events/hour=<hour>/<topic>-<partition>-<first>-<end>.parquet
+    archive/dead_letters/hour=<hour>/<topic>-<partition>-<first>-<end>.parquet
+    archive/ranges/<topic>/<partition>/<first>-<end>.json             what one flush archived
+    reports/<YYYY-MM-DD>/reconciliation.{html,md,json}                a day's reconciliation report
+
+``<segment>`` and ``<hour>`` are UTC hours such as ``2015-02-26T21`` (:mod:`.time`); times
+inside files are epoch milliseconds. Parquet files are zstd (:mod:`.parquet`).
+
+May import: ``pipelines.storage`` only.
+"""
+
+from pipelines.segments.layout import (
+    RANGES_PREFIX,
+    REPORT_FORMATS,
+    REPORTS_PREFIX,
+    archive_dead_letters_key,
+    archive_events_key,
+    archive_range_key,
+    archive_ranges_prefix,
+    batch_prefix,
+    checkpoint_key,
+    published_key,
+    realtime_key,
+    realtime_prefix,
+    report_keys,
+    segment_prefix,
+    view_prefix,
+)
+from pipelines.segments.parquet import read_parquet, to_parquet
+from pipelines.segments.ranges import RangeRecord, read_range_records
+from pipelines.segments.time import (
+    HOUR_MS,
+    hour_label,
+    hour_start,
+    hours_in_window,
+    parse_hour_label,
+)
+
+__all__ = [
+    "HOUR_MS",
+    "RANGES_PREFIX",
+    "REPORTS_PREFIX",
+    "REPORT_FORMATS",
+    "RangeRecord",
+    "archive_dead_letters_key",
+    "archive_events_key",
+    "archive_range_key",
+    "archive_ranges_prefix",
+    "batch_prefix",
+    "checkpoint_key",
+    "hour_label",
+    "hour_start",
+    "hours_in_window",
+    "parse_hour_label",
+    "published_key",
+    "read_parquet",
+    "read_range_records",
+    "realtime_key",
+    "realtime_prefix",
+    "report_keys",
+    "segment_prefix",
+    "to_parquet",
+    "view_prefix",
+]
