@@ -19,10 +19,10 @@ import dagster as dg
 from assets.constants import corrected_key
 from assets.run_window import not_partitioned, run_window_ms
 from orchestration.resources import StorageResource
-from pipelines.segments.layout import hour_label
+from pipelines.segments import HOUR_MS, hour_label
 from pipelines.serving.query import query_view
 from pipelines.storage import ObjectStore
-from pipelines.views import HOUR_MS, View
+from pipelines.views import View
 from quality.causes import Causes
 from quality.compare import Comparison, Tolerance, compare_tables, metric_kinds, view_keys
 from quality.reconcile import Reconciliation, reconcile
