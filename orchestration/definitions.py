@@ -8,8 +8,6 @@ views; the resources are the set ``SLUICE_ENV`` picks.
 
 from __future__ import annotations
 
-import logging
-
 import dagster as dg
 
 import assets.raw
@@ -27,7 +25,6 @@ from orchestration.sensors import make_autoscaling_sensor, make_realtime_lag_sen
 
 __all__ = ["defs"]
 
-log = logging.getLogger(__name__)
 
 VIEWS = assets.views.VIEWS
 

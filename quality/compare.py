@@ -12,7 +12,6 @@ asset checks in :mod:`assets.views.checks` wrap these results.
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,7 +37,6 @@ __all__ = [
     "view_keys",
 ]
 
-log = logging.getLogger(__name__)
 
 EXACT = "exact"
 APPROXIMATE = "approximate"

@@ -11,7 +11,6 @@ the hour (so only late events can still arrive). Pure data-plane code: no Dagste
 from __future__ import annotations
 
 import itertools
-import logging
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -25,8 +24,6 @@ __all__ = [
     "archive_completeness",
     "merge_ranges",
 ]
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,6 @@ blocking asset checks and the report use it.
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -56,7 +55,6 @@ from quality.compare import (
 
 __all__ = ["MetricReconciliation", "Reconciliation", "reconcile", "reconcile_hour"]
 
-log = logging.getLogger(__name__)
 
 NO_CAUSES = GroupCauses(0, 0, 0)
 SAMPLES = 5

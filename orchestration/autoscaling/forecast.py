@@ -11,7 +11,6 @@ falls back to the current level plus a damped linear trend.
 
 from __future__ import annotations
 
-import logging
 import math
 
 import numpy as np
@@ -19,8 +18,6 @@ import numpy as np
 from orchestration.autoscaling.config import ForecastSettings
 
 __all__ = ["SeasonalTrendForecaster"]
-
-logger = logging.getLogger(__name__)
 
 
 class SeasonalTrendForecaster:

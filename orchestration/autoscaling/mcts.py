@@ -18,7 +18,6 @@ decision in milliseconds.
 from __future__ import annotations
 
 import bisect
-import logging
 import math
 import random
 import time
@@ -39,8 +38,6 @@ __all__ = [
     "PlanningProblem",
     "sla_window_arrivals",
 ]
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

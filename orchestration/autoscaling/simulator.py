@@ -15,7 +15,6 @@ guards review, the `SimulatedRealizer` applies, and the fleet then processes for
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -47,8 +46,6 @@ __all__ = [
     "simulate",
     "summarise",
 ]
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,6 @@ version, which queries then serve instead of the realtime values. Spark is confi
 from __future__ import annotations
 
 import argparse
-import logging
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -23,8 +22,6 @@ from pipelines.segments import HOUR_MS, hour_label
 from pipelines.views import View
 
 __all__ = ["parse_hour", "register"]
-
-log = logging.getLogger(__name__)
 
 
 def parse_hour(text: str, flag: str) -> int:

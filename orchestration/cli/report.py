@@ -8,7 +8,6 @@ is written, failures or not (they are the report's content); 2 on bad input.
 from __future__ import annotations
 
 import argparse
-import logging
 from pathlib import Path
 
 from rich.console import Console
@@ -20,8 +19,6 @@ from quality.report import headline, parse_day, publish_report
 from quality.report.render import notes
 
 __all__ = ["register", "run"]
-
-log = logging.getLogger(__name__)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
