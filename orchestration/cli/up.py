@@ -9,7 +9,6 @@ process it started, workers first so they checkpoint.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import signal
 import subprocess
@@ -24,6 +23,7 @@ from rich.text import Text
 
 from orchestration.cli.status import render
 from orchestration.fleet import Supervisor, child_environment, start_fleet
+from orchestration.fleet.processes import start_process, stop_process
 from orchestration.runtime import Runtime
 from pipelines.config import SluiceSettings
 from pipelines.kafka import EmbeddedBroker, ensure_topics
@@ -61,31 +61,7 @@ def _generator(args: argparse.Namespace, env: dict[str, str], state_dir: Path) -
     cmd += ["--duration", args.duration, "--speedup", str(args.speedup)]
     cmd += ["--peak-rate", str(args.peak_rate), "--seed", str(args.seed)]
     cmd += ["--report", str(state_dir / "generate-report.json")]
-    log = open(state_dir / "logs" / "generator.log", "ab")  # noqa: SIM115
-    try:
-        return subprocess.Popen(
-            cmd,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-    finally:
-        log.close()
-
-
-def _stop_process(process: subprocess.Popen | None, timeout_s: float = 10.0) -> None:
-    if process is None or process.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=5)
+    return start_process(cmd, env, state_dir / "logs" / "generator.log")
 
 
 UP_DEFAULTS = {
@@ -150,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
         pass
     finally:
         console.print("stopping: generator, workers (checkpointing), Dagster, broker...")
-        _stop_process(generator)
+        stop_process(generator)
         if fleet is not None:
             fleet.stop()
         if dagster is not None:

@@ -8,10 +8,8 @@ checkpoints and exits), then SIGKILL after a deadline.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -19,6 +17,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from orchestration.fleet.processes import signal_stop, start_process, wait_or_kill
 from orchestration.job_model import JobModel, plan_job_model
 
 __all__ = ["LocalFleet", "WorkerProcess"]
@@ -71,22 +70,8 @@ class LocalFleet:
         return cmd
 
     def _spawn(self, worker: WorkerProcess) -> None:
-        out = subprocess.DEVNULL
-        if self.log_dir is not None:
-            self.log_dir.mkdir(parents=True, exist_ok=True)
-            out = open(self.log_dir / f"worker-{worker.worker_id}.log", "ab")  # noqa: SIM115
-        try:
-            worker.process = subprocess.Popen(
-                self._command(worker),
-                env=self.env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        finally:
-            if out is not subprocess.DEVNULL:
-                out.close()
+        log_file = self.log_dir / f"worker-{worker.worker_id}.log" if self.log_dir else None
+        worker.process = start_process(self._command(worker), self.env, log_file)
         log.info("started worker %s (pid %d) on %s", worker.worker_id, worker.pid, worker.tasks)
 
     def start(self) -> None:
@@ -148,17 +133,8 @@ class LocalFleet:
 
     def stop(self, timeout_s: float = 20.0) -> None:
         for worker in self.workers.values():
-            if worker.alive():
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(worker.process.pid, signal.SIGTERM)
+            signal_stop(worker.process)
         deadline = time.monotonic() + timeout_s
         for worker in self.workers.values():
-            if worker.process is None:
-                continue
-            try:
-                worker.process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
+            if wait_or_kill(worker.process, deadline - time.monotonic()):
                 log.warning("worker %s did not stop in %.0fs: SIGKILL", worker.worker_id, timeout_s)
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(worker.process.pid, signal.SIGKILL)
-                worker.process.wait(timeout=5)
