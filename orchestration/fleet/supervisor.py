@@ -22,13 +22,15 @@ __all__ = ["DeploymentWatcher", "ScaleWatcher", "Supervisor"]
 
 
 class DeploymentWatcher:
-    """Reloads the fleet when a view is deployed, changed or disabled in the control store."""
+    """Reloads the fleet when the views in force change: a deployment, a Disabled state, or an
+    edit of the views file the workers run."""
 
     def __init__(self, runtime: Runtime, fleet: LocalFleet, every_s: float = 5.0) -> None:
         self.runtime = runtime
         self.fleet = fleet
+        self.views_file = getattr(fleet, "views_file", None)  # what the workers were given
         self.every_s = every_s
-        self.version = runtime.deployment_version()
+        self.version = runtime.deployment_version(self.views_file)
         self.next_check = time.monotonic() + every_s
         runtime.mark_deployed_running()
 
@@ -37,7 +39,7 @@ class DeploymentWatcher:
         if now < self.next_check:
             return []
         self.next_check = now + self.every_s
-        version = self.runtime.deployment_version()
+        version = self.runtime.deployment_version(self.views_file)
         if version == self.version:
             return []
         self.version = version

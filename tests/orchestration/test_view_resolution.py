@@ -121,3 +121,27 @@ def test_the_code_location_corrects_the_definition_in_force(tmp_path: Path) -> N
     assert by_name["per_org"].fingerprint == runtime.view("per_org").fingerprint
     assert by_name["per_org"].interval_ms == 300_000 and definitions["per_org"] == deployed
     assert by_name["other"].disabled
+
+
+def test_editing_the_views_file_reloads_the_fleet(tmp_path: Path) -> None:
+    from orchestration.fleet import DeploymentWatcher
+
+    class RecordingFleet:
+        views_file = str(tmp_path / "views.yaml")
+
+        def __init__(self) -> None:
+            self.restarts: list[str] = []
+
+        def restart(self, reason: str) -> None:
+            self.restarts.append(reason)
+
+    runtime = _runtime(tmp_path)
+    _write(tmp_path / "views.yaml", VIEW, at=time.time() - 3600)
+    runtime.settings.views_file = tmp_path / "elsewhere.yaml"  # the fleet was given --views
+    _write(runtime.settings.views_file, VIEW, at=time.time() - 3600)
+    fleet = RecordingFleet()
+    watcher = DeploymentWatcher(runtime, fleet, every_s=0)
+    assert watcher.check() == []
+    _write(tmp_path / "views.yaml", {**VIEW, "disabled": True}, at=time.time())
+    assert watcher.check() and fleet.restarts == ["view deployments changed"]
+    assert runtime.active_views(fleet.views_file) == []
