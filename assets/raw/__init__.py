@@ -1,4 +1,7 @@
-"""The ``raw`` group: the ``events`` topic (external) and the hourly raw archive."""
+"""The ``raw`` group: the ``events`` topic (external) and the hourly raw archive.
+
+May import: ``assets`` helpers, ``orchestration.resources``, ``quality``, ``pipelines``.
+"""
 
 from assets.raw.archive import raw_archive
 from assets.raw.events import events

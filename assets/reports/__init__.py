@@ -1,4 +1,7 @@
-"""The ``reports`` group: the daily ``reconciliation_report`` over the code location's views."""
+"""The ``reports`` group: the daily ``reconciliation_report`` over the code location's views.
+
+May import: ``assets`` helpers, ``orchestration.resources``, ``quality``, ``pipelines``.
+"""
 
 from assets.reports.reconciliation import DAILY, build_reconciliation_report
 from assets.views import VIEWS

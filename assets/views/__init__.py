@@ -5,6 +5,8 @@ The views are those in force when the code location loads, resolved as the worke
 ``SLUICE_VIEWS_FILE``, default ``data/views.yaml``, and the deployments recorded in the control
 store, the newest change winning), so a correction computes the definition the stream runs.
 Reload the location in the UI after editing the file or deploying elsewhere.
+
+May import: ``assets`` helpers, ``orchestration.resources``, ``quality``, ``pipelines``.
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@ the simulator that replays traffic traces against all of them.
 
 The loop is collect -> decide (a policy) -> review (guards) -> realize; each collaborator is a
 small value-in/value-out piece so the simulator, a Dagster sensor or a test can assemble it.
+
+May import: ``orchestration.lag`` and ``pipelines``; no Dagster (the sensor that runs it lives in ``orchestration.sensors``).
 """
 
 from __future__ import annotations

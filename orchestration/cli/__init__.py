@@ -3,6 +3,8 @@
 Each subcommand module exposes ``register(subparsers)``, which adds its parser and sets
 ``func`` to a callable taking the parsed namespace and returning an exit code. Flags fall
 back to ``SLUICE_*`` environment variables through the settings models.
+
+May import: everything below it; nothing imports the CLI.
 """
 
 from __future__ import annotations

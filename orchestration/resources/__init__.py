@@ -4,6 +4,8 @@
 each system (:class:`KafkaResource`, :class:`SparkResource`, :class:`StorageResource`,
 :class:`ControlStoreResource`), never a concrete client. Secrets are ``dg.EnvVar`` values,
 read by Dagster when a run starts, never at import time.
+
+May import: the control-plane library (``orchestration.autoscaling``, ``.settings``) and ``pipelines``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Sensors, each from a factory with a JSON cursor and a unit test through build_sensor_context."""
+"""Sensors, each from a factory with a JSON cursor and a unit test through build_sensor_context.
+
+May import: ``assets``, ``orchestration.resources``, the control-plane library and ``pipelines``.
+"""
 
 from orchestration.sensors.autoscaler import SCALE_JOB, decide_scaling, make_autoscaling_sensor
 from orchestration.sensors.realtime_lag import make_realtime_lag_sensor, realtime_observations

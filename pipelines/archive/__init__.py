@@ -1,4 +1,7 @@
-"""The raw archive of valid events and dead letters, by event-time hour."""
+"""The raw archive of valid events and dead letters, by event-time hour.
+
+May import: ``pipelines.events``, ``pipelines.segments``, ``pipelines.storage``.
+"""
 
 from pipelines.archive.writer import (
     ARCHIVE_SCHEMA,

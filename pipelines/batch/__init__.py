@@ -1,4 +1,7 @@
-"""The Spark batch correction: exact views from the raw archive, published as new versions."""
+"""The Spark batch correction: exact views from the raw archive, published as new versions.
+
+May import: the rest of ``pipelines`` (views, aggregators, archive, segments, serving, storage).
+"""
 
 from pipelines.batch.config import SparkSettings
 from pipelines.batch.correct import (

@@ -1,4 +1,7 @@
-"""The control store shared by the stream workers (writers) and the control plane (readers)."""
+"""The control store shared by the stream workers (writers) and the control plane (readers).
+
+May import: third-party libraries only (SQLAlchemy); every layer above reads or writes it.
+"""
 
 from pipelines.control.store import ControlStore, FleetSample, TaskStatus
 

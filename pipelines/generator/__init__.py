@@ -1,4 +1,7 @@
-"""The trace-driven event generator, and the one trace loader the simulator replays too."""
+"""The trace-driven event generator, and the one trace loader the simulator replays too.
+
+May import: ``pipelines.config``, ``pipelines.events``, ``pipelines.exceptions``.
+"""
 
 from pipelines.generator.replay import replay
 from pipelines.generator.synth import (

@@ -1,4 +1,7 @@
-"""Kafka access for the data plane: the embedded broker and client helpers."""
+"""Kafka access for the data plane: the embedded broker and client helpers.
+
+May import: ``pipelines.config``, ``pipelines.exceptions``.
+"""
 
 from pipelines.kafka.client import (
     beginning_offsets,

@@ -1,4 +1,7 @@
-"""The serving query over realtime and corrected segments."""
+"""The serving query over realtime and corrected segments.
+
+May import: ``pipelines.views``, ``pipelines.segments``, ``pipelines.storage``, ``pipelines.stream`` (state columns).
+"""
 
 from pipelines.serving.query import (
     SOURCE,

@@ -1,4 +1,7 @@
-"""Object storage under the storage root: a local directory by default, or ``s3://``."""
+"""Object storage under the storage root: a local directory by default, or ``s3://``.
+
+May import: ``pipelines.exceptions`` only.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Stream workers: tasks, window state, checkpoints and realtime segments."""
+"""Stream workers: tasks, window state, checkpoints and realtime segments.
+
+May import: the rest of ``pipelines`` (events, views, archive, segments, storage, control, kafka).
+"""
 
 from pipelines.stream.task import StreamTask
 from pipelines.stream.worker import StreamWorker, TaskId, consumer_group

@@ -1,4 +1,7 @@
-"""View definitions: the model, the validating YAML loader, and which definition is in force."""
+"""View definitions: the model, the validating YAML loader, and which definition is in force.
+
+May import: ``pipelines.aggregators``, ``pipelines.events``, ``pipelines.segments``.
+"""
 
 from pipelines.views.loader import load_views, parse_duration, parse_views
 from pipelines.views.model import WINDOW_END, WINDOW_START, View, format_duration

@@ -2,6 +2,8 @@
 fleet's lag and size, as one HTML page with plots plus a Markdown summary under the storage
 root (``reports/<day>/``). `sluice report` and the ``reconciliation_report`` asset call
 :func:`publish_report`.
+
+May import: ``pipelines`` and the rest of ``quality``.
 """
 
 from pipelines.segments import report_keys

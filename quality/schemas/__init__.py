@@ -8,6 +8,8 @@
 - validators raising :class:`~quality.exceptions.SchemaViolation`:
   :func:`validate_archive_events`, :func:`validate_dead_letters`, :func:`validate_segment`
   and, for ``correct_hours(validate_segment=...)``, :func:`validate_spark_segment`.
+
+May import: ``pipelines`` and ``quality.exceptions``.
 """
 
 from quality.schemas.archive import (

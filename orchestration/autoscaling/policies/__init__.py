@@ -1,4 +1,7 @@
-"""Scaling policies: one protocol, one small module each, one registry of factories by name."""
+"""Scaling policies: one protocol, one small module each, one registry of factories by name.
+
+May import: the rest of ``orchestration.autoscaling``.
+"""
 
 from __future__ import annotations
 
