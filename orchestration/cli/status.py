@@ -158,14 +158,7 @@ def _snapshot(lags: list[TaskLag]) -> list[dict]:
 def run(args: argparse.Namespace) -> int:
     runtime = Runtime.from_env()
     if args.json:
-        snapshot = {
-            "tasks": _snapshot(collect_task_lags(runtime, args.stale_after)),
-            "views": {
-                name: {"state": r.state, "source": r.source, "changed_at": r.changed_at}
-                for name, r in _views(runtime).items()
-            },
-        }
-        json.dump(snapshot, sys.stdout, indent=2)
+        json.dump(_snapshot(collect_task_lags(runtime, args.stale_after)), sys.stdout, indent=2)
         print()
         return 0
     console = Console()
