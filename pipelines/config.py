@@ -77,7 +77,8 @@ class SluiceSettings(SluiceBaseSettings):
     )
     control_store_url: str | None = Field(
         default=None,
-        description="SQLAlchemy URL of the control store (task metrics, job model). "
+        description="SQLAlchemy URL of the control store (task metrics, job model), e.g. "
+        "postgresql+psycopg://user:password@host/db for a fleet on several machines. "
         "Default: sqlite:///<state_dir>/control.db.",
     )
     views_file: Path = Field(

@@ -37,12 +37,24 @@ need_chromium() {
   fi
 }
 
+need_postgres() {
+  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && return 0
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing Debian's postgresql for the control-store tests ..." >&2
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; } \
+      || die "could not install postgresql: sudo apt-get install -y postgresql"
+  else
+    die "the control-store tests need PostgreSQL's server binaries: sudo apt-get install -y postgresql"
+  fi
+}
+
 cmd=${1:-}
 shift || true
 case "$cmd" in
   up) exec .venv/bin/sluice up "$@" ;;
   test)
     need_chromium
+    need_postgres
     echo "checking the import contracts (pyproject.toml: the package graph runs one way) ..." >&2
     .venv/bin/lint-imports --no-cache || die "an import runs back up the layers (see above)"
     exec .venv/bin/python -m pytest "$@" ;;

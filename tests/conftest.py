@@ -50,3 +50,28 @@ def settings(tmp_path: Path) -> SluiceSettings:
 def artifacts_dir() -> Path:
     ARTIFACTS.mkdir(exist_ok=True)
     return ARTIFACTS
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A real PostgreSQL server for this test session (see tests/fixtures/postgres.py)."""
+    from tests.fixtures.postgres import postgres_server
+
+    with postgres_server() as url:
+        yield url
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def control_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A control store URL of each supported backend: SQLite (one machine) and PostgreSQL."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'control.db'}"
+    url = request.getfixturevalue("postgres_url")
+    from sqlalchemy import create_engine
+
+    from pipelines.control.store import metadata
+
+    engine = create_engine(url)
+    metadata.drop_all(engine)  # each test starts from an empty store
+    engine.dispose()
+    return url

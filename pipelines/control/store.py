@@ -1,7 +1,9 @@
 """The control store: what workers report and what the control plane decides.
 
 SQLite under the state directory by default (WAL, so several worker processes can write),
-any SQLAlchemy URL (PostgreSQL) by configuration. Workers write their task metrics and
+PostgreSQL (``postgresql+psycopg://...``, tested against a real server) for a fleet on several
+machines; every upsert is the dialect's ``INSERT ... ON CONFLICT``, so concurrent writers of
+one row do not race. Workers write their task metrics and
 heartbeats here; `sluice status`, the lag evaluation and the autoscaler read them.
 """
 
@@ -370,11 +372,26 @@ def _upsert(
     on_insert: dict[str, Any] | None = None,
 ) -> None:
     """Update the row with ``key`` (one or more key columns), or insert it (with ``on_insert``
-    too); portable SQL."""
+    too), atomically: the dialect's ``INSERT ... ON CONFLICT DO UPDATE`` on SQLite and
+    PostgreSQL, so two writers of the same row never race into a duplicate-key error."""
+    row = {**key, **values, **(on_insert or {})}
+    dialect = conn.dialect.name
+    if dialect in ("sqlite", "postgresql"):
+        if dialect == "sqlite":
+            from sqlalchemy.dialects.sqlite import insert
+        else:
+            from sqlalchemy.dialects.postgresql import insert
+        statement = insert(table).values(**row)
+        conn.execute(
+            statement.on_conflict_do_update(
+                index_elements=list(key), set_={c: statement.excluded[c] for c in values}
+            )
+        )
+        return
     match = [table.c[column] == value for column, value in key.items()]
     updated = conn.execute(table.update().where(*match).values(**values))
     if updated.rowcount == 0:
-        conn.execute(table.insert().values(**key, **values, **(on_insert or {})))
+        conn.execute(table.insert().values(**row))
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
