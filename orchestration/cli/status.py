@@ -68,6 +68,11 @@ class StatusTracker:
 
 
 def render(lags: list[TaskLag], statuses: dict[str, str] | None = None) -> Group:
+    """The task table and a summary line; ``statuses`` come from a :class:`StatusTracker` that
+    has watched earlier refreshes (one look is taken here if none is given), and a stale task
+    keeps the summary from saying OK."""
+    if statuses is None:
+        statuses = StatusTracker().update(lags)
     table = Table(title="Sluice stream tasks", title_justify="left")
     for name, justify in (
         ("task", "left"),
@@ -89,7 +94,7 @@ def render(lags: list[TaskLag], statuses: dict[str, str] | None = None) -> Group
     for lag in lags:
         s = lag.status
         state = Text("stale", style="bold red") if lag.stale else Text(s.state)
-        health = (statuses or {}).get(s.task, "-")
+        health = statuses.get(s.task, "-")
         table.add_row(
             s.task,
             Text(health, style={"OK": "green", "WARN": "yellow"}.get(health, "bold red")),
@@ -108,9 +113,11 @@ def render(lags: list[TaskLag], statuses: dict[str, str] | None = None) -> Group
         )
     total_in = sum(lag.status.consumed for lag in lags)
     total_backlog = sum(lag.backlog for lag in lags)
-    overall = worst(list((statuses or {}).values()))
+    stale = sum(lag.stale for lag in lags)
+    overall = worst([*statuses.values(), *(["STOP"] if stale else [])])
     footer = Text(
-        f"{overall}  {len(lags)} tasks  in {total_in:,}  backlog {total_backlog:,}  "
+        f"{overall}  {len(lags)} tasks{f' ({stale} stale)' if stale else ''}  "
+        f"in {total_in:,}  backlog {total_backlog:,}  "
         f"dead-lettered {sum(lag.status.dead_lettered for lag in lags):,}",
         style="dim",
     )
@@ -164,15 +171,20 @@ def run(args: argparse.Namespace) -> int:
     console = Console()
     if args.once:
         console.print(render_views(_views(runtime)))
-        console.print(render(collect_task_lags(runtime, args.stale_after)))
+        lags = collect_task_lags(runtime, args.stale_after)
+        console.print(render(lags, StatusTracker(stale_after_s=args.stale_after).update(lags)))
         return 0
     console.print(render_views(_views(runtime)))
-    with Live(
-        render(collect_task_lags(runtime, args.stale_after)), console=console, auto_refresh=False
-    ) as live:
+    tracker = StatusTracker(stale_after_s=args.stale_after)
+
+    def frame() -> Group:
+        lags = collect_task_lags(runtime, args.stale_after)
+        return render(lags, tracker.update(lags))
+
+    with Live(frame(), console=console, auto_refresh=False) as live:
         try:
             while True:
                 time.sleep(args.interval)
-                live.update(render(collect_task_lags(runtime, args.stale_after)), refresh=True)
+                live.update(frame(), refresh=True)
         except KeyboardInterrupt:
             return 0

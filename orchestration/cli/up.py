@@ -21,7 +21,7 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.text import Text
 
-from orchestration.cli.status import render
+from orchestration.cli.status import StatusTracker, render
 from orchestration.fleet import Supervisor, child_environment, start_fleet
 from orchestration.fleet.processes import start_process, stop_process
 from orchestration.runtime import Runtime
@@ -151,6 +151,7 @@ def _start_dagster(settings: SluiceSettings, env: dict[str, str], console: Conso
 def _watch(runtime, fleet, generator, dagster, console, stop, exit_when_done: bool) -> None:
     caught_up_since = None
     supervisor = Supervisor(runtime, fleet)
+    tracker = StatusTracker()
     with Live(console=console, auto_refresh=False) as live:
 
         def show(events: list[str], lags: list) -> bool:
@@ -163,7 +164,7 @@ def _watch(runtime, fleet, generator, dagster, console, stop, exit_when_done: bo
             header = Text(f"generator: {gen_state}")
             if dagster is not None:
                 header.append(f"   Dagster: {dagster.url}")
-            live.update(Group(header, render(lags)), refresh=True)
+            live.update(Group(header, render(lags, tracker.update(lags))), refresh=True)
             done = generator.poll() is not None and lags and all(lag.backlog == 0 for lag in lags)
             if not (exit_when_done and done):
                 caught_up_since = None
