@@ -1,9 +1,12 @@
 """A fleet of stream-worker processes on this machine, supervised.
 
-The supervisor starts one `sluice worker` process per worker of the job model, restarts a
-worker that dies (it resumes from its checkpoint), and, like Mist's scheduler, gives up on a
-worker that crashed three times within ten minutes. Stopping sends SIGTERM (each worker
-checkpoints and exits), then SIGKILL after a deadline.
+The supervisor starts one `sluice worker` process per worker of the job model and restarts a
+worker that dies (it resumes from its checkpoint). A loss (the process killed by a signal:
+SIGKILL, the OOM killer, a reclaimed machine) is always restarted, never counted: giving up
+on it would orphan its partitions. A crash (the worker exited with an error of its own)
+counts, and like Mist's scheduler the supervisor gives up on a worker that crashed three times
+within ten minutes. Stopping sends SIGTERM (each worker checkpoints and exits), then SIGKILL
+after a deadline.
 """
 
 from __future__ import annotations
@@ -86,6 +89,14 @@ class LocalFleet:
             if worker.disabled or worker.process is None or worker.alive():
                 continue
             code = worker.process.returncode
+            if code < 0:  # killed by a signal: a loss, restarted whatever happened before
+                events.append(
+                    f"worker {worker.worker_id} lost (signal {-code}): restarting from its "
+                    "checkpoint"
+                )
+                log.warning(events[-1])
+                self._spawn(worker)
+                continue
             worker.crashes.append(now)
             recent = [t for t in worker.crashes if now - t <= CRASH_WINDOW_S]
             if len(recent) >= CRASH_LIMIT:
