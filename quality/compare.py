@@ -84,7 +84,7 @@ class Tolerance:
     @classmethod
     def from_env(cls) -> Tolerance:
         """The tolerance of the ``SLUICE_CHECK_*`` settings (:class:`quality.config.CheckSettings`)."""
-        return cls.from_settings(CheckSettings.load())
+        return cls.from_settings(CheckSettings.from_env())
 
     @classmethod
     def from_settings(cls, settings: CheckSettings) -> Tolerance:

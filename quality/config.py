@@ -49,7 +49,7 @@ class CheckSettings(SluiceBaseSettings):
     )
 
     @classmethod
-    def load(cls) -> CheckSettings:
+    def from_env(cls) -> CheckSettings:
         """The settings in force; a bad value raises one error naming the variable."""
         return load_settings(cls)
 
