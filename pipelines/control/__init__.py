@@ -3,6 +3,24 @@
 May import: third-party libraries only (SQLAlchemy); every layer above reads or writes it.
 """
 
+from pipelines.control.jobs import (
+    TASK_STATES,
+    AgentRecord,
+    Assignment,
+    JobEvent,
+    JobModelStore,
+    TaskViewState,
+)
 from pipelines.control.store import ControlStore, FleetSample, TaskStatus
 
-__all__ = ["ControlStore", "FleetSample", "TaskStatus"]
+__all__ = [
+    "TASK_STATES",
+    "AgentRecord",
+    "Assignment",
+    "ControlStore",
+    "FleetSample",
+    "JobEvent",
+    "JobModelStore",
+    "TaskStatus",
+    "TaskViewState",
+]

@@ -20,7 +20,6 @@ from sqlalchemy import (
     Column,
     Float,
     Integer,
-    MetaData,
     String,
     Table,
     Text,
@@ -30,9 +29,11 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Engine
 
+from pipelines.control.jobs import JobModelStore
+from pipelines.control.sql import metadata, sqlite_pragmas, upsert
+
 __all__ = ["VIEW_STATES", "ControlStore", "FleetSample", "TaskStatus"]
 
-metadata = MetaData()
 
 task_status = Table(
     "task_status",
@@ -58,6 +59,7 @@ task_status = Table(
     Column("heartbeat_at", Float, nullable=False),
     Column("state", String(32), nullable=False),
     Column("views", Text, nullable=False, default="{}"),
+    Column("generation", Integer, nullable=False, default=0),
 )
 
 worker_status = Table(
@@ -150,6 +152,8 @@ class TaskStatus:
     heartbeat_at: float = field(default_factory=time.time)
     state: str = "running"
     views: dict[str, Any] = field(default_factory=dict)
+    generation: int = 0
+    """The job-model generation of the owner that reported: an older one never overwrites."""
 
     def row(self) -> dict[str, Any]:
         row = asdict(self)
@@ -192,23 +196,32 @@ class ControlStore:
         self.url = url
         self.engine: Engine = create_engine(url, future=True, pool_pre_ping=True)
         if self.engine.dialect.name == "sqlite":
-            event.listen(self.engine, "connect", _sqlite_pragmas)
+            event.listen(self.engine, "connect", sqlite_pragmas)
         metadata.create_all(self.engine)
+        self.jobs = JobModelStore(self.engine)
+        """The job model: agents, task assignments with generations, leases."""
 
     def report_tasks(self, statuses: list[TaskStatus]) -> None:
-        """Upsert task rows in one transaction."""
+        """Upsert task rows in one transaction; a row reported by a newer generation of the
+        task's owner is kept (a fenced owner's late report does not overwrite it)."""
         if not statuses:
             return
         with self.engine.begin() as conn:
             for status in statuses:
                 row = status.row()
                 del row["task"]
-                _upsert(conn, task_status, {"task": status.task}, row)
+                upsert(
+                    conn,
+                    task_status,
+                    {"task": status.task},
+                    row,
+                    only_if=task_status.c.generation <= status.generation,
+                )
 
     def report_worker(self, worker_id: str, pid: int, tasks: list[str], state: str) -> None:
         now = time.time()
         with self.engine.begin() as conn:
-            _upsert(
+            upsert(
                 conn,
                 worker_status,
                 {"worker_id": worker_id},
@@ -241,7 +254,7 @@ class ControlStore:
                 "state": "Scheduled",
                 "deployed_at": now,
             }
-            _upsert(conn, view_deployments, {"name": name}, values, on_insert={"crashes": "[]"})
+            upsert(conn, view_deployments, {"name": name}, values, on_insert={"crashes": "[]"})
             return True
 
     def set_view_state(self, name: str, state: str) -> None:
@@ -278,13 +291,13 @@ class ControlStore:
             "requested_at": time.time(),
         }
         with self.engine.begin() as conn:
-            _upsert(conn, fleet_scaling, {"topic": topic}, values)
+            upsert(conn, fleet_scaling, {"topic": topic}, values)
 
     def record_applied(self, topic: str, workers: int) -> None:
         """The fleet runs ``workers`` workers now (also creates the row on first start)."""
         now = time.time()
         with self.engine.begin() as conn:
-            _upsert(
+            upsert(
                 conn,
                 fleet_scaling,
                 {"topic": topic},
@@ -332,7 +345,7 @@ class ControlStore:
         ``retain_s``, drop minutes older than that in the same go."""
         minute = int(at_s // 60)
         with self.engine.begin() as conn:
-            _upsert(
+            upsert(
                 conn,
                 rate_history,
                 {"topic": topic, "minute": minute},
@@ -362,41 +375,3 @@ class ControlStore:
 
     def close(self) -> None:
         self.engine.dispose()
-
-
-def _upsert(
-    conn: Any,
-    table: Table,
-    key: dict[str, Any],
-    values: dict[str, Any],
-    on_insert: dict[str, Any] | None = None,
-) -> None:
-    """Update the row with ``key`` (one or more key columns), or insert it (with ``on_insert``
-    too), atomically: the dialect's ``INSERT ... ON CONFLICT DO UPDATE`` on SQLite and
-    PostgreSQL, so two writers of the same row never race into a duplicate-key error."""
-    row = {**key, **values, **(on_insert or {})}
-    dialect = conn.dialect.name
-    if dialect in ("sqlite", "postgresql"):
-        if dialect == "sqlite":
-            from sqlalchemy.dialects.sqlite import insert
-        else:
-            from sqlalchemy.dialects.postgresql import insert
-        statement = insert(table).values(**row)
-        conn.execute(
-            statement.on_conflict_do_update(
-                index_elements=list(key), set_={c: statement.excluded[c] for c in values}
-            )
-        )
-        return
-    match = [table.c[column] == value for column, value in key.items()]
-    updated = conn.execute(table.update().where(*match).values(**values))
-    if updated.rowcount == 0:
-        conn.execute(table.insert().values(**row))
-
-
-def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
-    cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA busy_timeout=10000")
-    cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.close()
