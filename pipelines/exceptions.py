@@ -39,5 +39,25 @@ class CheckpointError(SluiceError):
     """A checkpoint could not be read or is not compatible with the running views."""
 
 
+class TaskFenced(SluiceError):
+    """A task's owner learned that a newer generation owns it: it must stop without writing."""
+
+    def __init__(self, task: str, generation: int, detail: str) -> None:
+        super().__init__(f"{task}: generation {generation} is fenced: {detail}")
+        self.task = task
+        self.generation = generation
+
+
+class ViewCrash(SluiceError):
+    """One view of a task failed (its state cannot be restored, its update raised); the task
+    restarts from its checkpoint and Mist's rule may disable that view there."""
+
+    def __init__(self, task: str, view: str, cause: BaseException) -> None:
+        super().__init__(f"{task}: view {view} crashed: {type(cause).__name__}: {cause}")
+        self.task = task
+        self.view = view
+        self.cause = cause
+
+
 class QueryError(SluiceError):
     """A query asked for something that cannot be answered (unknown view, bad range)."""

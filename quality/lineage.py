@@ -40,6 +40,7 @@ from pipelines.segments import (
     archive_dead_letters_key,
     archive_events_key,
     hour_label,
+    parse_checkpoint_key,
     parse_hour_label,
     read_parquet,
     read_range_records,
@@ -385,11 +386,8 @@ def _committed_offsets(store: ObjectStore, topic: str | None) -> tuple[dict, lis
     prefix = f"{CHECKPOINTS_PREFIX}{topic}/" if topic else CHECKPOINTS_PREFIX
     committed: dict[tuple[str, int], int] = {}
     problems: list[str] = []
-    for key in store.list(prefix):
-        parts = key.split("/")
-        if len(parts) != 3 or not parts[2].removesuffix(".parquet").isdigit():
-            continue
-        name, partition = parts[1], int(parts[2].removesuffix(".parquet"))
+    tasks = {parsed[:2] for key in store.list(prefix) if (parsed := parse_checkpoint_key(key))}
+    for name, partition in sorted(tasks):
         try:
             checkpoint = load_checkpoint(store, name, partition)
         except CheckpointError as exc:

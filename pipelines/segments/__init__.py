@@ -5,7 +5,7 @@ root imports them from here::
     segments/<view>/<segment>/realtime/<topic>-<partition>.parquet   a task's partials (version 0)
     segments/<view>/<segment>/batch/v<version>/part-*.parquet        a correction's exact values
     segments/<view>/<segment>/_published.json                        the newest published batch
-    checkpoints/<topic>/<partition>.parquet                           a task's state and offsets
+    checkpoints/<topic>/<partition>/g<generation>.parquet             a task's state and offsets
     archive/events/hour=<hour>/<topic>-<partition>-<first>-<end>.parquet
     archive/dead_letters/hour=<hour>/<topic>-<partition>-<first>-<end>.parquet
     archive/ranges/<topic>/<partition>/<first>-<end>.json             what one flush archived
@@ -26,7 +26,11 @@ from pipelines.segments.layout import (
     archive_range_key,
     archive_ranges_prefix,
     batch_prefix,
+    checkpoint_generation,
     checkpoint_key,
+    checkpoint_prefix,
+    legacy_checkpoint_key,
+    parse_checkpoint_key,
     published_key,
     realtime_key,
     realtime_prefix,
@@ -55,10 +59,14 @@ __all__ = [
     "archive_range_key",
     "archive_ranges_prefix",
     "batch_prefix",
+    "checkpoint_generation",
     "checkpoint_key",
+    "checkpoint_prefix",
     "hour_label",
     "hour_start",
     "hours_in_window",
+    "legacy_checkpoint_key",
+    "parse_checkpoint_key",
     "parse_hour_label",
     "published_key",
     "read_parquet",

@@ -15,7 +15,11 @@ __all__ = [
     "archive_range_key",
     "archive_ranges_prefix",
     "batch_prefix",
+    "checkpoint_generation",
     "checkpoint_key",
+    "checkpoint_prefix",
+    "legacy_checkpoint_key",
+    "parse_checkpoint_key",
     "published_key",
     "realtime_key",
     "realtime_prefix",
@@ -49,7 +53,39 @@ def published_key(view: str, segment_start_ms: int) -> str:
     return f"{segment_prefix(view, segment_start_ms)}_published.json"
 
 
-def checkpoint_key(topic: str, partition: int) -> str:
+def checkpoint_prefix(topic: str, partition: int) -> str:
+    return f"checkpoints/{topic}/{partition}/"
+
+
+def checkpoint_key(topic: str, partition: int, generation: int) -> str:
+    """One object per owner generation: a fenced owner's write never replaces a newer one's."""
+    return f"{checkpoint_prefix(topic, partition)}g{generation:010d}.parquet"
+
+
+def checkpoint_generation(key: str) -> int | None:
+    """The generation of a :func:`checkpoint_key`, None for any other key."""
+    name = key.rpartition("/")[2]
+    digits = name.removeprefix("g").removesuffix(".parquet")
+    if not (name.startswith("g") and name.endswith(".parquet") and digits.isdigit()):
+        return None
+    return int(digits)
+
+
+def parse_checkpoint_key(key: str) -> tuple[str, int, int] | None:
+    """(topic, partition, generation) of a checkpoint key of either layout, else None."""
+    parts = key.split("/")
+    if len(parts) == 4 and parts[0] == "checkpoints" and parts[2].isdigit():
+        generation = checkpoint_generation(key)
+        return None if generation is None else (parts[1], int(parts[2]), generation)
+    if len(parts) == 3 and parts[0] == "checkpoints":
+        partition = parts[2].removesuffix(".parquet")
+        if parts[2].endswith(".parquet") and partition.isdigit():
+            return parts[1], int(partition), 0
+    return None
+
+
+def legacy_checkpoint_key(topic: str, partition: int) -> str:
+    """Where checkpoints lived before generations (read as generation 0, never written)."""
     return f"checkpoints/{topic}/{partition}.parquet"
 
 

@@ -2,6 +2,11 @@
 
 The checkpoint is the source of truth for where a task resumes; the offset committed to the
 Kafka consumer group mirrors it for external lag tools and is never ahead of it.
+
+Each owner generation of the job model writes its own object and the highest generation wins
+on restore: the fencing token lives in the key, so an owner that was paused past its lease and
+comes back cannot replace what a newer owner wrote, even on a store without conditional
+writes. Older generations' objects are removed after a newer one is written.
 """
 
 from __future__ import annotations
@@ -13,7 +18,14 @@ from typing import Any
 import pyarrow as pa
 
 from pipelines.exceptions import CheckpointError
-from pipelines.segments import checkpoint_key, read_parquet, to_parquet
+from pipelines.segments import (
+    checkpoint_generation,
+    checkpoint_key,
+    checkpoint_prefix,
+    legacy_checkpoint_key,
+    read_parquet,
+    to_parquet,
+)
 from pipelines.storage import ObjectStore
 
 __all__ = ["TaskCheckpoint", "load_checkpoint", "save_checkpoint"]
@@ -33,6 +45,8 @@ class TaskCheckpoint:
     """Per view: fingerprint, processed, late."""
     states: dict[str, bytes] = field(default_factory=dict)
     """Per view: the Parquet bytes of its open windows (ViewState.all_table)."""
+    generation: int = 0
+    """The job-model generation of the owner that wrote it."""
 
 
 def save_checkpoint(store: ObjectStore, checkpoint: TaskCheckpoint) -> None:
@@ -45,6 +59,7 @@ def save_checkpoint(store: ObjectStore, checkpoint: TaskCheckpoint) -> None:
         "consumed": checkpoint.consumed,
         "dead_lettered": checkpoint.dead_lettered,
         "views": checkpoint.views,
+        "generation": checkpoint.generation,
     }
     names = sorted(checkpoint.states)
     table = pa.table(
@@ -54,11 +69,27 @@ def save_checkpoint(store: ObjectStore, checkpoint: TaskCheckpoint) -> None:
             metadata={"sluice_checkpoint": json.dumps(header)},
         ),
     )
-    store.put(checkpoint_key(checkpoint.topic, checkpoint.partition), to_parquet(table))
+    topic, partition = checkpoint.topic, checkpoint.partition
+    store.put(checkpoint_key(topic, partition, checkpoint.generation), to_parquet(table))
+    for key, generation in _generations(store, topic, partition):
+        if generation < checkpoint.generation:
+            store.delete(key)
+
+
+def _generations(store: ObjectStore, topic: str, partition: int) -> list[tuple[str, int]]:
+    """(key, generation) of every checkpoint object of a task, newest generation last."""
+    found = [
+        (key, generation)
+        for key in store.list(checkpoint_prefix(topic, partition))
+        if (generation := checkpoint_generation(key)) is not None
+    ]
+    return sorted(found, key=lambda item: item[1])
 
 
 def load_checkpoint(store: ObjectStore, topic: str, partition: int) -> TaskCheckpoint | None:
-    key = checkpoint_key(topic, partition)
+    """The newest generation's checkpoint of a task (or one written before generations)."""
+    generations = _generations(store, topic, partition)
+    key = generations[-1][0] if generations else legacy_checkpoint_key(topic, partition)
     try:
         data = store.get(key)
     except FileNotFoundError:
@@ -85,4 +116,5 @@ def load_checkpoint(store: ObjectStore, topic: str, partition: int) -> TaskCheck
         dead_lettered=header["dead_lettered"],
         views=header["views"],
         states=states,
+        generation=header.get("generation", 0),
     )

@@ -3,6 +3,12 @@
 Its output is a deterministic function of the partition's contents: windows and lateness
 follow event time and the task's own watermark, so a replay after a crash rewrites
 identical segments. At-least-once delivery plus idempotent writes give exactly-once results.
+
+Under a job model a task carries its owner's generation: it asks ``fence`` before every write
+(raising :class:`TaskFenced` once a newer generation owns it), its checkpoints are written
+under its generation, and it refuses to run on a checkpoint a newer generation wrote. A view
+that fails raises :class:`ViewCrash` naming it, so the agent can restart the task and, after
+repeated crashes, disable that view alone.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from collections.abc import Callable, Sequence
 from pipelines.archive import ArchiveBuffer, discard_uncommitted
 from pipelines.config import SluiceSettings
 from pipelines.events.decode import NO_WATERMARK, RawRecord, decode_batch
+from pipelines.exceptions import TaskFenced, ViewCrash
 from pipelines.segments import read_parquet, realtime_key, to_parquet
 from pipelines.storage import ObjectStore
 from pipelines.stream.checkpoint import TaskCheckpoint, load_checkpoint, save_checkpoint
@@ -36,8 +43,14 @@ class StreamTask:
         store: ObjectStore,
         dead_letters: DeadLetterSink,
         settings: SluiceSettings,
+        generation: int | None = None,
+        fence: Callable[[], bool] | None = None,
     ) -> None:
         self.topic = topic
+        self.generation = generation
+        """The owner's job-model generation; None (no job model) inherits the checkpoint's."""
+        self.fence = fence
+        """True while this owner still owns the task (the job model's fence); None = always."""
         self.partition = partition
         self.name = f"{topic}:{partition}"
         self.views = [v for v in views if v.topic == topic and not v.disabled]
@@ -59,8 +72,18 @@ class StreamTask:
         """Load the last checkpoint; the offset to resume from, or None to start at the beginning."""
         checkpoint = load_checkpoint(self.store, self.topic, self.partition)
         if checkpoint is None:
+            self.generation = self.generation or 0
+            self._check_fence()
             discard_uncommitted(self.store, self.topic, self.partition, 0)
             return None
+        if self.generation is None:
+            self.generation = checkpoint.generation
+        elif checkpoint.generation > self.generation:
+            raise TaskFenced(
+                self.name,
+                self.generation,
+                f"the checkpoint was written by generation {checkpoint.generation}",
+            )
         self.next_offset = checkpoint.next_offset
         self.checkpointed_offset = checkpoint.next_offset
         self.watermark = checkpoint.watermark
@@ -76,10 +99,14 @@ class StreamTask:
                     checkpoint.next_offset,
                 )
                 continue
+            try:
+                state.load(read_parquet(checkpoint.states[name]))
+            except Exception as exc:  # one view's state is unreadable: that view crashed
+                raise ViewCrash(self.name, name, exc) from exc
             state.processed = saved["processed"]
             state.late = saved["late"]
-            state.load(read_parquet(checkpoint.states[name]))
         self.archive = ArchiveBuffer(self.topic, self.partition, checkpoint.next_offset)
+        self._check_fence()
         discard_uncommitted(self.store, self.topic, self.partition, checkpoint.next_offset)
         log.info("%s: restored checkpoint at offset %d", self.name, checkpoint.next_offset)
         return checkpoint.next_offset
@@ -112,8 +139,11 @@ class StreamTask:
         for letter in batch.dead_letters:
             self.sink.send(self.topic, self.partition, letter)
             self.dead_lettered[letter.reason] += 1
-        for state in self.states.values():
-            state.update(batch)
+        for name, state in self.states.items():
+            try:
+                state.update(batch)
+            except Exception as exc:
+                raise ViewCrash(self.name, name, exc) from exc
         self.archive.add(batch)
         self.watermark = batch.watermark
         self.consumed += batch.consumed
@@ -128,7 +158,10 @@ class StreamTask:
         1. Archive the events and dead letters consumed since the last flush.
         2. Rewrite the realtime segment of every segment touched since the last flush.
         3. Wait until the dead-letter topic has every dead letter sent so far.
+
+        Under a job model the fence is asked first: a fenced owner writes nothing.
         """
+        self._check_fence()
         self.archive.write(self.store)  # 1
         for state in self.states.values():  # 2
             for segment in sorted(state.dirty):
@@ -165,6 +198,7 @@ class StreamTask:
                 for name, s in self.states.items()
             },
             states={name: to_parquet(s.all_table()) for name, s in self.states.items()},
+            generation=self.generation or 0,
         )
         save_checkpoint(self.store, checkpoint)
         self.checkpointed_offset = self.next_offset
@@ -176,6 +210,10 @@ class StreamTask:
             self.next_offset,
             time.monotonic() - started,
         )
+
+    def _check_fence(self) -> None:
+        if self.fence is not None and not self.fence():
+            raise TaskFenced(self.name, self.generation or 0, "a newer generation owns it")
 
     # --- reporting -----------------------------------------------------------------------
 
