@@ -124,6 +124,29 @@ class SluiceSettings(SluiceBaseSettings):
         "cap reports utilisation ~1 and autoscalers see the cap as its capacity.",
     )
 
+    agent_heartbeat_interval_s: float = Field(
+        default=1.0,
+        gt=0,
+        description="How often an agent renews its heartbeat and reads its assignment; the "
+        "coordinator re-plans the job model at this pace too.",
+    )
+    agent_loss_after_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="An agent whose heartbeat is older than this is lost: its tasks go to "
+        "Waiting and are scheduled on live agents (also the coordinator lease's length). Keep "
+        "agents' clocks in sync (NTP) well within it.",
+    )
+    view_crash_limit: int = Field(
+        default=3,
+        ge=1,
+        description="A view that crashes this many times on a task within "
+        "SLUICE_VIEW_CRASH_WINDOW_S is disabled there (Mist's rule); the task's other views go on.",
+    )
+    view_crash_window_s: float = Field(
+        default=600.0, gt=0, description="The window of SLUICE_VIEW_CRASH_LIMIT."
+    )
+
     @property
     def resolved_state_dir(self) -> Path:
         return self.state_dir.expanduser().resolve()

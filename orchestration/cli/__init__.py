@@ -27,6 +27,7 @@ SUBCOMMANDS = (
     "broker",
     "generate",
     "stream",
+    "agent",
     "worker",
     "query",
     "status",

@@ -1,9 +1,9 @@
 """`sluice up`: the main job on one machine, started and stopped as one.
 
 Starts the embedded broker (unless KAFKA_BOOTSTRAP_SERVERS points elsewhere), the stream
-workers over the example views, the generator replaying a shipped trace (a simulated day in
+agents over the example views, the generator replaying a shipped trace (a simulated day in
 a few minutes) and the Dagster webserver and daemon; shows progress; Ctrl-C stops every
-process it started, workers first so they checkpoint.
+process it started, agents first so they checkpoint.
 """
 
 from __future__ import annotations
@@ -32,8 +32,15 @@ __all__ = ["register"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("up", help="run everything: broker, workers, generator, Dagster")
-    parser.add_argument("--workers", type=int, default=2)
+    parser = subparsers.add_parser("up", help="run everything: broker, agents, generator, Dagster")
+    parser.add_argument(
+        "--agents",
+        "--workers",
+        dest="agents",
+        type=int,
+        default=2,
+        help="local agents running the stream tasks (default 2); --workers is the old name",
+    )
     parser.add_argument("--views", default=None, help="view definitions (default: the examples)")
     parser.add_argument("--trace", default="nyc_taxi", help="shipped trace or CSV")
     parser.add_argument("--duration", default="1d", help="simulated time to replay (default 1d)")
@@ -51,7 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--exit-when-done",
         action="store_true",
-        help="stop once the replay is over and the workers have caught up",
+        help="stop once the replay is over and the agents have caught up",
     )
     parser.set_defaults(func=run)
 
@@ -111,8 +118,8 @@ def run(args: argparse.Namespace) -> int:
             {settings.topic: settings.partitions, settings.dead_letter_topic: 1},
             runtime.kafka,
         )
-        fleet = start_fleet(runtime, args.workers, args.views, None)
-        console.print(f"{len(fleet.workers)} stream workers: {fleet.job_model.describe()}")
+        fleet = start_fleet(runtime, args.agents, args.views, None)
+        console.print(f"{len(fleet.agents)} stream agents: {', '.join(fleet.agents)}")
         children = child_environment(runtime)
         if not args.no_dagster:
             dagster = _start_dagster(settings, children, console)
@@ -125,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         pass
     finally:
-        console.print("stopping: generator, workers (checkpointing), Dagster, broker...")
+        console.print("stopping: generator, agents (checkpointing), Dagster, broker...")
         stop_process(generator)
         if fleet is not None:
             fleet.stop()

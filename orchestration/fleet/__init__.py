@@ -1,19 +1,24 @@
-"""Running the stream-worker fleet: local worker processes and the one supervisor over them.
+"""Running the stream fleet: agents on any host, the coordinator, a local supervisor.
 
-The fleet's agents across machines will live here too; AWS Auto Scaling is a realizer in
+``agent`` runs tasks as the job model in the control store says; ``coordinator`` and
+``scheduling`` (Mist's controller) decide the job model; ``local`` supervises agent processes
+on one machine for `sluice stream` / `sluice up`. AWS Auto Scaling is a realizer in
 ``orchestration/autoscaling``. May import the control-plane library and ``pipelines``.
 """
 
 from orchestration.fleet.launch import child_environment, start_fleet
-from orchestration.fleet.local import LocalFleet, WorkerProcess
+from orchestration.fleet.local import AgentProcess, LocalFleet, local_agent_ids
+from orchestration.fleet.scheduling import describe_assignments
 from orchestration.fleet.supervisor import DeploymentWatcher, ScaleWatcher, Supervisor
 
 __all__ = [
+    "AgentProcess",
     "DeploymentWatcher",
     "LocalFleet",
     "ScaleWatcher",
     "Supervisor",
-    "WorkerProcess",
     "child_environment",
+    "describe_assignments",
+    "local_agent_ids",
     "start_fleet",
 ]

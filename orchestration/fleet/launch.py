@@ -1,14 +1,12 @@
-"""Start a local fleet: validate the views, make sure the topics exist, plan, spawn."""
+"""Start a local fleet: validate the views, make sure the topics exist, start the agents."""
 
 from __future__ import annotations
 
-from orchestration.fleet.local import LocalFleet
-from orchestration.job_model import plan_job_model
+from orchestration.fleet.local import LocalFleet, local_agent_ids
 from orchestration.runtime import Runtime
-from pipelines.exceptions import ViewDefinitionError
-from pipelines.kafka import consumer, ensure_topics
+from pipelines.exceptions import ConfigError, ViewDefinitionError
+from pipelines.kafka import ensure_topics
 from pipelines.settings import as_environment
-from pipelines.stream import TaskId
 
 __all__ = ["child_environment", "start_fleet"]
 
@@ -24,29 +22,29 @@ def child_environment(runtime: Runtime) -> dict[str, str]:
 
 
 def start_fleet(
-    runtime: Runtime, workers: int, views_file: str | None, topic: str | None
+    runtime: Runtime, agents: int, views_file: str | None, topic: str | None
 ) -> LocalFleet:
-    """Validate the views, make sure the topics exist, plan the job model and start workers."""
+    """Validate the views, make sure the topics exist and start ``agents`` local agents; they
+    register, elect a coordinator and share the topic's tasks through the job model."""
+    if agents < 1:
+        raise ConfigError(f"need at least one agent, got {agents}")
     settings = runtime.settings
     views = runtime.active_views(views_file)  # fail fast on a bad definition
     topic = topic or settings.topic
     if not any(v.topic == topic for v in views):
-        raise ViewDefinitionError(f"no view reads topic {topic!r}; nothing for the workers to do")
-    bootstrap = runtime.bootstrap()
+        raise ViewDefinitionError(f"no view reads topic {topic!r}; nothing for the agents to do")
     ensure_topics(
-        bootstrap, {topic: settings.partitions, settings.dead_letter_topic: 1}, runtime.kafka
+        runtime.bootstrap(),
+        {topic: settings.partitions, settings.dead_letter_topic: 1},
+        runtime.kafka,
     )
-    probe = consumer(bootstrap, runtime.kafka)
-    try:
-        partitions = sorted(probe.partitions_for_topic(topic) or [])
-    finally:
-        probe.close()
-    job_model = plan_job_model([TaskId(topic, p) for p in partitions], workers)
     fleet = LocalFleet(
-        job_model,
+        local_agent_ids(agents),
+        topic=topic,
         views_file=views_file or str(settings.views_file),
         env=child_environment(runtime),
         log_dir=settings.resolved_state_dir / "logs",
+        control=runtime.control,
     )
     fleet.start()
     return fleet

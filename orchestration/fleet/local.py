@@ -1,29 +1,35 @@
-"""A fleet of stream-worker processes on this machine, supervised.
+"""A fleet of agents on this machine, supervised: what `sluice stream` and `sluice up` run.
 
-The supervisor starts one `sluice worker` process per worker of the job model and restarts a
-worker that dies (it resumes from its checkpoint). A loss (the process killed by a signal:
-SIGKILL, the OOM killer, a reclaimed machine) is always restarted, never counted: giving up
-on it would orphan its partitions. A crash (the worker exited with an error of its own)
-counts, and like Mist's scheduler the supervisor gives up on a worker that crashed three times
-within ten minutes. Stopping sends SIGTERM (each worker checkpoints and exits), then SIGKILL
-after a deadline.
+Each agent is a `sluice agent` process, the same program that runs on other machines; the job
+model in the control store decides which agent runs which task. The supervisor restarts an
+agent that dies. A loss (killed by a signal: SIGKILL, the OOM killer, a reclaimed machine) is
+always restarted and never counted, and is recorded in the control store at once so the
+coordinator moves its tasks without waiting for the heartbeat to age. A crash (the agent
+exited with an error of its own, e.g. a bad setting) counts, and like Mist's scheduler the
+supervisor gives up on an agent that crashed three times within ten minutes; its tasks run on
+the other agents. Stopping sends SIGTERM (each agent checkpoints and releases its tasks), then
+SIGKILL after a deadline.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import socket
 import subprocess
 import sys
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchestration.fleet.processes import signal_stop, start_process, wait_or_kill
-from orchestration.job_model import JobModel, plan_job_model
+from sqlalchemy.exc import SQLAlchemyError
 
-__all__ = ["LocalFleet", "WorkerProcess"]
+from orchestration.fleet.processes import signal_stop, start_process, wait_or_kill
+from pipelines.control import ControlStore
+
+__all__ = ["AgentProcess", "LocalFleet", "local_agent_ids"]
 
 log = logging.getLogger(__name__)
 
@@ -31,13 +37,20 @@ CRASH_LIMIT = 3
 CRASH_WINDOW_S = 600.0
 
 
+def local_agent_ids(count: int, prefix: str | None = None) -> list[str]:
+    """``HOST-a0`` ... : unique across machines that share a control store."""
+    prefix = prefix if prefix is not None else f"{socket.gethostname().split('.')[0]}-a"
+    return [f"{prefix}{i}" for i in range(count)]
+
+
 @dataclass
-class WorkerProcess:
-    worker_id: str
-    tasks: str
+class AgentProcess:
+    agent_id: str
     process: subprocess.Popen | None = None
     crashes: deque = field(default_factory=lambda: deque(maxlen=CRASH_LIMIT))
     disabled: bool = False
+    started_at: float = 0.0
+    """Wall-clock time of the last spawn (registration is awaited against it)."""
 
     @property
     def pid(self) -> int | None:
@@ -50,102 +63,139 @@ class WorkerProcess:
 class LocalFleet:
     def __init__(
         self,
-        job_model: JobModel,
+        agent_ids: Sequence[str],
         *,
+        topic: str | None = None,
         views_file: str | Path | None = None,
         env: dict[str, str] | None = None,
         log_dir: Path | None = None,
+        control: ControlStore | None = None,
     ) -> None:
-        self.job_model = job_model
+        if not agent_ids:
+            raise ValueError("a fleet needs at least one agent")
+        self.topic = topic
         self.views_file = str(views_file) if views_file else None
         self.env = {**os.environ, **(env or {})}
         self.log_dir = log_dir
-        self.workers: dict[str, WorkerProcess] = {
-            w: WorkerProcess(w, ",".join(map(str, job_model.tasks_of(w))))
-            for w in job_model.workers
-        }
+        self.control = control
+        self.prefix = agent_ids[0].rstrip("0123456789")
+        """New agents of :meth:`rescale` are named like the first: ``<prefix><n>``."""
+        self.agents: dict[str, AgentProcess] = {a: AgentProcess(a) for a in agent_ids}
 
-    def _command(self, worker: WorkerProcess) -> list[str]:
-        cmd = [sys.executable, "-m", "orchestration.cli", "worker", "--id", worker.worker_id]
-        cmd += ["--tasks", worker.tasks]
+    def _command(self, agent: AgentProcess) -> list[str]:
+        cmd = [sys.executable, "-m", "orchestration.cli", "agent", "--id", agent.agent_id]
+        if self.topic:
+            cmd += ["--topic", self.topic]
         if self.views_file:
             cmd += ["--views", self.views_file]
         return cmd
 
-    def _spawn(self, worker: WorkerProcess) -> None:
-        log_file = self.log_dir / f"worker-{worker.worker_id}.log" if self.log_dir else None
-        worker.process = start_process(self._command(worker), self.env, log_file)
-        log.info("started worker %s (pid %d) on %s", worker.worker_id, worker.pid, worker.tasks)
+    def _spawn(self, agent: AgentProcess) -> None:
+        log_file = self.log_dir / f"agent-{agent.agent_id}.log" if self.log_dir else None
+        agent.started_at = time.time()
+        agent.process = start_process(self._command(agent), self.env, log_file)
+        log.info("started agent %s (pid %d)", agent.agent_id, agent.pid)
 
     def start(self) -> None:
-        for worker in self.workers.values():
-            self._spawn(worker)
+        for agent in self.agents.values():
+            self._spawn(agent)
+
+    def _record_loss(self, agent: AgentProcess, why: str) -> None:
+        if self.control is None:
+            return
+        try:
+            self.control.jobs.set_agent_state(agent.agent_id, "lost", why)
+        except SQLAlchemyError as exc:  # the heartbeat ages anyway; the coordinator sees it then
+            log.warning("cannot record the loss of agent %s: %s", agent.agent_id, exc)
 
     def supervise(self) -> list[str]:
-        """Restart dead workers; returns what happened, for the caller to show."""
+        """Restart dead agents; returns what happened, for the caller to show."""
         events = []
         now = time.monotonic()
-        for worker in self.workers.values():
-            if worker.disabled or worker.process is None or worker.alive():
+        for agent in self.agents.values():
+            if agent.disabled or agent.process is None or agent.alive():
                 continue
-            code = worker.process.returncode
+            code = agent.process.returncode
             if code < 0:  # killed by a signal: a loss, restarted whatever happened before
+                self._record_loss(agent, f"pid {agent.pid} killed by signal {-code}")
                 events.append(
-                    f"worker {worker.worker_id} lost (signal {-code}): restarting from its "
-                    "checkpoint"
+                    f"agent {agent.agent_id} lost (signal {-code}): its tasks move to live "
+                    "agents; restarting it"
                 )
                 log.warning(events[-1])
-                self._spawn(worker)
+                self._spawn(agent)
                 continue
-            worker.crashes.append(now)
-            recent = [t for t in worker.crashes if now - t <= CRASH_WINDOW_S]
+            self._record_loss(agent, f"pid {agent.pid} exited {code}")
+            agent.crashes.append(now)
+            recent = [t for t in agent.crashes if now - t <= CRASH_WINDOW_S]
             if len(recent) >= CRASH_LIMIT:
-                worker.disabled = True
+                agent.disabled = True
                 events.append(
-                    f"worker {worker.worker_id} exited {code} {CRASH_LIMIT} times in "
-                    f"{CRASH_WINDOW_S / 60:.0f} min: disabled"
+                    f"agent {agent.agent_id} exited {code} {CRASH_LIMIT} times in "
+                    f"{CRASH_WINDOW_S / 60:.0f} min: not restarted (its tasks run elsewhere)"
                 )
                 log.error(events[-1])
                 continue
-            events.append(f"worker {worker.worker_id} exited {code}: restarting")
+            events.append(f"agent {agent.agent_id} exited {code}: restarting")
             log.warning(events[-1])
-            self._spawn(worker)
+            self._spawn(agent)
         return events
 
     def restart(self, reason: str, timeout_s: float = 20.0) -> None:
-        """Stop every worker (each checkpoints) and start them again, e.g. to load new views."""
+        """Stop every agent (each checkpoints and releases) and start them again."""
         log.info("restarting the fleet: %s", reason)
         self.stop(timeout_s)
-        for worker in self.workers.values():
-            worker.disabled = False
-            worker.crashes.clear()
-            self._spawn(worker)
+        for agent in self.agents.values():
+            agent.disabled = False
+            agent.crashes.clear()
+            self._spawn(agent)
 
-    def rescale(self, workers: int, timeout_s: float = 20.0) -> JobModel:
-        """Run the same tasks on ``workers`` workers: a checkpoint hand-off, nothing lost.
+    def rescale(self, count: int, timeout_s: float = 30.0) -> list[str]:
+        """Run ``count`` agents: new ones are started and awaited until they have registered
+        (the coordinator then hands tasks over to them through checkpoints); surplus ones stop
+        gracefully, releasing their tasks at a checkpoint first. Returns the agents now run."""
+        if count < 1:
+            raise ValueError(f"need at least one agent, got {count}")
+        ids = local_agent_ids(max(count, len(self.agents)), self.prefix)
+        surplus = [a for a in ids[count:] if a in self.agents]
+        for agent_id in surplus:
+            signal_stop(self.agents[agent_id].process)
+        deadline = time.monotonic() + timeout_s
+        for agent_id in surplus:
+            if wait_or_kill(self.agents[agent_id].process, deadline - time.monotonic()):
+                log.warning("agent %s did not stop in %.0fs: SIGKILL", agent_id, timeout_s)
+            del self.agents[agent_id]
+        new = [a for a in ids[:count] if a not in self.agents]
+        for agent_id in new:
+            self.agents[agent_id] = AgentProcess(agent_id)
+            self._spawn(self.agents[agent_id])
+        self.await_registration(new, deadline)
+        return sorted(self.agents)
 
-        Every worker stops with a final checkpoint, then the new job model's workers start and
-        each task resumes from its checkpoint on whichever worker now owns it.
-        """
-        tasks = [t for w in self.job_model.workers for t in self.job_model.tasks_of(w)]
-        job_model = plan_job_model(tasks, workers)
-        log.info("rescaling %d -> %d workers: %s", len(self.workers), workers, job_model.describe())
-        self.stop(timeout_s)
-        self.job_model = job_model
-        self.workers = {
-            w: WorkerProcess(w, ",".join(map(str, job_model.tasks_of(w))))
-            for w in job_model.workers
-        }
-        self.start()
-        return job_model
+    def await_registration(self, agent_ids: Sequence[str], deadline: float) -> None:
+        """Wait until ``agent_ids`` registered after their spawn (Guardian's wait)."""
+        if self.control is None or not agent_ids:
+            return
+        while time.monotonic() < deadline:
+            registered = {
+                a.agent_id
+                for a in self.control.jobs.agents()
+                if a.agent_id in self.agents
+                and a.state == "running"
+                and a.started_at >= self.agents[a.agent_id].started_at - 1
+            }
+            if set(agent_ids) <= registered:
+                return
+            time.sleep(0.2)
+        log.warning("agents %s did not register in time", sorted(agent_ids))
 
     def pids(self) -> dict[str, int | None]:
-        return {w: p.pid for w, p in self.workers.items()}
+        return {a: p.pid for a, p in self.agents.items()}
 
     def stop(self, timeout_s: float = 20.0) -> None:
-        for worker in self.workers.values():
-            signal_stop(worker.process)
+        for agent in self.agents.values():
+            signal_stop(agent.process)
         deadline = time.monotonic() + timeout_s
-        for worker in self.workers.values():
-            if wait_or_kill(worker.process, deadline - time.monotonic()):
-                log.warning("worker %s did not stop in %.0fs: SIGKILL", worker.worker_id, timeout_s)
+        for agent in self.agents.values():
+            if wait_or_kill(agent.process, deadline - time.monotonic()):
+                log.warning("agent %s did not stop in %.0fs: SIGKILL", agent.agent_id, timeout_s)

@@ -1,10 +1,10 @@
 """One supervisor for a local fleet: restarts, deployments, scaling requests, samples.
 
 `sluice stream` and `sluice up` both run :meth:`Supervisor.run`; each tick restarts dead
-workers (disabling one that crashed three times in ten minutes, :mod:`orchestration.fleet.local`),
+agents (giving up on one that crashed three times in ten minutes, :mod:`orchestration.fleet.local`),
 reloads the fleet when a view is deployed, changed or disabled, carries out scaling requests
-from the control store (Guardian's queue) and records a fleet sample for the report. The
-caller shows what happened; nothing here prints.
+from the control store (Guardian's queue: new agents are awaited until they registered) and
+records a fleet sample for the report. The caller shows what happened; nothing here prints.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from orchestration.fleet.local import LocalFleet
 from orchestration.fleet.samples import FleetSampler
+from orchestration.fleet.scheduling import describe_assignments
 from orchestration.lag import TaskLag, collect_task_lags
 from orchestration.runtime import Runtime
 
@@ -45,7 +46,7 @@ class DeploymentWatcher:
         self.version = version
         self.fleet.restart("view deployments changed")
         self.runtime.mark_deployed_running()
-        return ["view deployments changed: workers restarted from their checkpoints"]
+        return ["view deployments changed: agents restarted, tasks resume from their checkpoints"]
 
 
 class ScaleWatcher:
@@ -59,7 +60,7 @@ class ScaleWatcher:
         self.topic = topic
         self.every_s = every_s
         self.next_check = 0.0
-        runtime.control.record_applied(topic, len(fleet.workers))
+        runtime.control.record_applied(topic, len(fleet.agents))
 
     def check(self) -> list[str]:
         now = time.monotonic()
@@ -67,14 +68,15 @@ class ScaleWatcher:
             return []
         self.next_check = now + self.every_s
         request = self.runtime.control.scaling(self.topic)
-        if request is None or request["desired_workers"] == len(self.fleet.workers):
+        if request is None or request["desired_workers"] == len(self.fleet.agents):
             return []
-        before = len(self.fleet.workers)
-        job_model = self.fleet.rescale(request["desired_workers"])
-        self.runtime.control.record_applied(self.topic, len(job_model.workers))
+        before = len(self.fleet.agents)
+        agents = self.fleet.rescale(request["desired_workers"])
+        self.runtime.control.record_applied(self.topic, len(agents))
+        job_model = describe_assignments(self.runtime.control.jobs.assignments(self.topic))
         return [
-            f"rescaled {before} -> {len(job_model.workers)} workers ({request['policy']}: "
-            f"{request['reason']}): {job_model.describe()}"
+            f"rescaled {before} -> {len(agents)} agents ({request['policy']}: "
+            f"{request['reason']}); the coordinator hands tasks over: {job_model}"
         ]
 
 

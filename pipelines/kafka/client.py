@@ -125,8 +125,9 @@ def end_offsets(
         log.warning("end_offsets failed: %s", exc)
         ends = {}
     result = {}
+    assigned = client.assignment()
     for tp in partitions:
-        high = client.highwater(tp)
+        high = client.highwater(tp) if tp in assigned else None
         result[tp] = max(v for v in (ends.get(tp), high, 0) if v is not None)
     return result
 

@@ -5,6 +5,12 @@ decides who runs what), feeds each task its records, flushes and checkpoints on 
 and reports per-task metrics to the control store. SIGTERM or SIGINT stop it gracefully,
 with a final checkpoint; SIGKILL loses nothing either, since it resumes from the last one.
 
+An agent drives a worker through its job model: :meth:`StreamWorker.start_task` and
+:meth:`StreamWorker.stop_task` are safe to call from another thread and take effect between
+polls; what became of each task (started, stopped, fenced, crashed) goes back through
+``on_event``. Without an agent the worker runs the tasks it was built with, and a crash of a
+view stops the process as before.
+
 Utilisation (busy time over wall time) counts decoding, processing, flushes and checkpoints,
 not waiting for the broker, so rate / utilisation estimates what the worker could carry. With
 ``SLUICE_WORKER_MAX_RATE`` set, every batch takes at least ``records / rate`` seconds: the
@@ -16,10 +22,11 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import signal
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from kafka import TopicPartition
@@ -28,6 +35,7 @@ from kafka.structs import OffsetAndMetadata
 
 from pipelines.config import KafkaSettings, SluiceSettings
 from pipelines.control import ControlStore, TaskStatus
+from pipelines.exceptions import TaskFenced, ViewCrash
 from pipelines.kafka import consumer as make_consumer
 from pipelines.kafka import end_offsets
 from pipelines.kafka import producer as make_producer
@@ -36,7 +44,7 @@ from pipelines.stream.dead_letters import KafkaDeadLetterSink
 from pipelines.stream.task import StreamTask
 from pipelines.views.model import View
 
-__all__ = ["StreamWorker", "TaskId", "consumer_group"]
+__all__ = ["StreamWorker", "TaskEvent", "TaskId", "consumer_group"]
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +69,36 @@ class TaskId:
         return cls(topic, int(partition))
 
 
+@dataclass(frozen=True)
+class TaskEvent:
+    """What became of a task the worker was asked to run or stop."""
+
+    kind: str
+    """``started`` (restored, consuming), ``stopped`` (at a final checkpoint), ``fenced`` (a
+    newer generation owns it; dropped without writing) or ``crashed`` (a view failed; dropped
+    without writing, it resumes from its last checkpoint when started again)."""
+    task: TaskId
+    generation: int
+    detail: str = ""
+    view: str | None = None
+    """The view that crashed."""
+
+
+@dataclass(frozen=True)
+class _Start:
+    task: TaskId
+    generation: int | None
+    views: tuple[View, ...]
+    fence: Callable[[], bool] | None
+
+
+@dataclass(frozen=True)
+class _Stop:
+    task: TaskId
+    checkpoint: bool
+    reason: str
+
+
 def consumer_group(topic: str) -> str:
     """The consumer group whose committed offsets mirror the checkpoints of a topic's tasks."""
     return f"sluice-{topic}"
@@ -77,27 +115,30 @@ class StreamWorker:
         store: ObjectStore,
         control: ControlStore | None = None,
         kafka: KafkaSettings | None = None,
+        *,
+        topic: str | None = None,
+        on_event: Callable[[TaskEvent], None] | None = None,
     ) -> None:
-        if not tasks:
-            raise ValueError(f"worker {worker_id} was given no tasks")
+        topics = sorted({t.topic for t in tasks} | ({topic} if topic else set()))
+        if not topics:
+            raise ValueError(f"worker {worker_id} was given no tasks and no topic")
+        if len(topics) != 1:
+            raise ValueError(f"a worker serves one topic's tasks, got {topics}")
+        self.topic = topics[0]
         self.worker_id = worker_id
+        self.on_event = on_event
+        self.commands: queue.SimpleQueue = queue.SimpleQueue()
         self.settings = settings
         self.bootstrap = bootstrap
         self.store = store
         self.control = control
         self.stop_event = threading.Event()
         self.producer = make_producer(bootstrap, kafka)
-        sink = KafkaDeadLetterSink(self.producer, settings.dead_letter_topic)
-        self.tasks = {
-            TopicPartition(t.topic, t.partition): StreamTask(
-                t.topic, t.partition, views, store, sink, settings
-            )
-            for t in tasks
-        }
-        topics = sorted({t.topic for t in tasks})
-        if len(topics) != 1:
-            raise ValueError(f"a worker serves one topic's tasks, got {topics}")
-        self.consumer = make_consumer(bootstrap, kafka, group_id=consumer_group(topics[0]))
+        self.sink = KafkaDeadLetterSink(self.producer, settings.dead_letter_topic)
+        self.tasks: dict[TopicPartition, StreamTask] = {}
+        for t in tasks:
+            self.commands.put(_Start(t, None, tuple(views), None))
+        self.consumer = make_consumer(bootstrap, kafka, group_id=consumer_group(self.topic))
         self.busy_s = 0.0
         self.started_at: float | None = None
         self.last_progress_at: float | None = None
@@ -112,28 +153,135 @@ class StreamWorker:
         signal.signal(signal.SIGTERM, _stop)
         signal.signal(signal.SIGINT, _stop)
 
-    def _assign(self) -> None:
-        partitions = list(self.tasks)
-        self.consumer.assign(partitions)
-        beginnings = self.consumer.beginning_offsets(partitions)
-        ends = end_offsets(self.consumer, partitions)
-        for tp, task in self.tasks.items():
+    # --- the job model's commands (any thread) -------------------------------------------
+
+    def start_task(
+        self,
+        task: TaskId,
+        generation: int | None,
+        views: Sequence[View],
+        fence: Callable[[], bool] | None = None,
+    ) -> None:
+        """Run ``task`` from its checkpoint as ``generation``, between the next two polls."""
+        self.commands.put(_Start(task, generation, tuple(views), fence))
+
+    def stop_task(self, task: TaskId, checkpoint: bool, reason: str) -> None:
+        """Stop ``task``: at a final checkpoint (a hand-off), or dropping what it has not
+        checkpointed (its owner is fenced; the next owner replays from the checkpoint)."""
+        self.commands.put(_Stop(task, checkpoint, reason))
+
+    def running(self) -> dict[TaskId, int]:
+        """Task -> generation of what runs now (a snapshot, safe from any thread)."""
+        return {
+            TaskId(tp.topic, tp.partition): t.generation or 0 for tp, t in list(self.tasks.items())
+        }
+
+    # --- the worker thread ---------------------------------------------------------------
+
+    def _apply_commands(self) -> bool:
+        """Carry out queued starts and stops; True if the assignment changed."""
+        changed = False
+        while True:
+            try:
+                command = self.commands.get_nowait()
+            except queue.Empty:
+                return changed
+            if isinstance(command, _Start):
+                changed |= self._start(command)
+            else:
+                changed |= self._stop(command)
+
+    def _emit(self, kind: str, task: StreamTask, detail: str = "", view: str | None = None):
+        log.log(
+            logging.INFO if kind in ("started", "stopped") else logging.WARNING,
+            "worker %s: %s %s (generation %s) %s",
+            self.worker_id,
+            kind,
+            task.name,
+            task.generation,
+            detail,
+        )
+        if self.on_event is not None:
+            event = TaskEvent(
+                kind, TaskId(task.topic, task.partition), task.generation or 0, detail, view
+            )
+            self.on_event(event)
+
+    def _start(self, command: _Start) -> bool:
+        tp = TopicPartition(command.task.topic, command.task.partition)
+        if command.task.topic != self.topic:
+            raise ValueError(f"worker {self.worker_id} serves {self.topic}, not {command.task}")
+        if tp in self.tasks:
+            if self.tasks[tp].generation == command.generation:
+                return False
+            del self.tasks[tp]  # a new generation of a task we ran: restore it afresh
+        task = StreamTask(
+            tp.topic,
+            tp.partition,
+            command.views,
+            self.store,
+            self.sink,
+            self.settings,
+            command.generation,
+            command.fence,
+        )
+        try:
             offset = task.restore()
-            if offset is not None and offset > ends.get(tp, 0):
+            beginnings = self.consumer.beginning_offsets([tp])
+            end = end_offsets(self.consumer, [tp]).get(tp, 0)
+            if offset is not None and offset > end:
                 # The log is shorter than what we checkpointed: the broker lost it (the embedded
                 # broker keeps data in memory) or the topic was recreated. Start over.
                 log.warning(
                     "%s: checkpoint offset %d is past the log end %d; starting from the log start",
                     task.name,
                     offset,
-                    ends.get(tp, 0),
+                    end,
                 )
                 task.reset()
                 offset = None
             if offset is None:
-                offset = beginnings.get(tp, 0)
-                task.start_at(offset)
-            self.consumer.seek(tp, offset)
+                task.start_at(beginnings.get(tp, 0))
+        except (TaskFenced, ViewCrash) as exc:
+            self._lose(task, exc)
+            return False
+        self.tasks[tp] = task
+        self._emit("started", task, f"at offset {task.next_offset}")
+        return True
+
+    def _stop(self, command: _Stop) -> bool:
+        tp = TopicPartition(command.task.topic, command.task.partition)
+        task = self.tasks.pop(tp, None)
+        if task is None:
+            return False
+        if not command.checkpoint:
+            self._emit("fenced", task, command.reason)
+            return True
+        try:
+            task.checkpoint(self._commit(tp))
+        except TaskFenced as exc:
+            self._emit("fenced", task, str(exc))
+            return True
+        self._report_final([task])
+        self._emit("stopped", task, f"at offset {task.next_offset}: {command.reason}")
+        return True
+
+    def _lose(self, task: StreamTask, exc: TaskFenced | ViewCrash) -> None:
+        """``task`` cannot go on: drop it without writing (it resumes from its checkpoint)."""
+        if self.on_event is None:
+            raise exc  # no agent to restart it: the process fails, its supervisor sees it
+        tp = TopicPartition(task.topic, task.partition)
+        self.tasks.pop(tp, None)
+        if isinstance(exc, ViewCrash):
+            self._emit("crashed", task, str(exc), exc.view)
+        else:
+            self._emit("fenced", task, str(exc))
+
+    def _reassign(self) -> None:
+        """Point the consumer at the current tasks, each at its next offset."""
+        self.consumer.assign(list(self.tasks))
+        for tp, task in self.tasks.items():
+            self.consumer.seek(tp, task.next_offset)
 
     def _commit(self, tp: TopicPartition):
         def commit(offset: int) -> None:
@@ -146,14 +294,15 @@ class StreamWorker:
 
     def run(self, max_idle_s: float | None = None) -> None:
         """Consume until stopped (or, for tests and benchmarks, idle for ``max_idle_s``)."""
-        self._assign()
+        self._apply_commands()
+        self._reassign()
         settings = self.settings
         now = self.started_at = time.monotonic()
         next_flush = now + settings.flush_interval_s
         next_checkpoint = now + settings.checkpoint_interval_s
         next_status = now
         last_status = now
-        last_consumed = {tp: t.consumed for tp, t in self.tasks.items()}
+        last_consumed: dict[TopicPartition, int] = {}
         busy_at_status = 0.0
         idle_since: float | None = None  # start of the current run of empty polls
         max_records = settings.poll_max_records
@@ -161,15 +310,31 @@ class StreamWorker:
             max_records = max(1, min(max_records, int(settings.worker_max_rate * THROTTLE_SLICE_S)))
         try:
             while not self.stop_event.is_set():
+                if self._apply_commands():
+                    self._reassign()
                 poll_started, poll_cpu = time.monotonic(), time.process_time()
-                polled = self.consumer.poll(timeout_ms=200, max_records=max_records)
+                if self.tasks:
+                    polled = self.consumer.poll(timeout_ms=200, max_records=max_records)
+                else:  # nothing to run until the job model gives us something
+                    self.stop_event.wait(0.2)
+                    polled = {}
                 if polled:
                     # Waiting in poll for the broker is idle; decoding what it sent is work
                     # (the CPU time of the poll), and so is processing.
                     polled_at = time.monotonic()
                     work_s = min(polled_at - poll_started, time.process_time() - poll_cpu)
+                    lost = False
                     for tp, records in polled.items():
-                        self.tasks[tp].process(records)
+                        task = self.tasks.get(tp)
+                        if task is None:  # stopped since the fetch
+                            continue
+                        try:
+                            task.process(records)
+                        except (TaskFenced, ViewCrash) as exc:
+                            self._lose(task, exc)
+                            lost = True
+                    if lost:
+                        self._reassign()
                     idle_since = None
                     self.last_progress_at = time.monotonic()
                     work_s += self.last_progress_at - polled_at
@@ -183,16 +348,14 @@ class StreamWorker:
                 now = time.monotonic()
                 if now >= next_checkpoint:
                     started = now
-                    for tp, task in self.tasks.items():
-                        task.checkpoint(self._commit(tp))
+                    self._durable(lambda tp, task: task.checkpoint(self._commit(tp)))
                     now = time.monotonic()
                     self.busy_s += now - started
                     next_checkpoint = now + settings.checkpoint_interval_s
                     next_flush = now + settings.flush_interval_s
                 elif now >= next_flush:
                     started = now
-                    for task in self.tasks.values():
-                        task.flush()
+                    self._durable(lambda _tp, task: task.flush())
                     now = time.monotonic()
                     self.busy_s += now - started
                     next_flush = now + settings.flush_interval_s
@@ -211,6 +374,18 @@ class StreamWorker:
                     break
         finally:
             self._shutdown()
+
+    def _durable(self, write: Callable[[TopicPartition, StreamTask], None]) -> None:
+        """Flush or checkpoint every task; a fenced one is dropped, the others go on."""
+        lost = False
+        for tp, task in list(self.tasks.items()):
+            try:
+                write(tp, task)
+            except TaskFenced as exc:
+                self._lose(task, exc)
+                lost = True
+        if lost:
+            self._reassign()
 
     def _throttle(self, records: int, work_s: float, wall_s: float) -> float:
         """Hold a batch of ``records`` to ``records / max_rate`` seconds; its busy time, in s.
@@ -231,38 +406,14 @@ class StreamWorker:
     def _report(
         self, util: float, elapsed: float, last_consumed: dict, state: str = "running"
     ) -> None:
-        ends = end_offsets(self.consumer, list(self.tasks))
+        ends = end_offsets(self.consumer, list(self.tasks)) if self.tasks else {}
         self._ends = ends
         if self.control is None:
             return
-        statuses = []
-        for tp, task in self.tasks.items():
-            counters = task.view_counters()
-            valid = task.consumed - task.total_dead_lettered
-            statuses.append(
-                TaskStatus(
-                    task=task.name,
-                    topic=task.topic,
-                    partition=task.partition,
-                    worker_id=self.worker_id,
-                    pid=os.getpid(),
-                    consumed=task.consumed,
-                    processed=valid,
-                    dead_lettered=task.total_dead_lettered,
-                    dropped_late=max((c["dropped_late"] for c in counters.values()), default=0),
-                    busy_s=self.busy_s,
-                    utilization=util,
-                    rate_in=(task.consumed - last_consumed[tp]) / elapsed,
-                    next_offset=task.next_offset,
-                    end_offset=ends.get(tp, 0),
-                    backlog=max(0, ends.get(tp, 0) - task.next_offset),
-                    last_processed_ts=task.last_processed_ts,
-                    watermark=task.watermark if task.watermark > 0 else None,
-                    checkpointed_offset=task.checkpointed_offset,
-                    state=state,
-                    views={"counters": counters, "dead_letter_reasons": dict(task.dead_lettered)},
-                )
-            )
+        statuses = [
+            self._status(tp, task, ends, util, elapsed, last_consumed, state)
+            for tp, task in self.tasks.items()
+        ]
         try:
             self.control.report_tasks(statuses)
             self.control.report_worker(
@@ -271,11 +422,63 @@ class StreamWorker:
         except Exception as exc:  # reporting must never stop processing
             log.warning("worker %s: status report failed: %s", self.worker_id, exc)
 
+    def _report_final(self, tasks: list[StreamTask]) -> None:
+        """A task handed off: its last figures, as ``stopped``."""
+        if self.control is None:
+            return
+        statuses = [
+            self._status(
+                TopicPartition(t.topic, t.partition), t, self._ends, 0.0, 1.0, {}, "stopped"
+            )
+            for t in tasks
+        ]
+        try:
+            self.control.report_tasks(statuses)
+        except Exception as exc:  # reporting must never stop processing
+            log.warning("worker %s: status report failed: %s", self.worker_id, exc)
+
+    def _status(
+        self,
+        tp: TopicPartition,
+        task: StreamTask,
+        ends: dict,
+        util: float,
+        elapsed: float,
+        last_consumed: dict,
+        state: str,
+    ) -> TaskStatus:
+        counters = task.view_counters()
+        valid = task.consumed - task.total_dead_lettered
+        return TaskStatus(
+            task=task.name,
+            topic=task.topic,
+            partition=task.partition,
+            worker_id=self.worker_id,
+            pid=os.getpid(),
+            consumed=task.consumed,
+            processed=valid,
+            dead_lettered=task.total_dead_lettered,
+            dropped_late=max((c["dropped_late"] for c in counters.values()), default=0),
+            busy_s=self.busy_s,
+            utilization=util,
+            rate_in=(task.consumed - last_consumed.get(tp, task.consumed)) / elapsed,
+            next_offset=task.next_offset,
+            end_offset=ends.get(tp, 0),
+            backlog=max(0, ends.get(tp, 0) - task.next_offset),
+            last_processed_ts=task.last_processed_ts,
+            watermark=task.watermark if task.watermark > 0 else None,
+            checkpointed_offset=task.checkpointed_offset,
+            state=state,
+            views={"counters": counters, "dead_letter_reasons": dict(task.dead_lettered)},
+            generation=task.generation or 0,
+        )
+
     def _shutdown(self) -> None:
         try:
-            for tp, task in self.tasks.items():
-                task.checkpoint(self._commit(tp))
+            self._durable(lambda tp, task: task.checkpoint(self._commit(tp)))
             self._report(0.0, 1.0, {tp: t.consumed for tp, t in self.tasks.items()}, "stopped")
+            for task in list(self.tasks.values()):
+                self._emit("stopped", task, f"at offset {task.next_offset}: the worker stopped")
         finally:
             self.consumer.close()
             self.producer.close()

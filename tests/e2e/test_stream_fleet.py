@@ -8,18 +8,14 @@ import signal
 from pathlib import Path
 
 import pytest
-import yaml
 from kafka import TopicPartition
 
-from pipelines.config import PROJECT_ROOT, SluiceSettings
+from pipelines.config import SluiceSettings
 from pipelines.control import ControlStore
-from pipelines.generator import GeneratorOptions, load_trace, replay
-from pipelines.kafka import consumer, end_offsets, ensure_topics, producer
-from pipelines.serving import query_view
+from pipelines.kafka import consumer, end_offsets
 from pipelines.storage import LocalObjectStore
-from pipelines.views import load_views
-from tests.fixtures.oracle import Truth, compare_view
 from tests.fixtures.processes import sluice_process, stop_process, wait_until
+from tests.fixtures.stream import check_against_oracle, make_stream
 
 pytestmark = [pytest.mark.e2e, pytest.mark.broker]
 
@@ -27,74 +23,12 @@ PARTITIONS = 4
 EVENTS = 200_000
 
 
-def _read_partitions(bootstrap: str, topic: str) -> dict[int, list]:
-    client = consumer(bootstrap)
-    try:
-        tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
-        client.assign(tps)
-        client.seek_to_beginning(*tps)
-        ends = end_offsets(client, tps)
-        out: dict[int, list] = {p: [] for p in range(PARTITIONS)}
-
-        def drained():
-            for tp, records in client.poll(timeout_ms=500, max_records=20_000).items():
-                out[tp.partition].extend(r.value for r in records)
-            ends.update(end_offsets(client, tps))
-            return all(len(out[tp.partition]) >= ends[tp] for tp in tps)
-
-        wait_until(drained, 120, f"reading back {topic}", every_s=0)
-        return out
-    finally:
-        client.close()
-
-
 @pytest.fixture(scope="module")
 def stream(broker, tmp_path_factory):
     """A topic holding >= 200k generated events with late, duplicate and malformed messages."""
-    topic = "e2e-events"
-    ensure_topics(broker.bootstrap, {topic: PARTITIONS, f"{topic}.dlq": 1})
-    options = GeneratorOptions(
-        seed=11,
-        max_events=EVENTS,
-        peak_rate=40_000,
-        speedup=120,
-        late_share=0.03,
-        duplicate_share=0.02,
-        malformed_share=0.005,
+    return make_stream(
+        broker.bootstrap, tmp_path_factory.mktemp("views"), "e2e-events", EVENTS, PARTITIONS
     )
-    out = producer(broker.bootstrap, max_request_size=4 * 1024 * 1024)
-    report = replay(
-        load_trace("nyc_taxi"),
-        options,
-        lambda m: out.send(topic, key=m.key, value=m.value),
-        pace=False,
-    )
-    out.flush()
-    out.close()
-    assert report.produced == EVENTS and report.late > 0 and report.duplicates > 0
-    partitions = _read_partitions(broker.bootstrap, topic)
-    assert sum(len(v) for v in partitions.values()) == EVENTS
-    views_file = tmp_path_factory.mktemp("views") / "views.yaml"
-    document = yaml.safe_load((PROJECT_ROOT / "data" / "views.yaml").read_text())
-    for view in document["views"]:
-        view["topic"] = topic
-    views_file.write_text(yaml.safe_dump(document))
-    views = load_views(views_file)
-    defaults = SluiceSettings()
-    truth = Truth(views)
-    for p in range(PARTITIONS):
-        truth.add_partition(
-            partitions[p], defaults.max_message_bytes, int(defaults.max_future_s * 1000)
-        )
-    assert truth.dead == report.malformed_total
-    return {
-        "topic": topic,
-        "report": report,
-        "views": views,
-        "views_file": views_file,
-        "truth": truth,
-        "ends": {p: len(v) for p, v in partitions.items()},
-    }
 
 
 class Fleet:
@@ -147,24 +81,7 @@ class Fleet:
         return {w: stop_process(p, signal.SIGTERM) for w, p in self.processes.items()}
 
     def check_against_oracle(self) -> None:
-        truth = self.stream["truth"]
-        problems = []
-        for view in self.stream["views"]:
-            rows = query_view(self.store, view, 0, 2**62, prefer="realtime").to_pylist()
-            problems += compare_view(view, rows, truth.expected(view))
-        assert not problems, "\n".join(problems[:20])
-        tasks = self.control.tasks()
-        assert sum(t.dead_lettered for t in tasks) == self.stream["report"].malformed_total
-        for task in tasks:
-            for name, c in task.views["counters"].items():
-                assert c["consumed"] == c["processed"] + c["dead_lettered"] + c["dropped_late"], (
-                    name
-                )
-        late = {
-            name: sum(t.views["counters"][name]["dropped_late"] for t in tasks)
-            for name in truth.late
-        }
-        assert late == dict(truth.late)
+        check_against_oracle(self.stream, self.store, self.control)
 
 
 @pytest.fixture
@@ -257,25 +174,25 @@ def test_graceful_stop_resumes_from_the_checkpoint(fleet_factory, stream):
 
 
 def test_rescale_hands_tasks_over_through_checkpoints(tmp_path, broker, stream):
-    """Guardian's path: a scaling request in the control store, the supervisor stops every
-    worker at a checkpoint and starts the new job model; nothing is lost or counted twice."""
+    """Guardian's path: a scaling request in the control store, the supervisor starts agents
+    and waits for them to register, the coordinator hands tasks over to them through
+    checkpoints; nothing is lost or counted twice."""
     import threading
 
     from orchestration.autoscaling.live import ControlStoreRealizer
     from orchestration.fleet import LocalFleet, ScaleWatcher
-    from orchestration.job_model import plan_job_model
     from orchestration.runtime import Runtime
     from pipelines.config import KafkaSettings
-    from pipelines.stream import TaskId
 
     checker = Fleet(tmp_path, broker.bootstrap, stream, {})
     runtime = Runtime(SluiceSettings(state_dir=tmp_path / "state"), KafkaSettings())
-    tasks = [TaskId(stream["topic"], p) for p in range(PARTITIONS)]
     fleet = LocalFleet(
-        plan_job_model(tasks, 1),
+        ["a0"],
+        topic=stream["topic"],
         views_file=stream["views_file"],
         env=checker.env,
         log_dir=tmp_path / "logs",
+        control=runtime.control,
     )
     fleet.start()
     try:
@@ -294,10 +211,18 @@ def test_rescale_hands_tasks_over_through_checkpoints(tmp_path, broker, stream):
             fleet.supervise()
             request.join(0.2)
         assert outcome == {"after": 3}
-        assert len(fleet.workers) == 3 and all(w.alive() for w in fleet.workers.values())
-        wait_until(lambda: checker.caught_up(), 240, "the rescaled fleet to catch up")
-        owners = {t.partition: t.worker_id for t in checker.control.tasks()}
-        assert len(set(owners.values())) == 3, owners
+        assert sorted(fleet.agents) == ["a0", "a1", "a2"]
+        assert all(a.alive() for a in fleet.agents.values())
+        registered = {a.agent_id for a in runtime.control.jobs.agents() if a.state == "running"}
+        assert registered == {"a0", "a1", "a2"}  # awaited before the request was applied
+
+        def balanced_and_caught_up():
+            owners = {t.partition: t.worker_id for t in checker.control.tasks()}
+            return checker.caught_up() and len(set(owners.values())) == 3
+
+        wait_until(balanced_and_caught_up, 240, "the rescaled fleet to balance and catch up")
+        handoffs = [e for e in runtime.control.jobs.events() if "hand-off" in e.reason]
+        assert handoffs, "tasks moved without a checkpoint hand-off"
     finally:
         fleet.stop()
     assert checker.consumed() == EVENTS  # graceful hand-off: nothing read twice

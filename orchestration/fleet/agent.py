@@ -1,0 +1,207 @@
+"""An agent: runs on any host and runs the stream tasks the job model gives it.
+
+One process, two threads. The worker thread is a :class:`StreamWorker` consuming the agent's
+partitions. The control thread, every ``SLUICE_AGENT_HEARTBEAT_INTERVAL_S``, renews the
+agent's heartbeat, tries to hold the coordinator lease (and re-plans the job model if it does),
+and makes the worker run what the job model says: start what is assigned to this agent, stop
+at a checkpoint what is being handed off, drop without writing what moved to a newer
+generation. Each task asks the job model before every write whether this agent still owns it
+at its generation (the fence), so an agent that was paused past its loss threshold and comes
+back writes nothing. A view that crashes is counted per task; Mist's rule disables it there
+after ``SLUICE_VIEW_CRASH_LIMIT`` crashes, and the task restarts from its checkpoint without it.
+
+SIGTERM or SIGINT stop the agent gracefully: every task checkpoints and is released, so the
+coordinator moves it at once rather than after the loss threshold.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from collections.abc import Sequence
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from orchestration.fleet.coordinator import COORDINATOR_LEASE, Coordinator
+from orchestration.runtime import Runtime
+from pipelines.kafka import consumer
+from pipelines.stream import StreamWorker, TaskId
+from pipelines.stream.worker import TaskEvent
+from pipelines.views.model import View
+
+__all__ = ["Agent"]
+
+log = logging.getLogger(__name__)
+
+
+class Agent:
+    def __init__(
+        self,
+        runtime: Runtime,
+        agent_id: str,
+        topic: str | None = None,
+        views_file: str | None = None,
+    ) -> None:
+        self.runtime = runtime
+        self.settings = runtime.settings
+        self.agent_id = agent_id
+        self.topic = topic or runtime.settings.topic
+        self.views: Sequence[View] = runtime.active_views(views_file)
+        self.jobs = runtime.control.jobs
+        self.stopping = threading.Event()
+        self.requested: dict[str, int] = {}
+        """Task -> generation asked of the worker and not yet reported started or lost."""
+        self.handing_off: set[str] = set()
+        self.lock = threading.Lock()
+        self.coordinator = Coordinator(
+            self.jobs, self.topic, self._partitions, self.settings.agent_loss_after_s
+        )
+        self.worker = StreamWorker(
+            agent_id,
+            [],
+            self.views,
+            self.settings,
+            runtime.bootstrap(),
+            runtime.store,
+            runtime.control,
+            runtime.kafka,
+            topic=self.topic,
+            on_event=self._on_event,
+        )
+
+    def _partitions(self) -> list[int]:
+        probe = consumer(self.runtime.bootstrap(), self.runtime.kafka)
+        try:
+            return sorted(probe.partitions_for_topic(self.topic) or [])
+        finally:
+            probe.close()
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    def run(self) -> int:
+        released = self.jobs.register_agent(
+            self.agent_id, socket.gethostname(), os.getpid(), self.topic
+        )
+        log.info(
+            "agent %s registered (pid %d)%s",
+            self.agent_id,
+            os.getpid(),
+            f"; released what its last incarnation held: {released}" if released else "",
+        )
+        control = threading.Thread(target=self._control_loop, name="agent-control", daemon=True)
+        control.start()
+        try:
+            self.worker.run()
+        finally:
+            self.stopping.set()
+            control.join(timeout=10)
+            try:
+                self.jobs.release_lease(COORDINATOR_LEASE, self.agent_id)
+                self.jobs.set_agent_state(self.agent_id, "stopped", "stopped gracefully")
+            except SQLAlchemyError as exc:
+                log.warning("agent %s: could not record its stop: %s", self.agent_id, exc)
+            log.info("agent %s stopped", self.agent_id)
+        return 0
+
+    def install_signal_handlers(self) -> None:
+        self.worker.install_signal_handlers()
+
+    def _control_loop(self) -> None:
+        interval = self.settings.agent_heartbeat_interval_s
+        while not self.stopping.is_set() and not self.worker.stop_event.is_set():
+            try:
+                self.tick()
+            except SQLAlchemyError as exc:  # the store is away: keep running, fences fail closed
+                log.warning("agent %s: control store unavailable: %s", self.agent_id, exc)
+            except Exception:
+                log.exception("agent %s: control tick failed", self.agent_id)
+            self.stopping.wait(interval)
+
+    def tick(self) -> list[str]:
+        """Heartbeat, coordinate if leader, run what the job model says; what the coordinator did."""
+        if self.jobs.heartbeat(self.agent_id) is None:  # an operator removed our row
+            self.jobs.register_agent(self.agent_id, socket.gethostname(), os.getpid(), self.topic)
+        changes: list[str] = []
+        ttl = self.settings.agent_loss_after_s
+        if self.jobs.acquire_lease(COORDINATOR_LEASE, self.agent_id, ttl) is not None:
+            changes = self.coordinator.reconcile()
+        self.sync()
+        return changes
+
+    # --- following the job model ---------------------------------------------------------
+
+    def sync(self) -> None:
+        mine = {a.task: a for a in self.jobs.assignments_of(self.agent_id)}
+        running = {str(t): g for t, g in self.worker.running().items()}
+        with self.lock:
+            for name, generation in running.items():
+                a = mine.get(name)
+                task = TaskId.parse(name)
+                if (
+                    a is None
+                    or a.generation != generation
+                    or a.state not in ("Scheduled", "Running")
+                ):
+                    owner = "nobody" if a is None else f"{a.agent_id} (generation {a.generation})"
+                    self.worker.stop_task(task, checkpoint=False, reason=f"now owned by {owner}")
+                elif a.handoff_to and name not in self.handing_off:
+                    self.handing_off.add(name)
+                    self.worker.stop_task(
+                        task, checkpoint=True, reason=f"hand-off to {a.handoff_to}"
+                    )
+            for name, a in mine.items():
+                if a.state not in ("Scheduled", "Running") or name in running:
+                    continue
+                if self.requested.get(name) == a.generation or name in self.handing_off:
+                    continue
+                disabled = self.jobs.disabled_views(name)
+                views = [v for v in self.views if v.name not in disabled]
+                self.requested[name] = a.generation
+                self.worker.start_task(
+                    TaskId.parse(name), a.generation, views, self._fence(name, a.generation)
+                )
+
+    def _fence(self, task: str, generation: int):
+        def owns() -> bool:
+            try:
+                return self.jobs.owns(self.agent_id, task, generation)
+            except SQLAlchemyError as exc:  # cannot tell: do not write (fail closed)
+                log.warning("%s: fence check failed, not writing: %s", task, exc)
+                return False
+
+        return owns
+
+    def _on_event(self, event: TaskEvent) -> None:
+        """From the worker thread: record what became of a task in the job model."""
+        name = str(event.task)
+        with self.lock:
+            self.requested.pop(name, None)
+            handed_off = name in self.handing_off
+            self.handing_off.discard(name)
+        try:
+            if event.kind == "started":
+                if not self.jobs.mark_running(
+                    name, self.agent_id, event.generation, f"restored {event.detail}"
+                ):
+                    self.worker.stop_task(event.task, checkpoint=False, reason="moved meanwhile")
+            elif event.kind == "stopped":
+                reason = event.detail if handed_off else f"agent {self.agent_id} stopped"
+                self.jobs.release(name, self.agent_id, event.generation, reason)
+            elif event.kind == "crashed" and event.view is not None:
+                disabled = self.jobs.record_view_crash(
+                    name,
+                    event.view,
+                    event.detail,
+                    self.settings.view_crash_limit,
+                    self.settings.view_crash_window_s,
+                )
+                if disabled:
+                    log.error(
+                        "%s: view %s disabled on this task: %s", name, event.view, event.detail
+                    )
+        except SQLAlchemyError as exc:
+            log.warning(
+                "agent %s: cannot record %s of %s: %s", self.agent_id, event.kind, name, exc
+            )

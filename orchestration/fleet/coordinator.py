@@ -1,0 +1,73 @@
+"""The coordinator: whoever holds the lease applies :func:`plan_changes` to the job model.
+
+Any agent may hold the ``coordinator`` lease (a row in the control store with a term and an
+expiry); it renews it every tick and loses it if it stops renewing, so when the leader dies
+another agent takes over within one lease. Every change is conditional on the generation it
+was planned from: a change planned on a stale view of the model, or by a leader that lost its
+lease while paused, matches no row and is dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from orchestration.fleet.scheduling import Change, plan_changes
+from pipelines.control import JobModelStore
+
+__all__ = ["COORDINATOR_LEASE", "Coordinator"]
+
+log = logging.getLogger(__name__)
+
+COORDINATOR_LEASE = "coordinator"
+
+
+class Coordinator:
+    def __init__(
+        self,
+        jobs: JobModelStore,
+        topic: str,
+        partitions: Callable[[], list[int]],
+        loss_after_s: float,
+    ) -> None:
+        self.jobs = jobs
+        self.topic = topic
+        self.partitions = partitions
+        self.loss_after_s = loss_after_s
+        self.known_partitions: list[int] = []
+        self.next_partition_check = 0.0
+
+    def reconcile(self) -> list[str]:
+        """One pass: make sure every partition has a task, then apply the plan; what changed."""
+        now = time.time()
+        if now >= self.next_partition_check or not self.known_partitions:
+            self.known_partitions = sorted(self.partitions())
+            self.jobs.ensure_tasks(self.topic, self.known_partitions)
+            self.next_partition_check = now + 30.0
+        assignments = self.jobs.assignments(self.topic)
+        changes = plan_changes(assignments, self.jobs.agents(), now, self.loss_after_s)
+        return [text for change in changes if (text := self._apply(change))]
+
+    def _apply(self, change: Change) -> str | None:
+        if change.kind == "unassign":
+            done = self.jobs.unassign(
+                change.task, change.generation, change.agent_id or "", change.reason
+            )
+        elif change.kind == "schedule":
+            done = (
+                self.jobs.schedule(
+                    change.task, change.generation, change.agent_id or "", change.reason
+                )
+                is not None
+            )
+        else:
+            done = self.jobs.request_handoff(
+                change.task, change.generation, change.agent_id or "", change.reason
+            )
+        if not done:
+            log.info("%s of %s skipped: the job model changed meanwhile", change.kind, change.task)
+            return None
+        text = f"{change.task}: {change.kind} ({change.reason})"
+        log.info(text)
+        return text

@@ -1,0 +1,114 @@
+"""The coordinator's decisions, as a pure function of the job model and the agents.
+
+Mist's controller: a task whose agent is lost (heartbeat older than the threshold, or seen
+dead by a supervisor, or gone) goes back to Waiting; loss never disables. Waiting tasks are
+scheduled on the least-loaded live agent (the one a hand-off named, if it is live). When
+nothing waits, one task at a time is handed off from the busiest agent to the idlest while
+their loads differ by two or more, and every task of a draining agent is handed off. A
+hand-off is graceful: the owner stops the task at a checkpoint and releases it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pipelines.control import AgentRecord, Assignment
+
+__all__ = ["Change", "describe_assignments", "live_agents", "plan_changes"]
+
+
+@dataclass(frozen=True)
+class Change:
+    """One step for the coordinator to apply, conditional on the task's generation."""
+
+    kind: str
+    """``unassign`` (owner lost), ``schedule`` (Waiting -> an agent) or ``handoff``."""
+    task: str
+    generation: int
+    agent_id: str | None
+    """unassign: the lost owner; schedule and handoff: the target."""
+    reason: str
+
+
+def live_agents(
+    agents: Sequence[AgentRecord], now: float, loss_after_s: float
+) -> dict[str, AgentRecord]:
+    """Agents that run (or drain) and whose heartbeat is recent enough."""
+    return {
+        a.agent_id: a
+        for a in agents
+        if a.state in ("running", "draining") and a.heartbeat_age_s(now) <= loss_after_s
+    }
+
+
+def _loss_reason(agent: AgentRecord | None, agent_id: str | None, now: float) -> str:
+    if agent is None:
+        return f"agent {agent_id} is unknown"
+    if agent.state in ("stopped", "lost"):
+        return f"agent {agent_id} {agent.state}"
+    return f"agent {agent_id} lost: no heartbeat for {agent.heartbeat_age_s(now):.1f}s"
+
+
+def plan_changes(
+    assignments: Sequence[Assignment],
+    agents: Sequence[AgentRecord],
+    now: float,
+    loss_after_s: float,
+) -> list[Change]:
+    by_id = {a.agent_id: a for a in agents}
+    live = live_agents(agents, now, loss_after_s)
+    load = Counter({a: 0 for a, record in live.items() if record.state == "running"})
+    changes: list[Change] = []
+    waiting: list[tuple[Assignment, str | None, str]] = []
+    for a in assignments:
+        if a.state in ("Scheduled", "Running"):
+            if a.agent_id in live:
+                if a.agent_id in load:
+                    load[a.agent_id] += 1
+                continue
+            reason = _loss_reason(by_id.get(a.agent_id or ""), a.agent_id, now)
+            changes.append(Change("unassign", a.task, a.generation, a.agent_id, reason))
+            waiting.append((a, None, reason))
+        elif a.state == "Waiting":
+            waiting.append((a, a.handoff_to, a.reason))
+    for a, prefer, why in waiting:
+        if not load:
+            break  # no live agent: the task stays Waiting and says why
+        target = prefer if prefer in load else min(load, key=lambda x: (load[x], x))
+        load[target] += 1
+        changes.append(Change("schedule", a.task, a.generation, target, f"{why}; on {target}"))
+    if waiting or not load or any(a.handoff_to for a in assignments if a.state == "Running"):
+        return changes
+    draining = [
+        a
+        for a in assignments
+        if a.state == "Running" and a.agent_id in live and live[a.agent_id].state == "draining"
+    ]
+    for a in draining:
+        target = min(load, key=lambda x: (load[x], x))
+        load[target] += 1
+        changes.append(
+            Change("handoff", a.task, a.generation, target, f"agent {a.agent_id} is draining")
+        )
+    if draining:
+        return changes
+    busiest = max(load, key=lambda x: (load[x], x))
+    idlest = min(load, key=lambda x: (load[x], x))
+    if load[busiest] - load[idlest] >= 2:
+        movable = [a for a in assignments if a.agent_id == busiest and a.state == "Running"]
+        if movable:
+            a = movable[-1]
+            reason = f"balance: {busiest} runs {load[busiest]} tasks, {idlest} {load[idlest]}"
+            changes.append(Change("handoff", a.task, a.generation, idlest, reason))
+    return changes
+
+
+def describe_assignments(assignments: Sequence[Assignment]) -> str:
+    """``a0: 0,2; a1: 1,3; Waiting: 4`` — who runs which partitions."""
+    owners: dict[str, list[str]] = {}
+    for a in assignments:
+        owner = a.agent_id if a.state in ("Scheduled", "Running") else a.state
+        owners.setdefault(owner or "Waiting", []).append(str(a.partition))
+    return "; ".join(f"{owner}: {','.join(parts)}" for owner, parts in sorted(owners.items()))
