@@ -189,6 +189,8 @@ class Agent:
             elif event.kind == "stopped":
                 reason = event.detail if handed_off else f"agent {self.agent_id} stopped"
                 self.jobs.release(name, self.agent_id, event.generation, reason)
+            elif event.kind == "fenced":
+                self.jobs.note(name, self.agent_id, event.generation, "Fenced", event.detail)
             elif event.kind == "crashed" and event.view is not None:
                 disabled = self.jobs.record_view_crash(
                     name,

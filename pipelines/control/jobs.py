@@ -503,6 +503,11 @@ class JobModelStore:
 
     # --- history -------------------------------------------------------------------------
 
+    def note(self, task: str, agent_id: str, generation: int, state: str, reason: str) -> None:
+        """Append what an agent saw (e.g. ``Fenced``) to the history; the model is unchanged."""
+        with self.engine.begin() as conn:
+            self._event(conn, time.time(), task, None, agent_id, generation, state, reason)
+
     def events(self, task: str | None = None, limit: int = 200) -> list[JobEvent]:
         """The newest ``limit`` state changes (of ``task``), oldest first."""
         query = select(job_events).order_by(job_events.c.id.desc()).limit(limit)

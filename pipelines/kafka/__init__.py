@@ -8,6 +8,7 @@ from pipelines.kafka.client import (
     consumer,
     end_offsets,
     ensure_topics,
+    fetched_log_end,
     producer,
     resolve_bootstrap,
 )
@@ -20,6 +21,7 @@ __all__ = [
     "consumer",
     "end_offsets",
     "ensure_topics",
+    "fetched_log_end",
     "free_port",
     "producer",
     "resolve_bootstrap",

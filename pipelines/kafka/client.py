@@ -132,6 +132,34 @@ def end_offsets(
     return result
 
 
+def fetched_log_end(
+    bootstrap: str,
+    kafka: KafkaSettings | None,
+    tp: TopicPartition,
+    near: int,
+    timeout_s: float = 5.0,
+) -> int | None:
+    """The log end of ``tp`` as a fetch's high watermark says, fetching just before ``near``.
+
+    ListOffsets under-reports on some brokers (Tansu answers the last batch's base offset + 1),
+    so a restore that finds its checkpoint past the listed end asks a fetch before concluding
+    the log was lost. None if no fetch answered in time.
+    """
+    probe = consumer(bootstrap, kafka, auto_offset_reset="earliest")
+    try:
+        probe.assign([tp])
+        probe.seek(tp, max(0, near - 1))
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            probe.poll(timeout_ms=200, max_records=1)
+            high = probe.highwater(tp)
+            if high is not None:
+                return high
+        return None
+    finally:
+        probe.close()
+
+
 def beginning_offsets(
     client: KafkaConsumer, partitions: list[TopicPartition], timeout_s: float = 10.0
 ) -> dict[TopicPartition, int]:

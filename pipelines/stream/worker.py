@@ -37,7 +37,7 @@ from pipelines.config import KafkaSettings, SluiceSettings
 from pipelines.control import ControlStore, TaskStatus
 from pipelines.exceptions import TaskFenced, ViewCrash
 from pipelines.kafka import consumer as make_consumer
-from pipelines.kafka import end_offsets
+from pipelines.kafka import end_offsets, fetched_log_end
 from pipelines.kafka import producer as make_producer
 from pipelines.storage import ObjectStore
 from pipelines.stream.dead_letters import KafkaDeadLetterSink
@@ -132,6 +132,7 @@ class StreamWorker:
         self.bootstrap = bootstrap
         self.store = store
         self.control = control
+        self.kafka = kafka
         self.stop_event = threading.Event()
         self.producer = make_producer(bootstrap, kafka)
         self.sink = KafkaDeadLetterSink(self.producer, settings.dead_letter_topic)
@@ -229,6 +230,8 @@ class StreamWorker:
             offset = task.restore()
             beginnings = self.consumer.beginning_offsets([tp])
             end = end_offsets(self.consumer, [tp]).get(tp, 0)
+            if offset is not None and offset > end:  # ListOffsets may under-report: ask a fetch
+                end = max(end, fetched_log_end(self.bootstrap, self.kafka, tp, offset) or 0)
             if offset is not None and offset > end:
                 # The log is shorter than what we checkpointed: the broker lost it (the embedded
                 # broker keeps data in memory) or the topic was recreated. Start over.

@@ -146,20 +146,14 @@ def test_sensor_launches_a_tagged_scaling_run(tmp_path, monkeypatch):
 
 
 class FakeFleet:
-    def __init__(self, workers):
-        self.workers = {f"w{i}": None for i in range(workers)}
+    """A LocalFleet's scaling surface without processes."""
+
+    def __init__(self, agents):
+        self.agents = {f"a{i}": None for i in range(agents)}
 
     def rescale(self, n):
-        self.workers = {f"w{i}": None for i in range(n)}
-
-        class Model:
-            workers = list(self.workers)
-
-            @staticmethod
-            def describe():
-                return f"{n} workers"
-
-        return Model
+        self.agents = {f"a{i}": None for i in range(n)}
+        return sorted(self.agents)
 
 
 def test_scaling_run_waits_until_the_supervisor_applied_it(tmp_path):
@@ -194,7 +188,7 @@ def test_scaling_run_waits_until_the_supervisor_applied_it(tmp_path):
         stop.set()
         thread.join(5)
     assert outcome.success
-    assert len(fleet.workers) == 3
+    assert len(fleet.agents) == 3
     assert runtime.control.scaling("events")["applied_workers"] == 3
     realizer = ControlStoreRealizer(runtime.control, "events", timeout_s=1)
     assert realizer.current() == 3

@@ -1,0 +1,309 @@
+"""Agents in separate processes and working directories, sharing a control store (a real
+PostgreSQL server, or SQLite), the storage root and the broker: losses, fencing, leader
+failover and view crashes, judged against an oracle computed from the topic."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from pipelines.control import ControlStore
+from pipelines.storage import LocalObjectStore
+from pipelines.stream.checkpoint import load_checkpoint, save_checkpoint
+from tests.fixtures.processes import sluice_process, stop_process, wait_until
+from tests.fixtures.stream import check_against_oracle, make_stream
+
+pytestmark = [pytest.mark.e2e, pytest.mark.broker]
+
+PARTITIONS = 6
+EVENTS = 150_000
+LOSS_AFTER_S = 3.0
+
+
+@pytest.fixture(scope="module")
+def stream(broker, tmp_path_factory):
+    return make_stream(
+        broker.bootstrap, tmp_path_factory.mktemp("views"), "agents-events", EVENTS, PARTITIONS, 5
+    )
+
+
+@pytest.fixture
+def pg_url(postgres_url: str) -> str:
+    from sqlalchemy import create_engine
+
+    from pipelines.control.sql import metadata
+
+    engine = create_engine(postgres_url)
+    metadata.drop_all(engine)  # each test starts from an empty store
+    engine.dispose()
+    return postgres_url
+
+
+class Agents:
+    """``sluice agent`` processes, each in its own working directory and state directory."""
+
+    def __init__(self, tmp_path: Path, bootstrap: str, stream: dict, control_url: str, **env):
+        self.tmp_path = tmp_path
+        self.stream = stream
+        self.topic = stream["topic"]
+        self.env = {
+            "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
+            "SLUICE_CONTROL_STORE_URL": control_url,
+            "SLUICE_STORAGE_ROOT": str(tmp_path / "shared-storage"),
+            "SLUICE_DEAD_LETTER_TOPIC": f"{self.topic}.dlq",
+            "SLUICE_FLUSH_INTERVAL_S": "1",
+            "SLUICE_CHECKPOINT_INTERVAL_S": "1.5",
+            "SLUICE_STATUS_INTERVAL_S": "0.3",
+            "SLUICE_AGENT_HEARTBEAT_INTERVAL_S": "0.5",
+            "SLUICE_AGENT_LOSS_AFTER_S": str(LOSS_AFTER_S),
+            **env,
+        }
+        self.processes: dict[str, object] = {}
+        self.control = ControlStore(control_url)
+        self.jobs = self.control.jobs
+        self.store = LocalObjectStore(tmp_path / "shared-storage")
+
+    def start(self, agent_id: str) -> None:
+        home = self.tmp_path / f"host-{agent_id}"
+        env = {**self.env, "SLUICE_STATE_DIR": str(home / "state")}
+        args = ["agent", "--id", agent_id, "--topic", self.topic]
+        args += ["--views", str(self.stream["views_file"])]
+        log = self.tmp_path / "logs" / f"{agent_id}.log"
+        self.processes[agent_id] = sluice_process(args, env, log, cwd=home)
+
+    def kill(self, agent_id: str, sig: int = signal.SIGKILL) -> int:
+        return stop_process(self.processes[agent_id], sig, timeout_s=15)
+
+    def alive(self) -> list[str]:
+        return sorted(a for a, p in self.processes.items() if p.poll() is None)
+
+    def assignments(self) -> dict:
+        return {a.task: a for a in self.jobs.assignments(self.topic)}
+
+    def all_running(self, on: list[str] | None = None) -> bool:
+        live = set(on if on is not None else self.alive())
+        tasks = self.assignments()
+        return len(tasks) == PARTITIONS and all(
+            a.state == "Running" and a.agent_id in live for a in tasks.values()
+        )
+
+    def progress(self) -> int:
+        return sum(t.next_offset for t in self.control.tasks() if t.topic == self.topic)
+
+    def caught_up(self) -> bool:
+        """Every task's current owner (its generation's report, not an older one) is at the end."""
+        owners = self.assignments()
+        tasks = {t.partition: t for t in self.control.tasks() if t.topic == self.topic}
+        return len(tasks) == PARTITIONS and all(
+            tasks[p].next_offset >= end and tasks[p].generation == owners[tasks[p].task].generation
+            for p, end in self.stream["ends"].items()
+        )
+
+    def stop_all(self) -> dict[str, int]:
+        return {a: stop_process(p, signal.SIGTERM) for a, p in self.processes.items()}
+
+    def close(self) -> None:
+        for process in self.processes.values():
+            stop_process(process, signal.SIGKILL, timeout_s=5)
+        self.control.close()
+
+
+@pytest.fixture
+def agents_factory(tmp_path, broker, stream):
+    made = []
+
+    def make(control_url: str, **env) -> Agents:
+        agents = Agents(tmp_path, broker.bootstrap, stream, control_url, **env)
+        made.append(agents)
+        return agents
+
+    yield make
+    for agents in made:
+        agents.close()
+
+
+def test_chaos_sigkills_lose_nothing_and_every_task_ends_running(agents_factory, pg_url, stream):
+    """Three agents on PostgreSQL; eleven SIGKILLs (the same agent three times in a row,
+    some victims restarted only after the next kill); the views equal the oracle."""
+    rng = random.Random(20261123)
+    # a rate cap per agent keeps the replay long enough to kill agents throughout it
+    agents = agents_factory(pg_url, SLUICE_WORKER_MAX_RATE="2500")
+    for agent_id in ("a0", "a1", "a2"):
+        agents.start(agent_id)
+    wait_until(agents.all_running, 60, "every task Running")
+    late: list[str] = []  # killed, to be restarted after the next kill
+    kills = []
+    for k in range(11):
+        target = int(EVENTS * (0.04 + 0.07 * k))
+        wait_until(
+            lambda t=target: agents.progress() >= t or agents.caught_up(),
+            240,
+            f"progress {target}",
+        )
+        candidates = agents.alive()
+        victim = "a0" if k < 3 else rng.choice(candidates)
+        if victim not in candidates or len(candidates) < 2:
+            victim = candidates[-1] if len(candidates) >= 2 else None
+        if victim is None:
+            break
+        assert agents.kill(victim) == -signal.SIGKILL
+        kills.append((time.monotonic(), victim))
+        for waiting in late:
+            agents.start(waiting)
+        late = []
+        if k in (4, 8):
+            late.append(victim)
+        else:
+            agents.start(victim)
+    for waiting in late:
+        agents.start(waiting)
+    a0_kills = [t for t, v in kills if v == "a0"]
+    assert len(kills) >= 10 and len(a0_kills) >= 3 and a0_kills[2] - a0_kills[0] < 600
+    wait_until(
+        lambda: agents.caught_up() and agents.all_running(["a0", "a1", "a2"]),
+        300,
+        "every task Running on a live agent and caught up",
+    )
+    # loss never disables: nothing is Disabled, and tasks moved through the job model
+    assert not any(a.state == "Disabled" for a in agents.assignments().values())
+    assert not agents.jobs.view_states()
+    losses = [e for e in agents.jobs.events() if e.state == "Waiting" and "lost" in e.reason]
+    assert losses, "no task was ever moved off a lost agent"
+    assert agents.stop_all() == {"a0": 0, "a1": 0, "a2": 0}
+    check_against_oracle(stream, agents.store, agents.control)
+
+
+def test_a_paused_agent_is_fenced_when_it_comes_back(agents_factory, pg_url, stream):
+    """SIGSTOP an agent past the loss threshold: its tasks move to a newer generation; after
+    SIGCONT it writes nothing for them (Fenced), and the results still equal the oracle."""
+    agents = agents_factory(pg_url, SLUICE_WORKER_MAX_RATE="4000")
+    agents.start("a0")
+    agents.start("a1")
+    wait_until(agents.all_running, 60, "every task Running")
+    wait_until(
+        lambda: (
+            all(
+                (t.checkpointed_offset or 0) > 0
+                for t in agents.control.tasks()
+                if t.worker_id == "a0"
+            )
+            and any(t.worker_id == "a0" for t in agents.control.tasks())
+        ),
+        60,
+        "a0 to checkpoint its tasks",
+    )
+    held = {a.task: a.generation for a in agents.assignments().values() if a.agent_id == "a0"}
+    assert held
+    pid = agents.processes["a0"].pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+
+        def moved() -> bool:
+            now = agents.assignments()
+            return all(
+                now[t].agent_id == "a1" and now[t].state == "Running" and now[t].generation > g
+                for t, g in held.items()
+            )
+
+        wait_until(moved, LOSS_AFTER_S + 30, "a0's tasks Running on a1 with a newer generation")
+        newer = {t: agents.assignments()[t].generation for t in held}
+
+        def checkpointed_by_a1() -> bool:
+            return all(
+                (c := load_checkpoint(agents.store, agents.topic, int(t.rpartition(":")[2])))
+                and c.generation == newer[t]
+                for t in held
+            )
+
+        wait_until(checkpointed_by_a1, 30, "a1 to checkpoint the moved tasks")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+    def fenced() -> set[str]:
+        return {
+            e.task
+            for e in agents.jobs.events(limit=2000)
+            if e.state == "Fenced" and e.agent_id == "a0" and e.generation == held.get(e.task)
+        }
+
+    wait_until(lambda: fenced() == set(held), 30, "a0 to see it is fenced for every moved task")
+    wait_until(lambda: agents.caught_up() and agents.all_running(), 240, "the fleet to catch up")
+    for task, generation in newer.items():  # the stale owner's writes never won
+        partition = int(task.rpartition(":")[2])
+        assert load_checkpoint(agents.store, agents.topic, partition).generation >= generation
+        row = next(t for t in agents.control.tasks() if t.task == task)
+        assert row.generation >= generation
+    assert agents.stop_all() == {"a0": 0, "a1": 0}
+    check_against_oracle(stream, agents.store, agents.control)
+
+
+def test_the_leader_is_killed_and_another_agent_takes_over(agents_factory, tmp_path, stream):
+    agents = agents_factory(f"sqlite:///{tmp_path / 'control.db'}")
+    for agent_id in ("a0", "a1", "a2"):
+        agents.start(agent_id)
+    wait_until(lambda: agents.all_running(["a0", "a1", "a2"]), 60, "every task on three agents")
+    lease = agents.jobs.lease("coordinator")
+    leader, term = lease["holder"], lease["term"]
+    held = {a.task: a.generation for a in agents.assignments().values() if a.agent_id == leader}
+    assert held
+    killed_at = time.monotonic()
+    agents.kill(leader)
+
+    def taken_over() -> bool:
+        lease = agents.jobs.lease("coordinator")
+        now = agents.assignments()
+        return (
+            lease["holder"] != leader
+            and lease["term"] == term + 1
+            and all(
+                now[t].state == "Running" and now[t].agent_id != leader and now[t].generation > g
+                for t, g in held.items()
+            )
+        )
+
+    wait_until(taken_over, LOSS_AFTER_S + 30, "a new leader to move the old leader's tasks")
+    assert time.monotonic() - killed_at < LOSS_AFTER_S + 15
+    leaders = [e for e in agents.jobs.events() if e.state == "leader"]
+    assert leaders[-1].agent_id != leader and "from " + leader in leaders[-1].reason
+
+
+def test_a_view_that_keeps_crashing_is_disabled_on_its_task_only(agents_factory, tmp_path, stream):
+    agents = agents_factory(f"sqlite:///{tmp_path / 'control.db'}", SLUICE_WORKER_MAX_RATE="3000")
+    agents.start("a0")
+    task = f"{agents.topic}:0"
+    wait_until(
+        lambda: any(
+            t.task == task and (t.checkpointed_offset or 0) > 0 for t in agents.control.tasks()
+        ),
+        60,
+        "a checkpoint of task 0",
+    )
+    assert agents.kill("a0", signal.SIGTERM) == 0
+    checkpoint = load_checkpoint(agents.store, agents.topic, 0)
+    victim = sorted(checkpoint.states)[0]
+    checkpoint.states[victim] = b"not a parquet file"
+    save_checkpoint(agents.store, checkpoint)
+    agents.start("a0")
+
+    def disabled():
+        return {s.view: s for s in agents.jobs.view_states(task) if s.state == "Disabled"}
+
+    wait_until(lambda: victim in disabled(), 60, f"view {victim} disabled on {task}")
+    assert "3 crashes" in disabled()[victim].reason
+    wait_until(lambda: agents.all_running(), 60, "every task Running, the crashed one included")
+
+    def runs_without_the_view():
+        row = next((t for t in agents.control.tasks() if t.task == task), None)
+        counters = row.views.get("counters", {}) if row else {}
+        return row is not None and victim not in counters and len(counters) >= 1
+
+    wait_until(runs_without_the_view, 60, f"{task} to report its other views")
+    other = f"{agents.topic}:1"
+    assert not agents.jobs.disabled_views(other)  # the view runs on every other task
+    row = next(t for t in agents.control.tasks() if t.task == other)
+    assert victim in row.views["counters"]
