@@ -1,4 +1,10 @@
-"""`sluice status`: per task, messages in, %util, backlog, time lag and heartbeat, live."""
+"""`sluice status`: per task, messages in, %util, backlog, time lag and heartbeat, live.
+
+With agents, each task also shows its job-model state (Mist's Waiting, Scheduled, Running,
+Disabled), its generation and its disabled views, and the agents are listed with the
+coordinator marked. The summary is not OK while any task is stale, unassigned (Waiting),
+Disabled, or runs with a view disabled; each of those is counted in the summary line.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +14,13 @@ import logging
 import sys
 import time
 from collections import deque
+from dataclasses import dataclass, field
 
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
+from sqlalchemy.exc import SQLAlchemyError
 
 from orchestration.lag import (
     LagSample,
@@ -22,10 +30,47 @@ from orchestration.lag import (
     worst,
 )
 from orchestration.runtime import Runtime
+from pipelines.control import AgentRecord, Assignment
 from pipelines.exceptions import SluiceError
 from pipelines.views import ResolvedView
 
-__all__ = ["StatusTracker", "register", "render"]
+__all__ = ["JobView", "StatusTracker", "job_view", "register", "render"]
+
+
+@dataclass(frozen=True)
+class JobView:
+    """The job model as status shows it: assignments, disabled views, agents, the leader."""
+
+    assignments: dict[str, Assignment] = field(default_factory=dict)
+    disabled_views: dict[str, list[str]] = field(default_factory=dict)
+    agents: list[AgentRecord] = field(default_factory=list)
+    leader: str | None = None
+
+    def health(self, task: str) -> str | None:
+        """The task's status from the job model alone (None: nothing to say)."""
+        a = self.assignments.get(task)
+        if a is not None and a.state in ("Waiting", "Disabled"):
+            return "STOP"
+        if (a is not None and a.state == "Scheduled") or self.disabled_views.get(task):
+            return "WARN"
+        return None
+
+
+def job_view(runtime: Runtime) -> JobView:
+    """Read the job model; an unreadable one shows as empty (the metrics still show)."""
+    jobs = runtime.control.jobs
+    try:
+        disabled: dict[str, list[str]] = {}
+        for state in jobs.view_states():
+            if state.state == "Disabled":
+                disabled.setdefault(state.task, []).append(state.view)
+        lease = jobs.lease("coordinator")
+        leader = lease["holder"] if lease and lease["expires_at"] > time.time() else None
+        return JobView({a.task: a for a in jobs.assignments()}, disabled, jobs.agents(), leader)
+    except SQLAlchemyError as exc:  # status must show what it can
+        log.warning("cannot read the job model: %s", exc)
+        return JobView()
+
 
 log = logging.getLogger(__name__)
 
@@ -56,28 +101,44 @@ class StatusTracker:
         self.window = window
         self.stale_after_s = stale_after_s
         self.samples: dict[str, deque[LagSample]] = {}
+        self.generations: dict[str, int] = {}
 
     def update(self, lags: list[TaskLag]) -> dict[str, str]:
         now = time.time()
         out = {}
         for lag in lags:
-            samples = self.samples.setdefault(lag.status.task, deque(maxlen=self.window))
+            task = lag.status.task
+            if self.generations.get(task, lag.status.generation) != lag.status.generation:
+                # the task moved and resumed from its checkpoint: an offset going back is not
+                # an error, it is the new owner's start
+                self.samples.pop(task, None)
+            self.generations[task] = lag.status.generation
+            samples = self.samples.setdefault(task, deque(maxlen=self.window))
             samples.append(LagSample(now, lag.status.next_offset, lag.backlog, lag.heartbeat_age_s))
             out[lag.status.task] = lag_status(list(samples), self.stale_after_s)
         return out
 
 
-def render(lags: list[TaskLag], statuses: dict[str, str] | None = None) -> Group:
+def render(
+    lags: list[TaskLag], statuses: dict[str, str] | None = None, job: JobView | None = None
+) -> Group:
     """The task table and a summary line; ``statuses`` come from a :class:`StatusTracker` that
-    has watched earlier refreshes (one look is taken here if none is given), and a stale task
-    keeps the summary from saying OK."""
+    has watched earlier refreshes (one look is taken here if none is given). A stale task, and
+    with ``job`` a Waiting or Disabled task or a disabled view, keep the summary from OK."""
     if statuses is None:
         statuses = StatusTracker().update(lags)
+    job = job or JobView()
+    statuses = dict(statuses)
+    for task in {lag.status.task for lag in lags} | set(job.assignments):
+        from_job = job.health(task)
+        if from_job is not None:
+            statuses[task] = worst([statuses.get(task, "OK"), from_job])
     table = Table(title="Sluice stream tasks", title_justify="left")
     for name, justify in (
         ("task", "left"),
         ("status", "left"),
-        ("worker", "left"),
+        ("job", "left"),
+        ("agent", "left"),
         ("pid", "right"),
         ("state", "left"),
         ("in", "right"),
@@ -91,6 +152,7 @@ def render(lags: list[TaskLag], statuses: dict[str, str] | None = None) -> Group
         ("seen", "right"),
     ):
         table.add_column(name, justify=justify)
+    reported = {lag.status.task for lag in lags}
     for lag in lags:
         s = lag.status
         state = Text("stale", style="bold red") if lag.stale else Text(s.state)
@@ -98,6 +160,7 @@ def render(lags: list[TaskLag], statuses: dict[str, str] | None = None) -> Group
         table.add_row(
             s.task,
             Text(health, style={"OK": "green", "WARN": "yellow"}.get(health, "bold red")),
+            _job_cell(job, s.task),
             s.worker_id,
             str(s.pid),
             state,
@@ -111,19 +174,79 @@ def render(lags: list[TaskLag], statuses: dict[str, str] | None = None) -> Group
             "-" if s.checkpointed_offset is None else f"{s.checkpointed_offset:,}",
             _fmt_s(lag.heartbeat_age_s),
         )
+    for task in sorted(set(job.assignments) - reported):  # assigned, never reported
+        health = statuses.get(task, "-")
+        a = job.assignments[task]
+        table.add_row(
+            task,
+            Text(health, style={"OK": "green", "WARN": "yellow"}.get(health, "bold red")),
+            _job_cell(job, task),
+            a.agent_id or "-",
+            *["-"] * 11,
+        )
     total_in = sum(lag.status.consumed for lag in lags)
     total_backlog = sum(lag.backlog for lag in lags)
     stale = sum(lag.stale for lag in lags)
     overall = worst([*statuses.values(), *(["STOP"] if stale else [])])
+    counts = [f"{stale} stale"] if stale else []
+    for state in ("Waiting", "Scheduled", "Disabled"):
+        n = sum(a.state == state for a in job.assignments.values())
+        if n:
+            counts.append(f"{n} {state.lower()}")
+    views_off = sum(len(v) for v in job.disabled_views.values())
+    if views_off:
+        counts.append(f"{views_off} view{'s' if views_off > 1 else ''} disabled")
+    tasks = len(reported | set(job.assignments))
+    detail = f" ({', '.join(counts)})" if counts else ""
     footer = Text(
-        f"{overall}  {len(lags)} tasks{f' ({stale} stale)' if stale else ''}  "
+        f"{overall}  {tasks} tasks{detail}  "
         f"in {total_in:,}  backlog {total_backlog:,}  "
         f"dead-lettered {sum(lag.status.dead_lettered for lag in lags):,}",
         style="dim",
     )
-    if not lags:
+    if not lags and not job.assignments:
         footer = Text("no task has reported yet: is the fleet running? (sluice stream / sluice up)")
-    return Group(table, footer)
+    parts = [table, footer]
+    if job.agents:
+        parts.insert(0, render_agents(job))
+    return Group(*parts)
+
+
+def _job_cell(job: JobView, task: str) -> Text:
+    a = job.assignments.get(task)
+    if a is None:
+        return Text("-")
+    text = Text(f"{a.state} g{a.generation}", style=_STATE_STYLE.get(a.state))
+    if job.disabled_views.get(task):
+        text.append(f" ({', '.join(job.disabled_views[task])} off)", style="bold red")
+    return text
+
+
+_STATE_STYLE = {"Running": "green", "Scheduled": "yellow", "Waiting": "bold red", "Disabled": "red"}
+
+
+def render_agents(job: JobView) -> Table:
+    """Each agent: where it runs, its state, heartbeat age and tasks; the coordinator marked."""
+    now = time.time()
+    table = Table(title="Agents", title_justify="left")
+    for name in ("agent", "host", "pid", "state", "heartbeat", "tasks", "role"):
+        table.add_column(name)
+    running = {}
+    for a in job.assignments.values():
+        if a.state in ("Scheduled", "Running") and a.agent_id:
+            running[a.agent_id] = running.get(a.agent_id, 0) + 1
+    for agent in job.agents:
+        table.add_row(
+            agent.agent_id,
+            agent.host,
+            str(agent.pid),
+            agent.state,
+            _fmt_s(agent.heartbeat_age_s(now)),
+            str(running.get(agent.agent_id, 0)),
+            "coordinator" if agent.agent_id == job.leader else "",
+            style="dim" if agent.state in ("stopped", "lost") else None,
+        )
+    return table
 
 
 def render_views(views: dict[str, ResolvedView]) -> Table:
@@ -148,8 +271,17 @@ def _views(runtime: Runtime) -> dict[str, ResolvedView]:
         return {}
 
 
-def _snapshot(lags: list[TaskLag]) -> list[dict]:
-    return [
+def _snapshot(lags: list[TaskLag], job: JobView) -> list[dict]:
+    def job_fields(task: str) -> dict:
+        a = job.assignments.get(task)
+        return {
+            "job_state": a.state if a else None,
+            "job_reason": a.reason if a else None,
+            "agent_id": a.agent_id if a else None,
+            "disabled_views": job.disabled_views.get(task, []),
+        }
+
+    reported = [
         {
             **lag.status.row(),
             "views": lag.status.views,
@@ -157,29 +289,34 @@ def _snapshot(lags: list[TaskLag]) -> list[dict]:
             "time_lag_s": lag.time_lag_s,
             "heartbeat_age_s": round(lag.heartbeat_age_s, 3),
             "stale": lag.stale,
+            **job_fields(lag.status.task),
         }
         for lag in lags
     ]
+    never = sorted(set(job.assignments) - {lag.status.task for lag in lags})
+    return reported + [{"task": task, **job_fields(task)} for task in never]
 
 
 def run(args: argparse.Namespace) -> int:
     runtime = Runtime.from_env()
     if args.json:
-        json.dump(_snapshot(collect_task_lags(runtime, args.stale_after)), sys.stdout, indent=2)
+        lags = collect_task_lags(runtime, args.stale_after)
+        json.dump(_snapshot(lags, job_view(runtime)), sys.stdout, indent=2)
         print()
         return 0
     console = Console()
     if args.once:
         console.print(render_views(_views(runtime)))
         lags = collect_task_lags(runtime, args.stale_after)
-        console.print(render(lags, StatusTracker(stale_after_s=args.stale_after).update(lags)))
+        tracker = StatusTracker(stale_after_s=args.stale_after)
+        console.print(render(lags, tracker.update(lags), job_view(runtime)))
         return 0
     console.print(render_views(_views(runtime)))
     tracker = StatusTracker(stale_after_s=args.stale_after)
 
     def frame() -> Group:
         lags = collect_task_lags(runtime, args.stale_after)
-        return render(lags, tracker.update(lags))
+        return render(lags, tracker.update(lags), job_view(runtime))
 
     with Live(frame(), console=console, auto_refresh=False) as live:
         try:

@@ -21,7 +21,7 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.text import Text
 
-from orchestration.cli.status import StatusTracker, render
+from orchestration.cli.status import StatusTracker, job_view, render
 from orchestration.fleet import Supervisor, child_environment, start_fleet
 from orchestration.fleet.processes import start_process, stop_process
 from orchestration.runtime import Runtime
@@ -171,7 +171,9 @@ def _watch(runtime, fleet, generator, dagster, console, stop, exit_when_done: bo
             header = Text(f"generator: {gen_state}")
             if dagster is not None:
                 header.append(f"   Dagster: {dagster.url}")
-            live.update(Group(header, render(lags, tracker.update(lags))), refresh=True)
+            live.update(
+                Group(header, render(lags, tracker.update(lags), job_view(runtime))), refresh=True
+            )
             done = generator.poll() is not None and lags and all(lag.backlog == 0 for lag in lags)
             if not (exit_when_done and done):
                 caught_up_since = None

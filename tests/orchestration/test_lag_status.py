@@ -81,3 +81,92 @@ def test_status_summary_is_not_ok_while_a_task_is_stale(tmp_path, monkeypatch, c
     }
     assert "STOP" in rows["events:1"] and "STOP" in rows["events:3"]
     assert "OK" in rows["events:0"]
+
+
+def _status_output(state, monkeypatch, capsys, *args: str) -> str:
+    from orchestration.cli import main
+    from pipelines.config import get_settings
+
+    monkeypatch.setenv("SLUICE_STATE_DIR", str(state))
+    monkeypatch.delenv("KAFKA_BOOTSTRAP_SERVERS", raising=False)  # no broker: reports only
+    monkeypatch.setenv("COLUMNS", "240")
+    get_settings.cache_clear()
+    try:
+        assert main(["status", *args]) == 0
+    finally:
+        get_settings.cache_clear()
+    return capsys.readouterr().out
+
+
+def test_status_shows_waiting_unassigned_and_disabled_from_the_job_model(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    """Every task's Mist state and generation; a Waiting task (its agent lost), a task never
+    reported, an operator-Disabled task and a disabled view each keep the summary from OK
+    and are counted in it."""
+    import json
+    import time
+
+    from pipelines.control import ControlStore, TaskStatus
+
+    state = tmp_path / "state"
+    store = ControlStore(f"sqlite:///{state / 'control.db'}")
+    jobs = store.jobs
+    now = time.time()
+    jobs.register_agent("a0", "host-0", 10, "events")
+    jobs.ensure_tasks("events", [0, 1, 2, 3, 4])
+    for p in range(5):
+        jobs.schedule(f"events:{p}", 0, "a0", "test")
+    for p in (0, 1, 2):
+        jobs.mark_running(f"events:{p}", "a0", 1, "restored")
+    jobs.unassign("events:1", 1, "a0", "agent a0 lost: no heartbeat for 12.0s")
+    for _ in range(3):
+        jobs.record_view_crash("events:2", "traffic_by_org", "state unreadable")
+    jobs.set_task_state("events:4", "Disabled", "operator: bad partition")
+    jobs.acquire_lease("coordinator", "a0", 30)
+    store.report_tasks(
+        [
+            TaskStatus(
+                task=f"events:{p}",
+                topic="events",
+                partition=p,
+                worker_id="a0",
+                pid=10,
+                next_offset=100,
+                end_offset=100,
+                heartbeat_at=now,
+                generation=1,
+            )
+            for p in (0, 1, 2)
+        ]
+    )
+    store.close()
+    out = _status_output(state, monkeypatch, capsys, "--once")
+    rows = {
+        next(word for word in line.split() if word.startswith("events:")): line
+        for line in out.splitlines()
+        if "events:" in line and "│" in line
+    }
+    assert "OK" in rows["events:0"] and "Running g1" in rows["events:0"]
+    assert "STOP" in rows["events:1"] and "Waiting" in rows["events:1"]
+    assert "WARN" in rows["events:2"] and "traffic_by_org off" in rows["events:2"]
+    assert "Scheduled g1" in rows["events:3"]  # assigned, never reported: still a row
+    assert "STOP" in rows["events:4"] and "Disabled" in rows["events:4"]
+    summary = next(line for line in out.splitlines() if " tasks" in line and "backlog" in line)
+    assert summary.startswith("STOP") and "5 tasks" in summary
+    for part in ("1 waiting", "1 scheduled", "1 disabled", "1 view disabled"):
+        assert part in summary, summary
+    assert "coordinator" in out and "host-0" in out  # the agents table
+
+    snapshot = json.loads(_status_output(state, monkeypatch, capsys, "--json"))
+    by_task = {row["task"]: row for row in snapshot}
+    assert by_task["events:1"]["job_state"] == "Waiting"
+    assert "lost" in by_task["events:1"]["job_reason"]
+    assert by_task["events:2"]["disabled_views"] == ["traffic_by_org"]
+    assert by_task["events:3"] == {
+        "task": "events:3",
+        "job_state": "Scheduled",
+        "job_reason": "test",
+        "agent_id": "a0",
+        "disabled_views": [],
+    }
