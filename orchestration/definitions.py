@@ -19,6 +19,7 @@ from assets.raw.lineage_checks import build_nothing_lost_check
 from assets.views.checks import build_correction_checks
 from assets.views.expectation_checks import build_expectation_checks
 from orchestration.jobs import build_correction_job, build_report_job, scale_stream_workers
+from orchestration.recovery_jobs import RECOVERY_JOBS
 from orchestration.resources import get_resources
 from orchestration.schedules import build_correction_schedule, build_report_schedule
 from orchestration.sensors import make_autoscaling_sensor, make_realtime_lag_sensor
@@ -43,7 +44,7 @@ defs = dg.Definitions(
         build_nothing_lost_check(),
         build_archive_schema_check(),
     ],
-    jobs=[correction_job, report_job, scale_stream_workers],
+    jobs=[correction_job, report_job, scale_stream_workers, *RECOVERY_JOBS],
     schedules=[build_correction_schedule(correction_job), build_report_schedule(report_job)],
     sensors=[make_realtime_lag_sensor(VIEWS), make_autoscaling_sensor(scale_stream_workers)],
     resources=get_resources(),

@@ -11,6 +11,7 @@ import pytest
 
 from pipelines.config import SluiceSettings
 from pipelines.kafka import BrokerInfo, EmbeddedBroker
+from tests.fixtures.moto import moto_endpoint  # noqa: F401 - a session fixture for every test
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
 

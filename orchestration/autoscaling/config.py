@@ -18,6 +18,7 @@ __all__ = [
     "AutoscaleSettings",
     "AwsSettings",
     "Ds2Settings",
+    "EcsSettings",
     "FleetSettings",
     "ForecastSettings",
     "GuardSettings",
@@ -238,6 +239,22 @@ class AwsSettings(BaseModel):
     )
 
 
+class EcsSettings(BaseModel):
+    """The ECS service realizer: agents as tasks of one service."""
+
+    cluster: str = Field("sluice", description="ECS cluster of the agents' service.")
+    service: str = Field("sluice-agents", description="ECS service running `sluice agent`.")
+    region: str = Field("us-east-1", description="AWS region of the cluster.")
+    endpoint_url: str | None = Field(
+        None, description="Endpoint override (e.g. a moto server); default: AWS."
+    )
+    max_count: int = Field(64, ge=1, description="Largest desired count the realizer sets.")
+    wait_timeout_s: float = Field(
+        600.0, gt=0, description="Deadline for agents to register or drain after a rescale, s."
+    )
+    poll_interval_s: float = Field(5.0, gt=0, description="How often to poll while waiting, s.")
+
+
 class AutoscaleSettings(SluiceBaseSettings):
     """All autoscaling settings; one instance is passed to policies, simulator and realizers."""
 
@@ -261,6 +278,7 @@ class AutoscaleSettings(SluiceBaseSettings):
     mcts: MctsSettings = Field(default_factory=MctsSettings, description="`mcts` planner.")
     guards: GuardSettings = Field(default_factory=GuardSettings, description="Guards.")
     aws: AwsSettings = Field(default_factory=AwsSettings, description="AWS realizer.")
+    ecs: EcsSettings = Field(default_factory=EcsSettings, description="ECS realizer.")
     sensor: bool = Field(
         False,
         description="Start the live lag_autoscaler sensor running (on/off; the UI can toggle it).",

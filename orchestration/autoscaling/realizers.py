@@ -2,8 +2,11 @@
 
 `Realizer` is the protocol: `current()` reads the count, `apply(target, reason)` sets it and
 returns once the backend has it (or raises). `SimulatedRealizer` is the simulator's (and tests')
-backend; `AwsAutoScalingRealizer` sets an Auto Scaling group's desired capacity via boto3 and
-waits for the instances to be InService, within a deadline.
+backend. `AwsAutoScalingRealizer` sets an Auto Scaling group's size and `EcsServiceRealizer` an
+ECS service's desired count, via boto3, within a deadline; given the job model, both do what
+Guardian did (:mod:`orchestration.autoscaling.guardian`): a scale-out is done when the new
+machines' agents have registered, a scale-in drains the agents that go before their machines
+are let go.
 """
 
 from __future__ import annotations
@@ -14,10 +17,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from orchestration.autoscaling.config import AwsSettings
+from orchestration.autoscaling.config import AwsSettings, EcsSettings
 from orchestration.autoscaling.exceptions import RealizerError, ScalingTimeout
+from orchestration.autoscaling.guardian import AgentGuardian
+from pipelines.control import JobModelStore
 
-__all__ = ["AwsAutoScalingRealizer", "Realizer", "RescaleEvent", "SimulatedRealizer"]
+__all__ = [
+    "AwsAutoScalingRealizer",
+    "EcsServiceRealizer",
+    "Realizer",
+    "RescaleEvent",
+    "SimulatedRealizer",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -62,17 +73,26 @@ class SimulatedRealizer:
 
 
 class AwsAutoScalingRealizer:
-    """Sets an Auto Scaling group's desired capacity and waits for InService instances."""
+    """Sets an Auto Scaling group's desired capacity and waits for InService instances; with
+    ``jobs``, also for their agents (agent id = instance id) and drains before scale-in."""
 
     def __init__(
         self,
         settings: AwsSettings | None = None,
         *,
         client: Any | None = None,
+        jobs: JobModelStore | None = None,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings or AwsSettings()
+        self.guardian = (
+            AgentGuardian(
+                jobs, poll_interval_s=self.settings.poll_interval_s, sleep=sleep, clock=clock
+            )
+            if jobs is not None
+            else None
+        )
         if client is None:
             import boto3
 
@@ -110,8 +130,11 @@ class AwsAutoScalingRealizer:
 
     def in_service(self) -> int:
         """Instances of the group that are InService and Healthy."""
-        return sum(
-            1
+        return len(self.in_service_ids())
+
+    def in_service_ids(self) -> list[str]:
+        return sorted(
+            inst["InstanceId"]
             for inst in self._group().get("Instances", [])
             if inst.get("LifecycleState") == "InService"
             and inst.get("HealthStatus", "Healthy") == "Healthy"
@@ -134,22 +157,141 @@ class AwsAutoScalingRealizer:
             target,
             reason,
         )
+        deadline = self._clock() + self.settings.wait_timeout_s
+        running = self.in_service_ids()
         try:
-            self.client.set_desired_capacity(
-                AutoScalingGroupName=self.group_name, DesiredCapacity=target, HonorCooldown=False
-            )
+            if self.guardian is not None and target < len(running):
+                victims = self.guardian.pick_victims(running, len(running) - target)
+                self.guardian.drain(victims, deadline, reason)
+                for instance in victims:
+                    logger.info("group %s: terminating drained %s", self.group_name, instance)
+                    self.client.terminate_instance_in_auto_scaling_group(
+                        InstanceId=instance, ShouldDecrementDesiredCapacity=True
+                    )
+            else:
+                self.client.set_desired_capacity(
+                    AutoScalingGroupName=self.group_name,
+                    DesiredCapacity=target,
+                    HonorCooldown=False,
+                )
         except (BotoCoreError, ClientError) as exc:
             raise RealizerError(
                 f"setting group {self.group_name!r} desired capacity to {target} failed: {exc}"
             ) from exc
-        deadline = self._clock() + self.settings.wait_timeout_s
         while True:
-            ready = self.in_service()
-            if ready == target:
+            ready = self.in_service_ids()
+            if len(ready) == target:
+                if self.guardian is not None:
+                    self.guardian.await_registered(ready, deadline)
                 return target
             if self._clock() >= deadline:
                 raise ScalingTimeout(
-                    f"group {self.group_name!r}: {ready} of {target} instances InService after "
+                    f"group {self.group_name!r}: {len(ready)} of {target} instances InService after "
                     f"{self.settings.wait_timeout_s:.0f} s"
                 )
             self._sleep(self.settings.poll_interval_s)
+
+
+class EcsServiceRealizer:
+    """Sets an ECS service's desired count; with ``jobs``, waits for that many agents to
+    register (agent id = ECS task id) and drains the agents of a scale-in, then stops exactly
+    their tasks, so ECS does not pick busy ones."""
+
+    def __init__(
+        self,
+        settings: EcsSettings | None = None,
+        *,
+        client: Any | None = None,
+        jobs: JobModelStore | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings = settings or EcsSettings()
+        if client is None:
+            import boto3
+
+            client = boto3.client(
+                "ecs", region_name=self.settings.region, endpoint_url=self.settings.endpoint_url
+            )
+        self.client = client
+        self.guardian = (
+            AgentGuardian(
+                jobs, poll_interval_s=self.settings.poll_interval_s, sleep=sleep, clock=clock
+            )
+            if jobs is not None
+            else None
+        )
+        self._clock = clock
+
+    @property
+    def name(self) -> str:
+        return f"{self.settings.cluster}/{self.settings.service}"
+
+    def _service(self) -> dict[str, Any]:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            services = self.client.describe_services(
+                cluster=self.settings.cluster, services=[self.settings.service]
+            )["services"]
+        except (BotoCoreError, ClientError) as exc:
+            raise RealizerError(f"cannot describe ECS service {self.name!r}: {exc}") from exc
+        if not services or services[0].get("status") == "INACTIVE":
+            raise RealizerError(f"ECS service {self.name!r} not found")
+        return services[0]
+
+    def current(self) -> int:
+        return int(self._service()["desiredCount"])
+
+    def apply(self, target: int, reason: str) -> int:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        if not 0 <= target <= self.settings.max_count:
+            raise RealizerError(
+                f"target {target} outside ECS service {self.name!r} bounds "
+                f"[0, {self.settings.max_count}]"
+            )
+        before = self.current()
+        deadline = self._clock() + self.settings.wait_timeout_s
+        victims: list[str] = []
+        keep: list[str] = []
+        if self.guardian is not None and target < before:
+            live = self.guardian.live_agents()
+            victims = self.guardian.pick_victims(live, len(live) - target)
+            self.guardian.drain(victims, deadline, reason)
+            keep = [a for a in live if a not in victims]
+            self._protect(keep, True)  # ECS then picks the drained tasks to stop
+        logger.info("service %s: desired %s -> %s (%s)", self.name, before, target, reason)
+        try:
+            self.client.update_service(
+                cluster=self.settings.cluster, service=self.settings.service, desiredCount=target
+            )
+        except (BotoCoreError, ClientError) as exc:
+            raise RealizerError(
+                f"setting ECS service {self.name!r} desired count to {target} failed: {exc}"
+            ) from exc
+        for task in victims:
+            try:
+                self.client.stop_task(cluster=self.settings.cluster, task=task, reason=reason)
+            except (BotoCoreError, ClientError) as exc:  # gone already: nothing to stop
+                logger.warning("service %s: stopping drained task %s: %s", self.name, task, exc)
+        if keep:
+            self._protect(keep, False)
+        if self.guardian is not None and target > before:
+            self.guardian.await_count(target, deadline)
+        return target
+
+    def _protect(self, tasks: list[str], enabled: bool) -> None:
+        """ECS task scale-in protection for ``tasks`` (best effort: a backend without it, like
+        moto, leaves ECS to pick, and the drained tasks are stopped by id right after)."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        if not tasks:
+            return
+        try:
+            kwargs = {"expiresInMinutes": 10} if enabled else {}
+            self.client.update_task_protection(
+                cluster=self.settings.cluster, tasks=tasks, protectionEnabled=enabled, **kwargs
+            )
+        except (BotoCoreError, ClientError) as exc:
+            logger.warning("service %s: task scale-in protection unavailable: %s", self.name, exc)

@@ -10,6 +10,10 @@ at its generation (the fence), so an agent that was paused past its loss thresho
 back writes nothing. A view that crashes is counted per task; Mist's rule disables it there
 after ``SLUICE_VIEW_CRASH_LIMIT`` crashes, and the task restarts from its checkpoint without it.
 
+When the views in force change (a deployment in the control store, a Disabled state, an edit
+of the views file) the agent reloads them and restarts its tasks in place, each at a
+checkpoint, within ``VIEW_CHECK_S``; no supervisor is needed for that on other machines.
+
 SIGTERM or SIGINT stop the agent gracefully: every task checkpoints and is released, so the
 coordinator moves it at once rather than after the loss threshold.
 """
@@ -20,6 +24,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Sequence
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -31,9 +36,12 @@ from pipelines.stream import StreamWorker, TaskId
 from pipelines.stream.worker import TaskEvent
 from pipelines.views.model import View
 
-__all__ = ["Agent"]
+__all__ = ["VIEW_CHECK_S", "Agent"]
 
 log = logging.getLogger(__name__)
+
+VIEW_CHECK_S = 5.0
+"""How often an agent checks whether the views in force changed."""
 
 
 class Agent:
@@ -48,7 +56,12 @@ class Agent:
         self.settings = runtime.settings
         self.agent_id = agent_id
         self.topic = topic or runtime.settings.topic
+        self.views_file = views_file
         self.views: Sequence[View] = runtime.active_views(views_file)
+        self.view_version = runtime.deployment_version(views_file)
+        self.next_view_check = time.monotonic() + VIEW_CHECK_S
+        self.reloading: set[str] = set()
+        """Tasks stopped at a checkpoint to start again with new views (not released)."""
         self.jobs = runtime.control.jobs
         self.stopping = threading.Event()
         self.requested: dict[str, int] = {}
@@ -127,8 +140,28 @@ class Agent:
         ttl = self.settings.agent_loss_after_s
         if self.jobs.acquire_lease(COORDINATOR_LEASE, self.agent_id, ttl) is not None:
             changes = self.coordinator.reconcile()
+        self.reload_views()
         self.sync()
         return changes
+
+    def reload_views(self) -> bool:
+        """If the views in force changed, load them and restart every task at a checkpoint."""
+        now = time.monotonic()
+        if now < self.next_view_check:
+            return False
+        self.next_view_check = now + VIEW_CHECK_S
+        version = self.runtime.deployment_version(self.views_file)
+        if version == self.view_version:
+            return False
+        self.views = self.runtime.active_views(self.views_file)
+        self.view_version = version
+        self.runtime.mark_deployed_running()
+        log.info("agent %s: the views in force changed; restarting its tasks", self.agent_id)
+        with self.lock:
+            for task in self.worker.running():
+                self.reloading.add(str(task))
+                self.worker.stop_task(task, checkpoint=True, reason="the views changed")
+        return True
 
     # --- following the job model ---------------------------------------------------------
 
@@ -154,7 +187,11 @@ class Agent:
             for name, a in mine.items():
                 if a.state not in ("Scheduled", "Running") or name in running:
                     continue
-                if self.requested.get(name) == a.generation or name in self.handing_off:
+                if (
+                    self.requested.get(name) == a.generation
+                    or name in self.handing_off
+                    or name in self.reloading
+                ):
                     continue
                 disabled = self.jobs.disabled_views(name)
                 views = [v for v in self.views if v.name not in disabled]
@@ -180,12 +217,16 @@ class Agent:
             self.requested.pop(name, None)
             handed_off = name in self.handing_off
             self.handing_off.discard(name)
+            reloaded = name in self.reloading
+            self.reloading.discard(name)
         try:
             if event.kind == "started":
                 if not self.jobs.mark_running(
                     name, self.agent_id, event.generation, f"restored {event.detail}"
                 ):
                     self.worker.stop_task(event.task, checkpoint=False, reason="moved meanwhile")
+            elif event.kind == "stopped" and reloaded and not self.worker.stop_event.is_set():
+                pass  # still ours: the next sync starts it again with the new views
             elif event.kind == "stopped":
                 reason = event.detail if handed_off else f"agent {self.agent_id} stopped"
                 self.jobs.release(name, self.agent_id, event.generation, reason)

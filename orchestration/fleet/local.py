@@ -26,6 +26,7 @@ from pathlib import Path
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from orchestration.fleet.coordinator import COORDINATOR_LEASE
 from orchestration.fleet.processes import signal_stop, start_process, wait_or_kill
 from pipelines.control import ControlStore
 
@@ -105,6 +106,8 @@ class LocalFleet:
             return
         try:
             self.control.jobs.set_agent_state(agent.agent_id, "lost", why)
+            # if it held the coordinator lease, the next agent need not wait for it to expire
+            self.control.jobs.release_lease(COORDINATOR_LEASE, agent.agent_id)
         except SQLAlchemyError as exc:  # the heartbeat ages anyway; the coordinator sees it then
             log.warning("cannot record the loss of agent %s: %s", agent.agent_id, exc)
 

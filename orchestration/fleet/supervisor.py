@@ -23,8 +23,9 @@ __all__ = ["DeploymentWatcher", "ScaleWatcher", "Supervisor"]
 
 
 class DeploymentWatcher:
-    """Reloads the fleet when the views in force change: a deployment, a Disabled state, or an
-    edit of the views file the workers run."""
+    """Says when the views in force change (a deployment, a Disabled state, an edit of the
+    views file the agents run) and marks deployments Running; each agent reloads the views
+    itself (:meth:`orchestration.fleet.agent.Agent.reload_views`), here and on other hosts."""
 
     def __init__(self, runtime: Runtime, fleet: LocalFleet, every_s: float = 5.0) -> None:
         self.runtime = runtime
@@ -44,9 +45,11 @@ class DeploymentWatcher:
         if version == self.version:
             return []
         self.version = version
-        self.fleet.restart("view deployments changed")
         self.runtime.mark_deployed_running()
-        return ["view deployments changed: agents restarted, tasks resume from their checkpoints"]
+        return [
+            "view deployments changed: every agent reloads them and restarts its tasks from "
+            "their checkpoints"
+        ]
 
 
 class ScaleWatcher:

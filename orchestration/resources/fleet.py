@@ -1,8 +1,8 @@
 """The stream fleet as a Dagster resource: what carries out a scaling decision.
 
-Locally the supervisor of `sluice up` / `sluice stream` owns the worker processes, so the
+Locally the supervisor of `sluice up` / `sluice stream` owns the agent processes, so the
 resource queues the request in the control store and waits for it to be applied; in
-production it sets an AWS Auto Scaling group's desired capacity.
+production it sizes an AWS Auto Scaling group or an ECS service of agents.
 """
 
 from __future__ import annotations
@@ -12,12 +12,18 @@ from abc import abstractmethod
 import dagster as dg
 from pydantic import Field
 
+from orchestration.autoscaling.config import AutoscaleSettings
 from orchestration.autoscaling.live import ControlStoreRealizer
-from orchestration.autoscaling.realizers import AwsAutoScalingRealizer, Realizer
+from orchestration.autoscaling.realizers import (
+    AwsAutoScalingRealizer,
+    EcsServiceRealizer,
+    Realizer,
+)
 from pipelines.config import get_settings
 from pipelines.control import ControlStore
+from pipelines.settings import load_settings
 
-__all__ = ["AwsFleetResource", "FleetResource", "LocalFleetResource"]
+__all__ = ["AwsFleetResource", "EcsFleetResource", "FleetResource", "LocalFleetResource"]
 
 
 class FleetResource(dg.ConfigurableResource):
@@ -43,8 +49,23 @@ class LocalFleetResource(FleetResource):
         )
 
 
+def _jobs():
+    return ControlStore(get_settings().resolved_control_store_url).jobs
+
+
 class AwsFleetResource(FleetResource):
-    """An Auto Scaling group of worker instances (settings: SLUICE_AUTOSCALE_AWS__*)."""
+    """An Auto Scaling group of agent instances (settings: SLUICE_AUTOSCALE_AWS__*); waits for
+    new instances' agents to register and drains agents before their instances go."""
 
     def realizer(self, policy: str) -> Realizer:
-        return AwsAutoScalingRealizer()
+        settings = load_settings(AutoscaleSettings).aws
+        return AwsAutoScalingRealizer(settings, jobs=_jobs())
+
+
+class EcsFleetResource(FleetResource):
+    """An ECS service of agent tasks (settings: SLUICE_AUTOSCALE_ECS__*); waits for new tasks'
+    agents to register and drains agents before their tasks are stopped."""
+
+    def realizer(self, policy: str) -> Realizer:
+        settings = load_settings(AutoscaleSettings).ecs
+        return EcsServiceRealizer(settings, jobs=_jobs())

@@ -307,3 +307,65 @@ def test_a_view_that_keeps_crashing_is_disabled_on_its_task_only(agents_factory,
     assert not agents.jobs.disabled_views(other)  # the view runs on every other task
     row = next(t for t in agents.control.tasks() if t.task == other)
     assert victim in row.views["counters"]
+
+
+def test_a_drained_agent_hands_its_tasks_over_at_checkpoints(agents_factory, tmp_path, stream):
+    from orchestration.fleet.recovery import drain_agent, resume_agent
+
+    agents = agents_factory(f"sqlite:///{tmp_path / 'control.db'}", SLUICE_WORKER_MAX_RATE="3000")
+    agents.start("a0")
+    agents.start("a1")
+    wait_until(
+        lambda: (
+            agents.all_running(["a0", "a1"])
+            and {a.agent_id for a in agents.assignments().values()} == {"a0", "a1"}
+        ),
+        60,
+        "both agents running tasks",
+    )
+    held = sorted(a.task for a in agents.assignments().values() if a.agent_id == "a0")
+    result = drain_agent(agents.jobs, "a0", "maintenance", wait_s=60)
+    assert result.changed == held and result.detail == "holds no task"
+    wait_until(lambda: agents.all_running(["a1"]), 30, "every task Running on a1")
+    released = {
+        e.task
+        for e in agents.jobs.events(limit=2000)
+        if e.state == "Waiting" and e.agent_id == "a0" and "hand-off" in e.reason
+    }
+    assert released == set(held)  # graceful: each left a0 at a checkpoint, none was lost
+    resume_agent(agents.jobs, "a0", "maintenance over")
+    wait_until(
+        lambda: any(a.agent_id == "a0" for a in agents.assignments().values()),
+        30,
+        "balancing to give a0 work again",
+    )
+
+
+def test_agents_reload_the_views_in_force_by_themselves(agents_factory, tmp_path, stream):
+    """No supervisor on an agent's host: a view disabled in the control store stops running on
+    every task within seconds, the others go on from their checkpoints."""
+    import yaml
+
+    agents = agents_factory(f"sqlite:///{tmp_path / 'control.db'}", SLUICE_WORKER_MAX_RATE="2000")
+    agents.start("a0")
+    agents.start("a1")
+    wait_until(agents.all_running, 60, "every task Running")
+    victim = stream["views"][0]
+    (definition,) = [
+        v
+        for v in yaml.safe_load(stream["views_file"].read_text())["views"]
+        if v["name"] == victim.name
+    ]
+    agents.control.deploy_view(victim.name, victim.fingerprint, definition)
+    agents.control.set_view_state(victim.name, "Disabled")
+
+    def dropped() -> bool:
+        rows = [t for t in agents.control.tasks() if t.topic == agents.topic]
+        return len(rows) == PARTITIONS and all(
+            victim.name not in t.views.get("counters", {}) and t.views.get("counters") for t in rows
+        )
+
+    wait_until(dropped, 60, f"every task to run without {victim.name}")
+    assert agents.all_running()
+    reloads = [e for e in agents.jobs.events(limit=2000) if e.state == "Waiting"]
+    assert not [e for e in reloads if "views" in e.reason]  # restarted in place, not moved

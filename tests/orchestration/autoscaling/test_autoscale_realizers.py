@@ -3,13 +3,8 @@
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -34,47 +29,6 @@ def test_simulated_realizer_records_rescales() -> None:
     assert [(e.time, e.before, e.after) for e in realizer.events] == [(10.0, 3, 5)]
     with pytest.raises(RealizerError, match="-1"):
         realizer.apply(-1, "bad")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def moto_endpoint() -> Iterator[str]:
-    """A moto server on a free port; stopped by PID at teardown."""
-    exe = Path(sys.executable).with_name("moto_server")
-    if not exe.exists():
-        pytest.fail(f"moto_server console script not found next to {sys.executable}")
-    port = _free_port()
-    proc = subprocess.Popen(
-        [str(exe), "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60.0
-    try:
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/moto-api/", timeout=1.0):
-                    break
-            except OSError:
-                if proc.poll() is not None:
-                    pytest.fail(f"moto_server exited with {proc.returncode}")
-                if time.monotonic() > deadline:
-                    pytest.fail(f"moto_server did not answer on {url} within 60 s")
-                time.sleep(0.1)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
 
 
 @pytest.fixture

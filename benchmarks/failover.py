@@ -1,0 +1,255 @@
+"""Failover benchmark: how long a lost agent's tasks wait, and how fast a new agent works.
+
+Runs real `sluice agent` processes on the embedded broker over a pre-produced topic (each
+agent rate-capped so the replay lasts the whole run), with the product's defaults for the
+heartbeat (1 s) and the loss threshold (``--loss-after``, default 10 s), and measures:
+
+  (a) SIGKILL of an agent (not the coordinator) -> every task it held Running on another
+      agent, when nobody but the heartbeat notices (a machine gone): about the loss threshold;
+  (b) the same when a supervisor sees the process die and records the loss (and frees its
+      lease) at once, what `sluice stream` / `sluice up` do on one machine;
+  (c) SIGKILL of the coordinator, heartbeat only: its lease must expire too;
+  (d) an agent's registration -> its first processed record, for the first agent of an empty
+      fleet and for an agent joining a running one (a checkpoint hand-off first).
+
+Times come from the control store's clocks: the job-model history (Running events) and the
+task reports (every ``--status-interval`` seconds, the resolution of (c)). Prints the median
+and p95 of ``--kills`` trials and writes ``benchmarks/out/failover.json``.
+
+    .venv/bin/python benchmarks/failover.py [--kills 5] [--loss-after 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import yaml  # noqa: E402
+
+from orchestration.fleet.coordinator import COORDINATOR_LEASE  # noqa: E402
+from orchestration.fleet.processes import start_process, stop_process  # noqa: E402
+from pipelines.config import PROJECT_ROOT  # noqa: E402
+from pipelines.control import ControlStore  # noqa: E402
+from pipelines.generator import GeneratorOptions, load_trace, replay  # noqa: E402
+from pipelines.kafka import EmbeddedBroker, ensure_topics, producer  # noqa: E402
+
+PARTITIONS = 6
+TOPIC = "failover-events"
+
+
+def wait_for(condition, timeout_s: float, what: str, every_s: float = 0.05):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        result = condition()
+        if result:
+            return result
+        time.sleep(every_s)
+    raise TimeoutError(f"{what} did not happen within {timeout_s:.0f}s")
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+class Fleet:
+    def __init__(self, work: Path, bootstrap: str, views_file: Path, args) -> None:
+        self.work = work
+        self.env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
+            "SLUICE_CONTROL_STORE_URL": f"sqlite:///{work / 'control.db'}",
+            "SLUICE_STORAGE_ROOT": str(work / "storage"),
+            "SLUICE_DEAD_LETTER_TOPIC": f"{TOPIC}.dlq",
+            "SLUICE_FLUSH_INTERVAL_S": "2",
+            "SLUICE_CHECKPOINT_INTERVAL_S": "2",
+            "SLUICE_STATUS_INTERVAL_S": str(args.status_interval),
+            "SLUICE_AGENT_LOSS_AFTER_S": str(args.loss_after),
+            "SLUICE_WORKER_MAX_RATE": str(args.rate),
+        }
+        self.views_file = views_file
+        self.control = ControlStore(self.env["SLUICE_CONTROL_STORE_URL"])
+        self.jobs = self.control.jobs
+        self.processes: dict[str, subprocess.Popen] = {}
+
+    def start(self, agent_id: str) -> float:
+        env = {**self.env, "SLUICE_STATE_DIR": str(self.work / agent_id)}
+        command = [sys.executable, "-m", "orchestration.cli", "agent", "--id", agent_id]
+        command += ["--topic", TOPIC, "--views", str(self.views_file)]
+        self.processes[agent_id] = start_process(command, env, self.work / f"{agent_id}.log")
+        return time.time()
+
+    def registered_at(self, agent_id: str, after: float) -> float:
+        def registered():
+            rows = [a for a in self.jobs.agents() if a.agent_id == agent_id]
+            return rows and rows[0].started_at >= after and rows[0].started_at
+
+        return wait_for(registered, 30, f"{agent_id} to register")
+
+    def running_on(self) -> dict[str, str | None]:
+        return {
+            a.task: a.agent_id if a.state == "Running" else None
+            for a in self.jobs.assignments(TOPIC)
+        }
+
+    def all_running(self) -> bool:
+        owners = self.running_on()
+        live = {a for a, p in self.processes.items() if p.poll() is None}
+        return len(owners) == PARTITIONS and all(o in live for o in owners.values())
+
+    def first_record_at(self, agent_id: str, after: float) -> float:
+        """When a task of ``agent_id`` first reported progress past where it was restored."""
+        restored: dict[str, int] = {}
+
+        def progressed():
+            for event in self.jobs.events(limit=500):
+                if event.agent_id == agent_id and event.state == "Running" and event.at >= after:
+                    offset = int(event.reason.rsplit(" ", 1)[-1])
+                    restored.setdefault(event.task, offset)
+            times = [
+                t.heartbeat_at
+                for t in self.control.tasks()
+                if t.worker_id == agent_id
+                and t.task in restored
+                and t.next_offset > restored[t.task]
+            ]
+            return min(times) if times else None
+
+        return wait_for(progressed, 60, f"{agent_id} to process a record")
+
+    def stop(self) -> None:
+        for process in self.processes.values():
+            stop_process(process, timeout_s=15)
+        self.control.close()
+
+
+def kill_to_running(fleet: Fleet, victim: str, supervised: bool) -> float:
+    held = {t for t, owner in fleet.running_on().items() if owner == victim}
+    killed = time.time()
+    os.kill(fleet.processes[victim].pid, signal.SIGKILL)
+    fleet.processes[victim].wait(10)
+    if supervised:  # what LocalFleet.supervise does on seeing the process gone
+        fleet.jobs.set_agent_state(victim, "lost", "killed by signal 9")
+        fleet.jobs.release_lease(COORDINATOR_LEASE, victim)
+
+    def moved():
+        owners = fleet.running_on()
+        return all(owners[t] not in (None, victim) for t in held)
+
+    wait_for(moved, fleet_loss(fleet) + 60, f"{victim}'s tasks to run elsewhere")
+    running_at = max(
+        e.at for e in fleet.jobs.events(limit=500) if e.task in held and e.state == "Running"
+    )
+    return running_at - killed
+
+
+def fleet_loss(fleet: Fleet) -> float:
+    return float(fleet.env["SLUICE_AGENT_LOSS_AFTER_S"])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kills", type=int, default=4, help="trials per kind (default 4)")
+    parser.add_argument("--loss-after", type=float, default=10.0, help="loss threshold, s")
+    parser.add_argument("--events", type=int, default=800_000)
+    parser.add_argument("--rate", type=float, default=1000.0, help="msg/s cap per agent")
+    parser.add_argument("--status-interval", type=float, default=0.2)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        broker = EmbeddedBroker(work / "broker")
+        bootstrap = broker.start().bootstrap
+        fleet = None
+        try:
+            ensure_topics(bootstrap, {TOPIC: PARTITIONS, f"{TOPIC}.dlq": 1})
+            out = producer(bootstrap, max_request_size=4 * 1024 * 1024)
+            options = GeneratorOptions(seed=3, max_events=args.events, peak_rate=40_000)
+            replay(
+                load_trace("nyc_taxi"),
+                options,
+                lambda m: out.send(TOPIC, key=m.key, value=m.value),
+                pace=False,
+            )
+            out.flush()
+            out.close()
+            views = yaml.safe_load((PROJECT_ROOT / "data" / "views.yaml").read_text())
+            for view in views["views"]:
+                view["topic"] = TOPIC
+            views_file = work / "views.yaml"
+            views_file.write_text(yaml.safe_dump(views))
+            fleet = Fleet(work, bootstrap, views_file, args)
+
+            started = fleet.start("a0")
+            registered = fleet.registered_at("a0", started - 1)
+            cold = fleet.first_record_at("a0", registered) - registered
+            joins = []
+            for agent_id in ("a1", "a2"):
+                started = fleet.start(agent_id)
+                registered = fleet.registered_at(agent_id, started - 1)
+                joins.append(fleet.first_record_at(agent_id, registered) - registered)
+            wait_for(fleet.all_running, 60, "three agents running every task")
+
+            results: dict[str, list[float]] = {"heartbeat": [], "supervised": [], "leader": []}
+            for trial in range(args.kills * 3):
+                kind = ("heartbeat", "supervised", "leader")[trial % 3]
+                leader = fleet.jobs.lease(COORDINATOR_LEASE)["holder"]
+                holders = sorted(set(fleet.running_on().values()) - {None})
+                others = [a for a in holders if a != leader]
+                victim = leader if kind == "leader" else others[trial % len(others)]
+                results[kind].append(kill_to_running(fleet, victim, kind == "supervised"))
+                started = fleet.start(victim)
+                registered = fleet.registered_at(victim, started - 1)
+                joins.append(fleet.first_record_at(victim, registered) - registered)
+                wait_for(fleet.all_running, 60, "every task running again")
+        finally:
+            if fleet is not None:
+                fleet.stop()
+            broker.stop()
+
+    figures = {
+        "machine": f"{platform.node()} ({os.cpu_count()} cores, Python {platform.python_version()})",
+        "loss_after_s": args.loss_after,
+        "kill_to_running_heartbeat_s": results["heartbeat"],
+        "kill_to_running_supervised_s": results["supervised"],
+        "kill_leader_to_running_s": results["leader"],
+        "registration_to_first_record_cold_s": cold,
+        "registration_to_first_record_join_s": joins,
+    }
+    print(f"machine: {figures['machine']}; loss threshold {args.loss_after:g} s")
+    for kind, label in (
+        ("heartbeat", "SIGKILL -> running elsewhere (heartbeat only)"),
+        ("supervised", "SIGKILL -> running elsewhere (supervisor saw it)"),
+        ("leader", "SIGKILL of the coordinator -> running elsewhere (heartbeat only)"),
+    ):
+        values = results[kind]
+        print(
+            f"{label}: median {statistics.median(values):.2f} s, p95 {percentile(values, 0.95):.2f} s"
+            f" (n={len(values)}; {statistics.median(values) / args.loss_after:.2f}x the threshold)"
+        )
+    print(f"registration -> first record, first agent of an empty fleet: {cold:.2f} s")
+    print(
+        f"registration -> first record, joining a running fleet: median "
+        f"{statistics.median(joins):.2f} s, p95 {percentile(joins, 0.95):.2f} s (n={len(joins)})"
+    )
+    target = ROOT / "benchmarks" / "out" / "failover.json"
+    target.parent.mkdir(exist_ok=True)
+    target.write_text(json.dumps(figures, indent=2))
+    print(f"figures in {target.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""Recovery jobs an operator runs from the Dagster UI: recover a task or a view, drain an agent.
+
+(No ``from __future__ import annotations``: Dagster reads the Config classes' annotations.)
+
+Each job is one op over the job model (:mod:`orchestration.fleet.recovery`); what it changed
+shows in the run's metadata, and the agents carry it out on their next tick.
+"""
+
+import dagster as dg
+
+from orchestration.fleet.recovery import (
+    RecoveryResult,
+    drain_agent,
+    recover_task,
+    recover_view,
+    resume_agent,
+)
+from orchestration.resources.control import ControlStoreResource
+
+__all__ = ["RECOVERY_JOBS", "DrainConfig", "TaskConfig", "ViewConfig"]
+
+
+class TaskConfig(dg.Config):
+    task: str
+    """TOPIC:PARTITION, e.g. events:3."""
+    reason: str = "recovered from the Dagster UI"
+
+
+class ViewConfig(dg.Config):
+    view: str
+    task: str | None = None
+    """Only on this task; every task where the view is disabled if unset."""
+    reason: str = "recovered from the Dagster UI"
+
+
+class DrainConfig(dg.Config):
+    agent_id: str
+    wait_s: float = 60.0
+    """How long to wait for the agent to hold nothing."""
+    reason: str = "drained from the Dagster UI"
+
+
+def _report(context: dg.OpExecutionContext, result: RecoveryResult) -> None:
+    context.log.info("%s %s: %s %s", result.action, result.target, result.changed, result.detail)
+    context.add_output_metadata(result.metadata())
+
+
+@dg.op(description="Re-enable the task's disabled views and restart it from its checkpoint.")
+def recover_task_op(
+    context: dg.OpExecutionContext, config: TaskConfig, control_store: ControlStoreResource
+) -> None:
+    store = control_store.open()
+    try:
+        _report(context, recover_task(store.jobs, config.task, config.reason))
+    finally:
+        store.close()
+
+
+@dg.op(description="Re-enable a view where it is disabled and restart those tasks with it.")
+def recover_view_op(
+    context: dg.OpExecutionContext, config: ViewConfig, control_store: ControlStoreResource
+) -> None:
+    store = control_store.open()
+    try:
+        _report(context, recover_view(store.jobs, config.view, config.reason, config.task))
+    finally:
+        store.close()
+
+
+@dg.op(description="Move every task off an agent through checkpoint hand-offs.")
+def drain_agent_op(
+    context: dg.OpExecutionContext, config: DrainConfig, control_store: ControlStoreResource
+) -> None:
+    store = control_store.open()
+    try:
+        _report(context, drain_agent(store.jobs, config.agent_id, config.reason, config.wait_s))
+    finally:
+        store.close()
+
+
+@dg.op(description="Let a drained agent take tasks again.")
+def resume_agent_op(
+    context: dg.OpExecutionContext, config: DrainConfig, control_store: ControlStoreResource
+) -> None:
+    store = control_store.open()
+    try:
+        _report(context, resume_agent(store.jobs, config.agent_id, config.reason))
+    finally:
+        store.close()
+
+
+@dg.job(description="Recover a stream task: re-enable its views, restart it from its checkpoint.")
+def recover_stream_task() -> None:
+    recover_task_op()
+
+
+@dg.job(description="Recover a disabled view: re-enable it and restart its tasks with it.")
+def recover_stream_view() -> None:
+    recover_view_op()
+
+
+@dg.job(description="Drain a stream agent: hand its tasks to others, give it nothing new.")
+def drain_stream_agent() -> None:
+    drain_agent_op()
+
+
+@dg.job(description="Resume a drained stream agent.")
+def resume_stream_agent() -> None:
+    resume_agent_op()
+
+
+RECOVERY_JOBS = [recover_stream_task, recover_stream_view, drain_stream_agent, resume_stream_agent]
