@@ -68,11 +68,8 @@ def control_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'control.db'}"
     url = request.getfixturevalue("postgres_url")
-    from sqlalchemy import create_engine
 
-    from pipelines.control.store import metadata
+    from tests.fixtures.postgres import empty_database
 
-    engine = create_engine(url)
-    metadata.drop_all(engine)  # each test starts from an empty store
-    engine.dispose()
+    empty_database(url)  # each test starts from an empty store
     return url

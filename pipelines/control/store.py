@@ -30,6 +30,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Engine
 
 from pipelines.control.jobs import JobModelStore
+from pipelines.control.schema import upgrade
 from pipelines.control.sql import metadata, sqlite_pragmas, upsert
 
 __all__ = ["VIEW_STATES", "ControlStore", "FleetSample", "TaskStatus"]
@@ -197,7 +198,7 @@ class ControlStore:
         self.engine: Engine = create_engine(url, future=True, pool_pre_ping=True)
         if self.engine.dialect.name == "sqlite":
             event.listen(self.engine, "connect", sqlite_pragmas)
-        metadata.create_all(self.engine)
+        upgrade(self.engine)
         self.jobs = JobModelStore(self.engine)
         """The job model: agents, task assignments with generations, leases."""
 

@@ -34,13 +34,9 @@ def stream(broker, tmp_path_factory):
 
 @pytest.fixture
 def pg_url(postgres_url: str) -> str:
-    from sqlalchemy import create_engine
+    from tests.fixtures.postgres import empty_database
 
-    from pipelines.control.sql import metadata
-
-    engine = create_engine(postgres_url)
-    metadata.drop_all(engine)  # each test starts from an empty store
-    engine.dispose()
+    empty_database(postgres_url)  # each test starts from an empty store
     return postgres_url
 
 
