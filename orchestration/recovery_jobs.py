@@ -6,6 +6,8 @@ Each job is one op over the job model (:mod:`orchestration.fleet.recovery`); wha
 shows in the run's metadata, and the agents carry it out on their next tick.
 """
 
+from collections.abc import Callable
+
 import dagster as dg
 
 from orchestration.fleet.recovery import (
@@ -16,6 +18,7 @@ from orchestration.fleet.recovery import (
     resume_agent,
 )
 from orchestration.resources.control import ControlStoreResource
+from pipelines.control import JobModelStore
 
 __all__ = ["RECOVERY_JOBS", "DrainConfig", "TaskConfig", "ViewConfig"]
 
@@ -40,7 +43,17 @@ class DrainConfig(dg.Config):
     reason: str = "drained from the Dagster UI"
 
 
-def _report(context: dg.OpExecutionContext, result: RecoveryResult) -> None:
+def _carry_out(
+    context: dg.OpExecutionContext,
+    control_store: ControlStoreResource,
+    operation: Callable[[JobModelStore], RecoveryResult],
+) -> None:
+    """Run ``operation`` on the job model; what it changed goes into the run's metadata."""
+    store = control_store.open()
+    try:
+        result = operation(store.jobs)
+    finally:
+        store.close()
     context.log.info("%s %s: %s %s", result.action, result.target, result.changed, result.detail)
     context.add_output_metadata(result.metadata())
 
@@ -49,44 +62,38 @@ def _report(context: dg.OpExecutionContext, result: RecoveryResult) -> None:
 def recover_task_op(
     context: dg.OpExecutionContext, config: TaskConfig, control_store: ControlStoreResource
 ) -> None:
-    store = control_store.open()
-    try:
-        _report(context, recover_task(store.jobs, config.task, config.reason))
-    finally:
-        store.close()
+    _carry_out(context, control_store, lambda jobs: recover_task(jobs, config.task, config.reason))
 
 
 @dg.op(description="Re-enable a view where it is disabled and restart those tasks with it.")
 def recover_view_op(
     context: dg.OpExecutionContext, config: ViewConfig, control_store: ControlStoreResource
 ) -> None:
-    store = control_store.open()
-    try:
-        _report(context, recover_view(store.jobs, config.view, config.reason, config.task))
-    finally:
-        store.close()
+    _carry_out(
+        context,
+        control_store,
+        lambda jobs: recover_view(jobs, config.view, config.reason, config.task),
+    )
 
 
 @dg.op(description="Move every task off an agent through checkpoint hand-offs.")
 def drain_agent_op(
     context: dg.OpExecutionContext, config: DrainConfig, control_store: ControlStoreResource
 ) -> None:
-    store = control_store.open()
-    try:
-        _report(context, drain_agent(store.jobs, config.agent_id, config.reason, config.wait_s))
-    finally:
-        store.close()
+    _carry_out(
+        context,
+        control_store,
+        lambda jobs: drain_agent(jobs, config.agent_id, config.reason, config.wait_s),
+    )
 
 
 @dg.op(description="Let a drained agent take tasks again.")
 def resume_agent_op(
     context: dg.OpExecutionContext, config: DrainConfig, control_store: ControlStoreResource
 ) -> None:
-    store = control_store.open()
-    try:
-        _report(context, resume_agent(store.jobs, config.agent_id, config.reason))
-    finally:
-        store.close()
+    _carry_out(
+        context, control_store, lambda jobs: resume_agent(jobs, config.agent_id, config.reason)
+    )
 
 
 @dg.job(description="Recover a stream task: re-enable its views, restart it from its checkpoint.")

@@ -33,6 +33,18 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
+def _guardian(
+    jobs: JobModelStore | None,
+    poll_interval_s: float,
+    sleep: Callable[[float], None],
+    clock: Callable[[], float],
+) -> AgentGuardian | None:
+    """Guardian's waits and drains when the job model is given; None leaves them out."""
+    if jobs is None:
+        return None
+    return AgentGuardian(jobs, poll_interval_s=poll_interval_s, sleep=sleep, clock=clock)
+
+
 @runtime_checkable
 class Realizer(Protocol):
     def current(self) -> int:
@@ -86,13 +98,7 @@ class AwsAutoScalingRealizer:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings or AwsSettings()
-        self.guardian = (
-            AgentGuardian(
-                jobs, poll_interval_s=self.settings.poll_interval_s, sleep=sleep, clock=clock
-            )
-            if jobs is not None
-            else None
-        )
+        self.guardian = _guardian(jobs, self.settings.poll_interval_s, sleep, clock)
         if client is None:
             import boto3
 
@@ -214,13 +220,7 @@ class EcsServiceRealizer:
                 "ecs", region_name=self.settings.region, endpoint_url=self.settings.endpoint_url
             )
         self.client = client
-        self.guardian = (
-            AgentGuardian(
-                jobs, poll_interval_s=self.settings.poll_interval_s, sleep=sleep, clock=clock
-            )
-            if jobs is not None
-            else None
-        )
+        self.guardian = _guardian(jobs, self.settings.poll_interval_s, sleep, clock)
         self._clock = clock
 
     @property

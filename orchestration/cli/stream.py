@@ -15,14 +15,11 @@ from rich.console import Console
 from orchestration.fleet import Supervisor, describe_assignments, start_fleet
 from orchestration.runtime import Runtime
 
-__all__ = ["register", "run"]
+__all__ = ["add_agents_argument", "register", "run"]
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("stream", help="run N local agents over the events topic")
-    parser.add_argument(
-        "--views", default=None, help="view definitions (default: SLUICE_VIEWS_FILE)"
-    )
+def add_agents_argument(parser: argparse.ArgumentParser) -> None:
+    """``--agents N`` (``--workers`` is its old name): local agents, default 2."""
     parser.add_argument(
         "--agents",
         "--workers",
@@ -31,6 +28,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=2,
         help="agent processes on this machine (default 2); --workers is the old name",
     )
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("stream", help="run N local agents over the events topic")
+    parser.add_argument(
+        "--views", default=None, help="view definitions (default: SLUICE_VIEWS_FILE)"
+    )
+    add_agents_argument(parser)
     parser.add_argument("--topic", default=None, help="default: SLUICE_TOPIC (events)")
     parser.set_defaults(func=run)
 

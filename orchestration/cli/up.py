@@ -22,6 +22,7 @@ from rich.live import Live
 from rich.text import Text
 
 from orchestration.cli.status import StatusTracker, job_view, render
+from orchestration.cli.stream import add_agents_argument
 from orchestration.fleet import Supervisor, child_environment, start_fleet
 from orchestration.fleet.processes import start_process, stop_process
 from orchestration.runtime import Runtime
@@ -33,14 +34,7 @@ __all__ = ["register"]
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("up", help="run everything: broker, agents, generator, Dagster")
-    parser.add_argument(
-        "--agents",
-        "--workers",
-        dest="agents",
-        type=int,
-        default=2,
-        help="local agents running the stream tasks (default 2); --workers is the old name",
-    )
+    add_agents_argument(parser)
     parser.add_argument("--views", default=None, help="view definitions (default: the examples)")
     parser.add_argument("--trace", default="nyc_taxi", help="shipped trace or CSV")
     parser.add_argument("--duration", default="1d", help="simulated time to replay (default 1d)")

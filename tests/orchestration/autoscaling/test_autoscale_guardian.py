@@ -16,12 +16,12 @@ import uuid
 import boto3
 import pytest
 
-from orchestration.autoscaling.config import AwsSettings, EcsSettings
+from orchestration.autoscaling.config import EcsSettings
 from orchestration.autoscaling.exceptions import ScalingTimeout
 from orchestration.autoscaling.realizers import AwsAutoScalingRealizer, EcsServiceRealizer
 from orchestration.fleet.coordinator import Coordinator
 from pipelines.control import ControlStore
-from tests.fixtures.moto import aws_test_credentials
+from tests.fixtures.moto import auto_scaling_group, aws_test_credentials
 
 PARTITIONS = 6
 
@@ -75,23 +75,8 @@ def store(tmp_path):
 @pytest.fixture
 def asg(moto_endpoint, monkeypatch):
     aws_test_credentials(monkeypatch)
-    client = boto3.client("autoscaling", region_name="us-east-1", endpoint_url=moto_endpoint)
-    name = f"guardian-{uuid.uuid4().hex[:8]}"
-    client.create_launch_configuration(
-        LaunchConfigurationName=name, ImageId="ami-12c6146b", InstanceType="t3.micro"
-    )
-    client.create_auto_scaling_group(
-        AutoScalingGroupName=name,
-        LaunchConfigurationName=name,
-        MinSize=1,
-        MaxSize=8,
-        DesiredCapacity=1,
-        AvailabilityZones=["us-east-1a"],
-    )
-    yield AwsSettings(
-        group_name=name, endpoint_url=moto_endpoint, wait_timeout_s=20.0, poll_interval_s=0.05
-    )
-    client.delete_auto_scaling_group(AutoScalingGroupName=name, ForceDelete=True)
+    with auto_scaling_group(moto_endpoint, wait_timeout_s=20.0) as settings:
+        yield settings
 
 
 def _settled(jobs) -> bool:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -15,8 +13,7 @@ from orchestration.autoscaling.realizers import (
     Realizer,
     SimulatedRealizer,
 )
-
-GROUP = "sluice-test-workers"
+from tests.fixtures.moto import auto_scaling_group, aws_test_credentials
 
 
 def test_simulated_realizer_records_rescales() -> None:
@@ -33,30 +30,9 @@ def test_simulated_realizer_records_rescales() -> None:
 
 @pytest.fixture
 def group(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[AwsSettings]:
-    import boto3
-
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN"):
-        monkeypatch.delenv(key, raising=False)
-    client = boto3.client("autoscaling", region_name="us-east-1", endpoint_url=moto_endpoint)
-    name = f"{GROUP}-{os.getpid()}-{time.monotonic_ns()}"
-    client.create_launch_configuration(
-        LaunchConfigurationName=name, ImageId="ami-12c6146b", InstanceType="t3.micro"
-    )
-    client.create_auto_scaling_group(
-        AutoScalingGroupName=name,
-        LaunchConfigurationName=name,
-        MinSize=1,
-        MaxSize=8,
-        DesiredCapacity=1,
-        AvailabilityZones=["us-east-1a"],
-    )
-    yield AwsSettings(
-        group_name=name, endpoint_url=moto_endpoint, wait_timeout_s=30.0, poll_interval_s=0.05
-    )
-    client.delete_auto_scaling_group(AutoScalingGroupName=name, ForceDelete=True)
+    aws_test_credentials(monkeypatch)
+    with auto_scaling_group(moto_endpoint) as settings:
+        yield settings
 
 
 def test_aws_realizer_sets_desired_capacity_and_waits_for_in_service(group: AwsSettings) -> None:
