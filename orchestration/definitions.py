@@ -19,10 +19,14 @@ from assets.raw.lineage_checks import build_nothing_lost_check
 from assets.views.checks import build_correction_checks
 from assets.views.expectation_checks import build_expectation_checks
 from orchestration.jobs import build_correction_job, build_report_job, scale_stream_workers
-from orchestration.recovery_jobs import RECOVERY_JOBS
+from orchestration.recovery_jobs import RECOVERY_JOBS, evacuate_spot_instance
 from orchestration.resources import get_resources
 from orchestration.schedules import build_correction_schedule, build_report_schedule
-from orchestration.sensors import make_autoscaling_sensor, make_realtime_lag_sensor
+from orchestration.sensors import (
+    make_autoscaling_sensor,
+    make_realtime_lag_sensor,
+    make_spot_interruption_sensor,
+)
 
 __all__ = ["defs"]
 
@@ -46,7 +50,11 @@ defs = dg.Definitions(
     ],
     jobs=[correction_job, report_job, scale_stream_workers, *RECOVERY_JOBS],
     schedules=[build_correction_schedule(correction_job), build_report_schedule(report_job)],
-    sensors=[make_realtime_lag_sensor(VIEWS), make_autoscaling_sensor(scale_stream_workers)],
+    sensors=[
+        make_realtime_lag_sensor(VIEWS),
+        make_autoscaling_sensor(scale_stream_workers),
+        make_spot_interruption_sensor(evacuate_spot_instance),
+    ],
     resources=get_resources(),
     # Steps run one after another in the run's process: Spark parallelises the work, and a
     # process per step would start a JVM (and import Dagster, PySpark, great-expectations)

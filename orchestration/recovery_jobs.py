@@ -10,17 +10,32 @@ from collections.abc import Callable
 
 import dagster as dg
 
+from orchestration.autoscaling.config import AutoscaleSettings
+from orchestration.autoscaling.realizers import AwsAutoScalingRealizer
 from orchestration.fleet.recovery import (
     RecoveryResult,
     drain_agent,
+    evacuate_instance,
     recover_task,
     recover_view,
     resume_agent,
 )
 from orchestration.resources.control import ControlStoreResource
+from orchestration.resources.fleet import FleetResource
 from pipelines.control import JobModelStore
+from pipelines.settings import load_settings
 
-__all__ = ["RECOVERY_JOBS", "DrainConfig", "TaskConfig", "ViewConfig"]
+__all__ = [
+    "EVACUATE_JOB",
+    "RECOVERY_JOBS",
+    "DrainConfig",
+    "EvacuateConfig",
+    "TaskConfig",
+    "ViewConfig",
+    "evacuate_spot_instance",
+]
+
+EVACUATE_JOB = "evacuate_instance"
 
 
 class TaskConfig(dg.Config):
@@ -41,6 +56,20 @@ class DrainConfig(dg.Config):
     wait_s: float = 60.0
     """How long to wait for the agent to hold nothing."""
     reason: str = "drained from the Dagster UI"
+
+
+class EvacuateConfig(dg.Config):
+    """An instance AWS is about to take (filled in by the spot sensor, or by hand)."""
+
+    instance_id: str
+    kind: str = "interruption"
+    """interruption, rebalance (a replacement first), terminating (lifecycle hook) or
+    stopping (already going: its tasks restart elsewhere from their checkpoints at once)."""
+    reason: str = "evacuated from the Dagster UI"
+    wait_s: float = 100.0
+    lifecycle_hook: str | None = None
+    lifecycle_group: str | None = None
+    lifecycle_token: str | None = None
 
 
 def _carry_out(
@@ -96,6 +125,54 @@ def resume_agent_op(
     )
 
 
+@dg.op(
+    description="Move every task off an instance AWS is taking (a replacement first when no "
+    "other agent can take them, or on a rebalance recommendation), then let it go."
+)
+def evacuate_instance_op(
+    context: dg.OpExecutionContext,
+    config: EvacuateConfig,
+    control_store: ControlStoreResource,
+    fleet: FleetResource,
+) -> None:
+    def replace() -> None:
+        realizer = fleet.realizer("spot")
+        realizer.apply(realizer.current() + 1, f"replacement for {config.instance_id}")
+
+    reason = f"{config.kind}: {config.reason}"
+    _carry_out(
+        context,
+        control_store,
+        lambda jobs: evacuate_instance(
+            jobs,
+            config.instance_id,
+            reason,
+            replace=replace,
+            replace_first=config.kind == "rebalance",
+            already_going=config.kind == "stopping",
+            wait_s=config.wait_s,
+        ),
+    )
+    if config.lifecycle_hook and config.lifecycle_group and config.lifecycle_token:
+        aws = AwsAutoScalingRealizer(load_settings(AutoscaleSettings).aws)
+        aws.complete_lifecycle(
+            config.lifecycle_hook,
+            config.lifecycle_group,
+            config.lifecycle_token,
+            config.instance_id,
+        )
+        context.log.info("lifecycle action of %s completed: it may go", config.instance_id)
+
+
+@dg.job(
+    name=EVACUATE_JOB,
+    description="Evacuate an instance AWS is taking: its tasks move to other agents at "
+    "checkpoints; the lifecycle hook is completed after.",
+)
+def evacuate_spot_instance() -> None:
+    evacuate_instance_op()
+
+
 @dg.job(description="Recover a stream task: re-enable its views, restart it from its checkpoint.")
 def recover_stream_task() -> None:
     recover_task_op()
@@ -116,4 +193,10 @@ def resume_stream_agent() -> None:
     resume_agent_op()
 
 
-RECOVERY_JOBS = [recover_stream_task, recover_stream_view, drain_stream_agent, resume_stream_agent]
+RECOVERY_JOBS = [
+    recover_stream_task,
+    recover_stream_view,
+    drain_stream_agent,
+    resume_stream_agent,
+    evacuate_spot_instance,
+]

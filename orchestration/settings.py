@@ -16,7 +16,7 @@ from pydantic_settings import SettingsConfigDict
 
 from pipelines.settings import SluiceBaseSettings, load_settings
 
-__all__ = ["PARTITION_FORMAT", "DagsterSettings", "get_dagster_settings"]
+__all__ = ["PARTITION_FORMAT", "DagsterSettings", "SpotSettings", "get_dagster_settings"]
 
 PARTITION_FORMAT = "%Y-%m-%d-%H:%M"
 
@@ -77,6 +77,36 @@ class DagsterSettings(SluiceBaseSettings):
         if not is_valid_cron_string(value):
             raise ValueError("not a cron expression (e.g. 30 0 * * *)")
         return value
+
+
+class SpotSettings(SluiceBaseSettings):
+    """The spot-interruption sensor: the SQS queue EventBridge and lifecycle hooks feed."""
+
+    model_config = SettingsConfigDict(env_prefix="SLUICE_SPOT_", extra="ignore")
+
+    queue_url: str | None = Field(
+        default=None,
+        description="SQS queue of interruption, rebalance, state-change and lifecycle-hook "
+        "notices (docs/spot.md wires it); unset = the sensor skips.",
+    )
+    dead_letter_queue_url: str | None = Field(
+        default=None,
+        description="Where messages that are not notices go, with the reason; unset = they "
+        "stay on the queue for its redrive policy.",
+    )
+    region: str = Field(default="us-east-1", description="AWS region of the queue.")
+    endpoint_url: str | None = Field(
+        default=None, description="Endpoint override (e.g. a moto server); default: AWS."
+    )
+    max_messages: int = Field(
+        default=10, ge=1, le=10, description="Messages read per sensor tick (SQS allows 10)."
+    )
+    evacuation_wait_s: float = Field(
+        default=100.0,
+        gt=0,
+        description="How long an evacuation run waits for the tasks to run elsewhere (AWS "
+        "gives two minutes).",
+    )
 
 
 @lru_cache(maxsize=1)

@@ -137,6 +137,14 @@ class SluiceSettings(SluiceBaseSettings):
         "Waiting and are scheduled on live agents (also the coordinator lease's length). Keep "
         "agents' clocks in sync (NTP) well within it.",
     )
+    spot_imds_url: str | None = Field(
+        default=None,
+        description="The EC2 instance metadata service an agent polls for spot interruption "
+        "and rebalance notices, e.g. http://169.254.169.254 on EC2; unset = not polled.",
+    )
+    spot_poll_interval_s: float = Field(
+        default=5.0, gt=0, description="How often an agent polls SLUICE_SPOT_IMDS_URL."
+    )
     view_crash_limit: int = Field(
         default=3,
         ge=1,

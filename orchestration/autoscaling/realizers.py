@@ -134,6 +134,23 @@ class AwsAutoScalingRealizer:
         """The group's desired capacity."""
         return int(self._group()["DesiredCapacity"])
 
+    def complete_lifecycle(self, hook: str, group: str, token: str, instance_id: str) -> None:
+        """Let a terminating instance go (its lifecycle hook waits for this)."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            self.client.complete_lifecycle_action(
+                LifecycleHookName=hook,
+                AutoScalingGroupName=group,
+                LifecycleActionToken=token,
+                LifecycleActionResult="CONTINUE",
+                InstanceId=instance_id,
+            )
+        except (BotoCoreError, ClientError) as exc:
+            raise RealizerError(
+                f"completing lifecycle action {hook!r} of {instance_id} failed: {exc}"
+            ) from exc
+
     def in_service(self) -> int:
         """Instances of the group that are InService and Healthy."""
         return len(self.in_service_ids())

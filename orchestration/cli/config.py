@@ -25,6 +25,7 @@ SETTINGS_MODELS: tuple[tuple[str, str, str], ...] = (
     ("quality.config", "CheckSettings", "reconciliation checks"),
     ("quality.config", "ExpectationSettings", "expectation suites"),
     ("orchestration.settings", "DagsterSettings", "the Dagster code location"),
+    ("orchestration.settings", "SpotSettings", "the spot-interruption sensor"),
     ("orchestration.autoscaling.config", "AutoscaleSettings", "autoscaling"),
 )
 """(module, model, what it configures), in the order `sluice config` lists them."""

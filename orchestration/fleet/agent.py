@@ -14,6 +14,11 @@ When the views in force change (a deployment in the control store, a Disabled st
 of the views file) the agent reloads them and restarts its tasks in place, each at a
 checkpoint, within ``VIEW_CHECK_S``; no supervisor is needed for that on other machines.
 
+With ``SLUICE_SPOT_IMDS_URL`` set, a third thread polls the instance metadata service: on a
+spot interruption notice the agent evacuates itself (draining: every task stops at a
+checkpoint at once and is released to the others), so the work moves even when Dagster is
+down; a rebalance recommendation is recorded for the sensor that starts a replacement.
+
 SIGTERM or SIGINT stop the agent gracefully: every task checkpoints and is released, so the
 coordinator moves it at once rather than after the loss threshold.
 """
@@ -30,6 +35,7 @@ from collections.abc import Sequence
 from sqlalchemy.exc import SQLAlchemyError
 
 from orchestration.fleet.coordinator import COORDINATOR_LEASE, Coordinator
+from orchestration.fleet.imds import InstanceMetadata, Notice
 from orchestration.runtime import Runtime
 from pipelines.kafka import consumer
 from pipelines.stream import StreamWorker, TaskId
@@ -105,6 +111,8 @@ class Agent:
         )
         control = threading.Thread(target=self._control_loop, name="agent-control", daemon=True)
         control.start()
+        if self.settings.spot_imds_url:
+            threading.Thread(target=self._spot_loop, name="agent-spot", daemon=True).start()
         try:
             self.worker.run()
         finally:
@@ -131,6 +139,44 @@ class Agent:
             except Exception:
                 log.exception("agent %s: control tick failed", self.agent_id)
             self.stopping.wait(interval)
+
+    def _spot_loop(self) -> None:
+        imds = InstanceMetadata(self.settings.spot_imds_url or "")
+        seen: set[Notice] = set()
+        while not self.stopping.is_set() and not self.worker.stop_event.is_set():
+            for notice in imds.poll():
+                if notice in seen:
+                    continue
+                seen.add(notice)
+                try:
+                    self.on_notice(notice)
+                except SQLAlchemyError as exc:
+                    seen.discard(notice)  # act on it at the next poll
+                    log.warning("agent %s: cannot act on %s: %s", self.agent_id, notice, exc)
+            self.stopping.wait(self.settings.spot_poll_interval_s)
+
+    def on_notice(self, notice: Notice) -> None:
+        """An interruption evacuates this agent; a rebalance recommendation is recorded."""
+        if notice.kind == "interruption":
+            self.evacuate(f"spot interruption notice: {notice.action} at {notice.time}")
+        else:
+            log.warning("agent %s: rebalance recommended at %s", self.agent_id, notice.time)
+            self.jobs.note(None, self.agent_id, None, "Rebalance", f"recommended at {notice.time}")
+
+    def evacuate(self, reason: str) -> list[str]:
+        """Drain at once: take no new task, stop every task at a checkpoint and release it to
+        the others now (not one hand-off per coordinator pass). The tasks it stopped."""
+        log.warning("agent %s evacuates: %s", self.agent_id, reason)
+        self.jobs.set_agent_state(self.agent_id, "draining", reason)
+        stopped = []
+        with self.lock:
+            for task in self.worker.running():
+                name = str(task)
+                if name not in self.handing_off:
+                    self.handing_off.add(name)
+                    self.worker.stop_task(task, checkpoint=True, reason=reason)
+                    stopped.append(name)
+        return stopped
 
     def tick(self) -> list[str]:
         """Heartbeat, coordinate if leader, run what the job model says; what the coordinator did."""

@@ -503,7 +503,9 @@ class JobModelStore:
 
     # --- history -------------------------------------------------------------------------
 
-    def note(self, task: str, agent_id: str, generation: int, state: str, reason: str) -> None:
+    def note(
+        self, task: str | None, agent_id: str, generation: int | None, state: str, reason: str
+    ) -> None:
         """Append what an agent saw (e.g. ``Fenced``) to the history; the model is unchanged."""
         with self.engine.begin() as conn:
             self._event(conn, time.time(), task, None, agent_id, generation, state, reason)
