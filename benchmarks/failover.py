@@ -9,7 +9,9 @@ heartbeat (1 s) and the loss threshold (``--loss-after``, default 10 s), and mea
   (b) the same when a supervisor sees the process die and records the loss (and frees its
       lease) at once, what `sluice stream` / `sluice up` do on one machine;
   (c) SIGKILL of the coordinator, heartbeat only: its lease must expire too;
-  (d) an agent's registration -> its first processed record, for the first agent of an empty
+  (d) a spot interruption notice on an agent's instance metadata (IMDSv2, a local server) ->
+      every task it held Running on another agent (the agent evacuates itself);
+  (e) an agent's registration -> its first processed record, for the first agent of an empty
       fleet and for an agent joining a running one (a checkpoint hand-off first).
 
 Times come from the control store's clocks: the job-model history (Running events) and the
@@ -22,6 +24,7 @@ and p95 of ``--kills`` trials and writes ``benchmarks/out/failover.json``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -44,6 +47,7 @@ from pipelines.config import PROJECT_ROOT  # noqa: E402
 from pipelines.control import ControlStore  # noqa: E402
 from pipelines.generator import GeneratorOptions, load_trace, replay  # noqa: E402
 from pipelines.kafka import EmbeddedBroker, ensure_topics, producer  # noqa: E402
+from tests.fixtures.imds import FakeImds  # noqa: E402 - the local IMDSv2 the tests use
 
 PARTITIONS = 6
 TOPIC = "failover-events"
@@ -85,8 +89,10 @@ class Fleet:
         self.jobs = self.control.jobs
         self.processes: dict[str, subprocess.Popen] = {}
 
-    def start(self, agent_id: str) -> float:
+    def start(self, agent_id: str, imds: FakeImds | None = None) -> float:
         env = {**self.env, "SLUICE_STATE_DIR": str(self.work / agent_id)}
+        if imds is not None:
+            env |= {"SLUICE_SPOT_IMDS_URL": imds.url, "SLUICE_SPOT_POLL_INTERVAL_S": "1"}
         command = [sys.executable, "-m", "orchestration.cli", "agent", "--id", agent_id]
         command += ["--topic", TOPIC, "--views", str(self.views_file)]
         self.processes[agent_id] = start_process(command, env, self.work / f"{agent_id}.log")
@@ -156,6 +162,25 @@ def kill_to_running(fleet: Fleet, victim: str, supervised: bool) -> float:
     return running_at - killed
 
 
+def notice_to_running(fleet: Fleet, victim: str, imds: FakeImds) -> float:
+    held = {t for t, owner in fleet.running_on().items() if owner == victim}
+    noticed = time.time()
+    imds.interrupt("2099-01-01T00:00:00Z")
+
+    def moved():
+        owners = fleet.running_on()
+        return all(owners[t] not in (None, victim) for t in held)
+
+    wait_for(moved, 120, f"{victim}'s tasks to run elsewhere after its notice")
+    running_at = max(
+        e.at for e in fleet.jobs.events(limit=500) if e.task in held and e.state == "Running"
+    )
+    os.kill(fleet.processes[victim].pid, signal.SIGKILL)  # the instance goes
+    fleet.processes[victim].wait(10)
+    imds.clear_notices()  # its replacement has no notice
+    return running_at - noticed
+
+
 def fleet_loss(fleet: Fleet) -> float:
     return float(fleet.env["SLUICE_AGENT_LOSS_AFTER_S"])
 
@@ -164,11 +189,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kills", type=int, default=4, help="trials per kind (default 4)")
     parser.add_argument("--loss-after", type=float, default=10.0, help="loss threshold, s")
-    parser.add_argument("--events", type=int, default=800_000)
+    parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--rate", type=float, default=1000.0, help="msg/s cap per agent")
     parser.add_argument("--status-interval", type=float, default=0.2)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         work = Path(tmp)
         broker = EmbeddedBroker(work / "broker")
         bootstrap = broker.start().bootstrap
@@ -192,25 +217,30 @@ def main() -> int:
             views_file.write_text(yaml.safe_dump(views))
             fleet = Fleet(work, bootstrap, views_file, args)
 
-            started = fleet.start("a0")
+            imds = {a: stack.enter_context(FakeImds(a)) for a in ("a0", "a1", "a2")}
+            started = fleet.start("a0", imds["a0"])
             registered = fleet.registered_at("a0", started - 1)
             cold = fleet.first_record_at("a0", registered) - registered
             joins = []
             for agent_id in ("a1", "a2"):
-                started = fleet.start(agent_id)
+                started = fleet.start(agent_id, imds[agent_id])
                 registered = fleet.registered_at(agent_id, started - 1)
                 joins.append(fleet.first_record_at(agent_id, registered) - registered)
             wait_for(fleet.all_running, 60, "three agents running every task")
 
-            results: dict[str, list[float]] = {"heartbeat": [], "supervised": [], "leader": []}
-            for trial in range(args.kills * 3):
-                kind = ("heartbeat", "supervised", "leader")[trial % 3]
+            kinds = ("heartbeat", "supervised", "leader", "spot")
+            results: dict[str, list[float]] = {kind: [] for kind in kinds}
+            for trial in range(args.kills * len(kinds)):
+                kind = kinds[trial % len(kinds)]
                 leader = fleet.jobs.lease(COORDINATOR_LEASE)["holder"]
                 holders = sorted(set(fleet.running_on().values()) - {None})
                 others = [a for a in holders if a != leader]
                 victim = leader if kind == "leader" else others[trial % len(others)]
-                results[kind].append(kill_to_running(fleet, victim, kind == "supervised"))
-                started = fleet.start(victim)
+                if kind == "spot":
+                    results[kind].append(notice_to_running(fleet, victim, imds[victim]))
+                else:
+                    results[kind].append(kill_to_running(fleet, victim, kind == "supervised"))
+                started = fleet.start(victim, imds[victim])
                 registered = fleet.registered_at(victim, started - 1)
                 joins.append(fleet.first_record_at(victim, registered) - registered)
                 wait_for(fleet.all_running, 60, "every task running again")
@@ -225,6 +255,7 @@ def main() -> int:
         "kill_to_running_heartbeat_s": results["heartbeat"],
         "kill_to_running_supervised_s": results["supervised"],
         "kill_leader_to_running_s": results["leader"],
+        "spot_notice_to_running_s": results["spot"],
         "registration_to_first_record_cold_s": cold,
         "registration_to_first_record_join_s": joins,
     }
@@ -233,6 +264,7 @@ def main() -> int:
         ("heartbeat", "SIGKILL -> running elsewhere (heartbeat only)"),
         ("supervised", "SIGKILL -> running elsewhere (supervisor saw it)"),
         ("leader", "SIGKILL of the coordinator -> running elsewhere (heartbeat only)"),
+        ("spot", "spot interruption notice (IMDS) -> running elsewhere"),
     ):
         values = results[kind]
         print(

@@ -8,122 +8,20 @@ import os
 import random
 import signal
 import time
-from pathlib import Path
 
 import pytest
 
-from pipelines.control import ControlStore
-from pipelines.storage import LocalObjectStore
 from pipelines.stream.checkpoint import load_checkpoint, save_checkpoint
-from tests.fixtures.processes import sluice_process, stop_process, wait_until
-from tests.fixtures.stream import check_against_oracle, make_stream
+from tests.fixtures.agents import EVENTS, LOSS_AFTER_S, PARTITIONS
+from tests.fixtures.processes import wait_until
+from tests.fixtures.stream import check_against_oracle
 
 pytestmark = [pytest.mark.e2e, pytest.mark.broker]
 
-PARTITIONS = 6
-EVENTS = 150_000
-LOSS_AFTER_S = 3.0
 
-
-@pytest.fixture(scope="module")
-def stream(broker, tmp_path_factory):
-    return make_stream(
-        broker.bootstrap, tmp_path_factory.mktemp("views"), "agents-events", EVENTS, PARTITIONS, 5
-    )
-
-
-@pytest.fixture
-def pg_url(postgres_url: str) -> str:
-    from tests.fixtures.postgres import empty_database
-
-    empty_database(postgres_url)  # each test starts from an empty store
-    return postgres_url
-
-
-class Agents:
-    """``sluice agent`` processes, each in its own working directory and state directory."""
-
-    def __init__(self, tmp_path: Path, bootstrap: str, stream: dict, control_url: str, **env):
-        self.tmp_path = tmp_path
-        self.stream = stream
-        self.topic = stream["topic"]
-        self.env = {
-            "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
-            "SLUICE_CONTROL_STORE_URL": control_url,
-            "SLUICE_STORAGE_ROOT": str(tmp_path / "shared-storage"),
-            "SLUICE_DEAD_LETTER_TOPIC": f"{self.topic}.dlq",
-            "SLUICE_FLUSH_INTERVAL_S": "1",
-            "SLUICE_CHECKPOINT_INTERVAL_S": "1.5",
-            "SLUICE_STATUS_INTERVAL_S": "0.3",
-            "SLUICE_AGENT_HEARTBEAT_INTERVAL_S": "0.5",
-            "SLUICE_AGENT_LOSS_AFTER_S": str(LOSS_AFTER_S),
-            **env,
-        }
-        self.processes: dict[str, object] = {}
-        self.control = ControlStore(control_url)
-        self.jobs = self.control.jobs
-        self.store = LocalObjectStore(tmp_path / "shared-storage")
-
-    def start(self, agent_id: str) -> None:
-        home = self.tmp_path / f"host-{agent_id}"
-        env = {**self.env, "SLUICE_STATE_DIR": str(home / "state")}
-        args = ["agent", "--id", agent_id, "--topic", self.topic]
-        args += ["--views", str(self.stream["views_file"])]
-        log = self.tmp_path / "logs" / f"{agent_id}.log"
-        self.processes[agent_id] = sluice_process(args, env, log, cwd=home)
-
-    def kill(self, agent_id: str, sig: int = signal.SIGKILL) -> int:
-        return stop_process(self.processes[agent_id], sig, timeout_s=15)
-
-    def alive(self) -> list[str]:
-        return sorted(a for a, p in self.processes.items() if p.poll() is None)
-
-    def assignments(self) -> dict:
-        return {a.task: a for a in self.jobs.assignments(self.topic)}
-
-    def all_running(self, on: list[str] | None = None) -> bool:
-        live = set(on if on is not None else self.alive())
-        tasks = self.assignments()
-        return len(tasks) == PARTITIONS and all(
-            a.state == "Running" and a.agent_id in live for a in tasks.values()
-        )
-
-    def progress(self) -> int:
-        return sum(t.next_offset for t in self.control.tasks() if t.topic == self.topic)
-
-    def caught_up(self) -> bool:
-        """Every task's current owner (its generation's report, not an older one) is at the end."""
-        owners = self.assignments()
-        tasks = {t.partition: t for t in self.control.tasks() if t.topic == self.topic}
-        return len(tasks) == PARTITIONS and all(
-            tasks[p].next_offset >= end and tasks[p].generation == owners[tasks[p].task].generation
-            for p, end in self.stream["ends"].items()
-        )
-
-    def stop_all(self) -> dict[str, int]:
-        return {a: stop_process(p, signal.SIGTERM) for a, p in self.processes.items()}
-
-    def close(self) -> None:
-        for process in self.processes.values():
-            stop_process(process, signal.SIGKILL, timeout_s=5)
-        self.control.close()
-
-
-@pytest.fixture
-def agents_factory(tmp_path, broker, stream):
-    made = []
-
-    def make(control_url: str, **env) -> Agents:
-        agents = Agents(tmp_path, broker.bootstrap, stream, control_url, **env)
-        made.append(agents)
-        return agents
-
-    yield make
-    for agents in made:
-        agents.close()
-
-
-def test_chaos_sigkills_lose_nothing_and_every_task_ends_running(agents_factory, pg_url, stream):
+def test_chaos_sigkills_lose_nothing_and_every_task_ends_running(
+    agents_factory, pg_url, agents_stream
+):
     """Three agents on PostgreSQL; eleven SIGKILLs (the same agent three times in a row,
     some victims restarted only after the next kill); the views equal the oracle."""
     rng = random.Random(20261123)
@@ -171,10 +69,10 @@ def test_chaos_sigkills_lose_nothing_and_every_task_ends_running(agents_factory,
     losses = [e for e in agents.jobs.events() if e.state == "Waiting" and "lost" in e.reason]
     assert losses, "no task was ever moved off a lost agent"
     assert agents.stop_all() == {"a0": 0, "a1": 0, "a2": 0}
-    check_against_oracle(stream, agents.store, agents.control)
+    check_against_oracle(agents_stream, agents.store, agents.control)
 
 
-def test_a_paused_agent_is_fenced_when_it_comes_back(agents_factory, pg_url, stream):
+def test_a_paused_agent_is_fenced_when_it_comes_back(agents_factory, pg_url, agents_stream):
     """SIGSTOP an agent past the loss threshold: its tasks move to a newer generation; after
     SIGCONT it writes nothing for them (Fenced), and the results still equal the oracle."""
     agents = agents_factory(pg_url, SLUICE_WORKER_MAX_RATE="4000")
@@ -235,10 +133,10 @@ def test_a_paused_agent_is_fenced_when_it_comes_back(agents_factory, pg_url, str
         row = next(t for t in agents.control.tasks() if t.task == task)
         assert row.generation >= generation
     assert agents.stop_all() == {"a0": 0, "a1": 0}
-    check_against_oracle(stream, agents.store, agents.control)
+    check_against_oracle(agents_stream, agents.store, agents.control)
 
 
-def test_the_leader_is_killed_and_another_agent_takes_over(agents_factory, tmp_path, stream):
+def test_the_leader_is_killed_and_another_agent_takes_over(agents_factory, tmp_path, agents_stream):
     agents = agents_factory(f"sqlite:///{tmp_path / 'control.db'}")
     for agent_id in ("a0", "a1", "a2"):
         agents.start(agent_id)
@@ -268,7 +166,9 @@ def test_the_leader_is_killed_and_another_agent_takes_over(agents_factory, tmp_p
     assert leaders[-1].agent_id != leader and "from " + leader in leaders[-1].reason
 
 
-def test_a_view_that_keeps_crashing_is_disabled_on_its_task_only(agents_factory, tmp_path, stream):
+def test_a_view_that_keeps_crashing_is_disabled_on_its_task_only(
+    agents_factory, tmp_path, agents_stream
+):
     agents = agents_factory(f"sqlite:///{tmp_path / 'control.db'}", SLUICE_WORKER_MAX_RATE="3000")
     agents.start("a0")
     task = f"{agents.topic}:0"
@@ -305,7 +205,9 @@ def test_a_view_that_keeps_crashing_is_disabled_on_its_task_only(agents_factory,
     assert victim in row.views["counters"]
 
 
-def test_a_drained_agent_hands_its_tasks_over_at_checkpoints(agents_factory, tmp_path, stream):
+def test_a_drained_agent_hands_its_tasks_over_at_checkpoints(
+    agents_factory, tmp_path, agents_stream
+):
     from orchestration.fleet.recovery import drain_agent, resume_agent
 
     agents = agents_factory(f"sqlite:///{tmp_path / 'control.db'}", SLUICE_WORKER_MAX_RATE="3000")
@@ -337,7 +239,7 @@ def test_a_drained_agent_hands_its_tasks_over_at_checkpoints(agents_factory, tmp
     )
 
 
-def test_agents_reload_the_views_in_force_by_themselves(agents_factory, tmp_path, stream):
+def test_agents_reload_the_views_in_force_by_themselves(agents_factory, tmp_path, agents_stream):
     """No supervisor on an agent's host: a view disabled in the control store stops running on
     every task within seconds, the others go on from their checkpoints."""
     import yaml
@@ -346,10 +248,10 @@ def test_agents_reload_the_views_in_force_by_themselves(agents_factory, tmp_path
     agents.start("a0")
     agents.start("a1")
     wait_until(agents.all_running, 60, "every task Running")
-    victim = stream["views"][0]
+    victim = agents_stream["views"][0]
     (definition,) = [
         v
-        for v in yaml.safe_load(stream["views_file"].read_text())["views"]
+        for v in yaml.safe_load(agents_stream["views_file"].read_text())["views"]
         if v["name"] == victim.name
     ]
     agents.control.deploy_view(victim.name, victim.fingerprint, definition)

@@ -1,0 +1,3 @@
+"""Fixtures of the end-to-end tests that several modules share."""
+
+from tests.fixtures.agents import agents_factory, agents_stream, pg_url  # noqa: F401

@@ -1,0 +1,132 @@
+"""Spot interruptions end to end: agents on a replay, named by the instance ids of a moto Auto
+Scaling group; one gets an interruption notice from its instance metadata (IMDSv2), another's
+instance is evacuated by the Dagster job the SQS sensor launches (with its lifecycle hook
+completed). Each one's tasks run elsewhere well before AWS's two minutes, the agent is then
+SIGKILLed as the instance would be, and the views equal the oracle: nothing lost, nothing
+counted twice."""
+
+from __future__ import annotations
+
+import signal
+import time
+from datetime import UTC, datetime, timedelta
+
+import boto3
+import pytest
+
+from orchestration.recovery_jobs import evacuate_spot_instance
+from orchestration.resources.control import LocalControlStoreResource
+from orchestration.resources.fleet import LocalFleetResource
+from tests.fixtures.imds import FakeImds
+from tests.fixtures.moto import auto_scaling_group, aws_test_credentials
+from tests.fixtures.processes import wait_until
+from tests.fixtures.stream import check_against_oracle
+
+pytestmark = [pytest.mark.e2e, pytest.mark.broker]
+
+AWS_WARNING_S = 120.0
+
+
+def _moved_off(agents, agent_id: str, held: dict[str, int]) -> bool:
+    now = agents.assignments()
+    return all(
+        now[t].state == "Running" and now[t].agent_id != agent_id and now[t].generation > g
+        for t, g in held.items()
+    )
+
+
+def test_both_notice_paths_move_the_work_before_the_instance_goes(
+    agents_factory, agents_stream, tmp_path, moto_endpoint, monkeypatch
+) -> None:
+    aws_test_credentials(monkeypatch)
+    with auto_scaling_group(moto_endpoint) as group:
+        autoscaling = boto3.client(
+            "autoscaling", region_name="us-east-1", endpoint_url=moto_endpoint
+        )
+        autoscaling.set_desired_capacity(AutoScalingGroupName=group.group_name, DesiredCapacity=3)
+        autoscaling.put_lifecycle_hook(
+            LifecycleHookName="sluice-drain",
+            AutoScalingGroupName=group.group_name,
+            LifecycleTransition="autoscaling:EC2_INSTANCE_TERMINATING",
+            HeartbeatTimeout=300,
+        )
+        instances = sorted(
+            i["InstanceId"]
+            for i in autoscaling.describe_auto_scaling_groups(
+                AutoScalingGroupNames=[group.group_name]
+            )["AutoScalingGroups"][0]["Instances"]
+        )
+        assert len(instances) == 3
+        monkeypatch.setenv("SLUICE_AUTOSCALE_AWS__ENDPOINT_URL", moto_endpoint)
+        url = f"sqlite:///{tmp_path / 'control.db'}"
+        agents = agents_factory(url, SLUICE_WORKER_MAX_RATE="2500")
+        with FakeImds(instances[0]) as imds:
+            for instance in instances:
+                extra = {"SLUICE_SPOT_POLL_INTERVAL_S": "0.5"}
+                if instance == instances[0]:
+                    extra["SLUICE_SPOT_IMDS_URL"] = imds.url
+                agents.start(instance, **extra)
+            wait_until(lambda: agents.all_running(instances), 60, "every task on three agents")
+            wait_until(lambda: agents.progress() > 20_000, 120, "some progress")
+
+            # 1. the agent's own notice, from its instance metadata
+            doomed = instances[0]
+            held = {
+                a.task: a.generation for a in agents.assignments().values() if a.agent_id == doomed
+            }
+            assert held
+            deadline = datetime.now(UTC) + timedelta(seconds=AWS_WARNING_S)
+            noticed = time.monotonic()
+            imds.interrupt(deadline.strftime("%Y-%m-%dT%H:%M:%SZ"))
+            wait_until(lambda: _moved_off(agents, doomed, held), AWS_WARNING_S, "the IMDS path")
+            imds_s = time.monotonic() - noticed
+            assert agents.jobs.agents()[0].state == "draining"
+            reasons = [e.reason for e in agents.jobs.events(limit=5000) if e.agent_id == doomed]
+            assert any("spot interruption notice" in r for r in reasons)
+            assert agents.kill(doomed) == -signal.SIGKILL  # the instance goes
+
+        # 2. the central path: the sensor's run, with the lifecycle hook
+        doomed = instances[1]
+        held = {a.task: a.generation for a in agents.assignments().values() if a.agent_id == doomed}
+        assert held
+        started = time.monotonic()
+        result = evacuate_spot_instance.execute_in_process(
+            run_config={
+                "ops": {
+                    "evacuate_instance_op": {
+                        "config": {
+                            "instance_id": doomed,
+                            "kind": "terminating",
+                            "reason": "lifecycle hook",
+                            "wait_s": AWS_WARNING_S,
+                            "lifecycle_hook": "sluice-drain",
+                            "lifecycle_group": group.group_name,
+                            "lifecycle_token": "00000000-0000-0000-0000-000000000000",
+                        }
+                    }
+                }
+            },
+            resources={
+                "control_store": LocalControlStoreResource(sqlite_url=url),
+                "fleet": LocalFleetResource(control_store_url=url, timeout_s=10),
+            },
+        )
+        central_s = time.monotonic() - started
+        assert result.success
+        (output,) = [e for e in result.all_node_events if e.event_type_value == "STEP_OUTPUT"]
+        metadata = {k: v.value for k, v in output.event_specific_data.metadata.items()}
+        assert metadata["changed"] == ", ".join(sorted(held))
+        assert set(metadata["seconds_to_running_elsewhere"]) == set(held)
+        assert metadata["slowest_s"] < AWS_WARNING_S
+        assert _moved_off(agents, doomed, held)
+        assert agents.kill(doomed) == -signal.SIGKILL
+
+        survivor = instances[2]
+        wait_until(
+            lambda: agents.caught_up() and agents.all_running([survivor]),
+            240,
+            "the survivor to catch up",
+        )
+        print(f"IMDS notice -> running elsewhere: {imds_s:.1f} s; central: {central_s:.1f} s")
+        assert agents.stop_all()[survivor] == 0
+        check_against_oracle(agents_stream, agents.store, agents.control)
