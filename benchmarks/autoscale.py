@@ -1,6 +1,9 @@
 """Every autoscaling policy on every shipped trace: the table, the ratios, and a plot.
 
-Run: ``.venv/bin/python benchmarks/autoscale.py [--plot PNG] [--jobs 2] [--nyc-days 28]``.
+Run: ``.venv/bin/python benchmarks/autoscale.py [--plot PNG] [--jobs 2] [--nyc-days 28]
+[--spot-share 1.0]``. Workers run on spot at ``--spot-share`` with the default interruption
+rate (``SLUICE_AUTOSCALE_SPOT__*``): the tables show the cost at spot prices next to the same
+worker-hours on demand, the interruptions and the tasks they moved.
 Runs are independent, so they are spread over `--jobs` processes (the MCTS runs first, being the
 longest). nyc_taxi spans seven months; it is cut to `--nyc-days` to keep the whole benchmark
 within about two minutes on two cores.
@@ -33,10 +36,12 @@ from orchestration.autoscaling.simulator import (  # noqa: E402
 )
 
 
-def run_one(job: tuple[str, str, float | None]) -> tuple[SimulationResult, float]:
+def run_one(job: tuple[str, str, float | None, float]) -> tuple[SimulationResult, float]:
     """One policy on one trace, in a worker process; returns the result and its run time."""
-    trace, policy, days = job
-    settings = AutoscaleSettings().updated(simulation={"days": days})
+    trace, policy, days, spot_share = job
+    settings = AutoscaleSettings().updated(
+        simulation={"days": days}, spot={"spot_share": spot_share}
+    )
     started = time.perf_counter()
     result = Simulator(load_trace(trace), settings).run(make_policy(policy, settings))
     return result, time.perf_counter() - started
@@ -47,6 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plot", default=str(ROOT / "benchmarks" / "out" / "autoscale.png"))
     parser.add_argument("--jobs", type=int, default=2, help="worker processes")
     parser.add_argument("--nyc-days", type=float, default=28.0, help="days of nyc_taxi to replay")
+    parser.add_argument(
+        "--spot-share", type=float, default=1.0, help="share of workers on spot (default 1)"
+    )
     args = parser.parse_args(argv)
 
     console = Console(width=130)
@@ -54,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     traces = [p.stem for p in shipped_traces()]
     days = {t: (args.nyc_days if t == "nyc_taxi" else None) for t in traces}
     order = ["mcts"] + [p for p in POLICIES if p != "mcts"]
-    jobs = [(t, p, days[t]) for p in order for t in traces]
+    jobs = [(t, p, days[t], args.spot_share) for p in order for t in traces]
     started = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         done = list(pool.map(run_one, jobs))
@@ -70,7 +78,10 @@ def main(argv: list[str] | None = None) -> int:
         f"partitions {s.fleet.partitions}, worker rate {s.fleet.worker_rate:.0f} msg/s, peak "
         f"{s.simulation.peak_rate:.0f} msg/s, SLA {s.simulation.sla_s:.0f} s, decision every "
         f"{s.simulation.step_s:.0f} s, rescale pause {s.fleet.rescale_pause_s:.0f} s, "
-        f"MCTS {s.mcts.samples} expansions, horizon {s.mcts.horizon_s / 3600:.1f} h"
+        f"MCTS {s.mcts.samples} expansions, horizon {s.mcts.horizon_s / 3600:.1f} h; "
+        f"{args.spot_share:.0%} on spot at ${s.spot.spot_hour_price}/h (on demand "
+        f"${s.spot.on_demand_hour_price}/h), {s.spot.interruptions_per_worker_day} interruptions "
+        f"per worker-day, {s.spot.task_move_pause_s:.0f} s per moved task"
     )
     ratios = Table(title="mcts against each policy: worker-hours ratio (other / mcts), SLA min")
     ratios.add_column("trace")

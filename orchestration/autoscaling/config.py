@@ -25,6 +25,7 @@ __all__ = [
     "KedaSettings",
     "MctsSettings",
     "SimulationSettings",
+    "SpotCostSettings",
     "StaticSettings",
     "ThresholdSettings",
     "settings_table",
@@ -76,6 +77,37 @@ class SimulationSettings(BaseModel):
     days: float | None = Field(
         None, gt=0, description="Replay only the first N days of the trace (default: all of it)."
     )
+
+
+class SpotCostSettings(BaseModel):
+    """What workers cost and how often spot takes them (the simulator's cost model).
+
+    Defaults: an m5.xlarge in us-east-1 (on demand $0.192/h, spot about 60% less) and an
+    interruption rate in AWS's "<5%" frequency band (a spot instance is reclaimed about once in
+    twenty days); a moved task pauses for about what the failover benchmark measures for a
+    notice plus a restore.
+    """
+
+    on_demand_hour_price: float = Field(0.192, gt=0, description="$ per on-demand worker-hour.")
+    spot_hour_price: float = Field(0.0768, gt=0, description="$ per spot worker-hour.")
+    spot_share: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="Share of the workers on spot (Mist ran 1.0); 0 = all on demand.",
+    )
+    interruptions_per_worker_day: float = Field(
+        0.05, ge=0, description="Spot interruptions per spot worker and day (a Poisson rate)."
+    )
+    interruption_times_s: list[float] | None = Field(
+        None,
+        description="A recorded list of interruption times (s from the replay's start) instead "
+        "of the rate.",
+    )
+    task_move_pause_s: float = Field(
+        15.0, ge=0, description="Processing a moved task loses while it moves, s."
+    )
+    seed: int = Field(0, description="Seed of the injected interruptions.")
 
 
 class StaticSettings(BaseModel):
@@ -265,6 +297,9 @@ class AutoscaleSettings(SluiceBaseSettings):
     fleet: FleetSettings = Field(default_factory=FleetSettings, description="The fleet.")
     simulation: SimulationSettings = Field(
         default_factory=SimulationSettings, description="Trace replay."
+    )
+    spot: SpotCostSettings = Field(
+        default_factory=SpotCostSettings, description="Prices and spot interruptions."
     )
     static: StaticSettings = Field(default_factory=StaticSettings, description="`static` policy.")
     threshold: ThresholdSettings = Field(

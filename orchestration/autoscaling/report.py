@@ -33,6 +33,8 @@ def summary_table(summaries: Sequence[PolicySummary], title: str | None = None) 
         ("max lag s", "right"),
         ("rescales", "right"),
         ("decision ms mean/p99", "right"),
+        ("cost $ (on demand)", "right"),
+        ("interrupted / tasks moved", "right"),
     ):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for s in summaries:
@@ -45,6 +47,8 @@ def summary_table(summaries: Sequence[PolicySummary], title: str | None = None) 
             f"{s.max_lag_s:,.0f}",
             f"{s.rescales:,}",
             f"{s.decision_mean_ms:.2f} / {s.decision_p99_ms:.2f}",
+            f"{s.cost_dollars:,.0f} ({s.on_demand_cost_dollars:,.0f})",
+            f"{s.interruptions:,} / {s.tasks_moved:,}",
         )
     return table
 

@@ -64,6 +64,9 @@ class StepRecord:
     decision_s: float
     rescaled: bool
     reason: str
+    interruptions: int = 0
+    """Spot interruptions in the step (each moves one worker's tasks)."""
+    tasks_moved: int = 0
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,12 @@ class PolicySummary:
     decision_p99_ms: float
     mean_workers: float
     max_workers: int
+    cost_dollars: float = 0.0
+    """Worker-hours at the configured mix of spot and on-demand prices."""
+    on_demand_cost_dollars: float = 0.0
+    """The same worker-hours, all on demand."""
+    interruptions: int = 0
+    tasks_moved: int = 0
 
     def as_dict(self) -> dict[str, float | int | str]:
         return dict(self.__dict__)
@@ -94,6 +103,9 @@ class SimulationResult:
     step_s: float
     worker_rate: float
     records: list[StepRecord] = field(default_factory=list)
+    hour_price: float = 0.0
+    """$ per worker-hour at the configured spot share."""
+    on_demand_hour_price: float = 0.0
 
     def arrays(self) -> dict[str, np.ndarray]:
         names = ("time", "workers", "input_rate", "backlog", "time_lag", "max_time_lag")
@@ -121,6 +133,10 @@ class SimulationResult:
             decision_p99_ms=float(np.percentile(decisions, 99)) if decisions.size else 0.0,
             mean_workers=float(workers.mean()) if workers.size else 0.0,
             max_workers=int(workers.max()) if workers.size else 0,
+            cost_dollars=worker_hours * self.hour_price,
+            on_demand_cost_dollars=worker_hours * self.on_demand_hour_price,
+            interruptions=sum(r.interruptions for r in recs),
+            tasks_moved=sum(r.tasks_moved for r in recs),
         )
 
 
@@ -154,6 +170,18 @@ class Simulator:
         self.arrived = np.concatenate(
             ([0.0], np.cumsum((rate[1:] + rate[:-1]) * 0.5 * self.tick_s))
         )
+
+    def _interruptions(self, workers: int, step: int, rng: np.random.Generator) -> int:
+        """Spot interruptions during ``step`` with ``workers`` running: from the recorded
+        list, or drawn at the configured rate for the spot share of the workers."""
+        spot = self.settings.spot
+        if spot.spot_share <= 0 or workers <= 0:
+            return 0
+        if spot.interruption_times_s is not None:
+            start, end = step * self.step_s, (step + 1) * self.step_s
+            return sum(start <= t < end for t in spot.interruption_times_s)
+        expected = spot.interruptions_per_worker_day * workers * spot.spot_share
+        return int(rng.poisson(expected * self.step_s / 86_400.0))
 
     def initial_workers(self, policy: ScalingPolicy) -> int:
         """Static starts at its count; others at what covers the first rate with 20% room."""
@@ -194,7 +222,17 @@ class Simulator:
         now = 0.0
         if realizer is None:
             realizer = SimulatedRealizer(self.initial_workers(policy), clock=lambda: now)
-        result = SimulationResult(policy.name, self.trace.name, self.step_s, fleet.worker_rate)
+        spot = s.spot
+        result = SimulationResult(
+            policy.name,
+            self.trace.name,
+            self.step_s,
+            fleet.worker_rate,
+            hour_price=spot.spot_share * spot.spot_hour_price
+            + (1 - spot.spot_share) * spot.on_demand_hour_price,
+            on_demand_hour_price=spot.on_demand_hour_price,
+        )
+        rng = np.random.default_rng(spot.seed)
         history: list[FleetMetrics] = []
         done = 0.0  # messages processed so far
         pause_left = 0.0
@@ -249,6 +287,11 @@ class Simulator:
                 rescaled = True
                 last_rescale = now
                 pause_left = fleet.rescale_pause_s
+            # spot interruptions: each moves one worker's tasks, which pause while they move
+            interruptions = self._interruptions(workers, k, rng)
+            moved = interruptions * math.ceil(fleet.partitions / max(workers, 1))
+            if interruptions:
+                pause_left += interruptions * spot.task_move_pause_s / max(workers, 1)
             # process one step on the tick grid
             cap = fleet_capacity(workers, fleet.partitions, fleet.worker_rate)
             rel = np.arange(1, ticks + 1) * dt
@@ -276,6 +319,8 @@ class Simulator:
                     decision_s=elapsed,
                     rescaled=rescaled,
                     reason=decision.reason,
+                    interruptions=interruptions,
+                    tasks_moved=moved,
                 )
             )
         return result
