@@ -165,7 +165,10 @@ def evacuate_instance(
     for agent_id in agents:
         jobs.set_agent_state(agent_id, "lost" if already_going else "draining", reason)
     deadline = time.monotonic() + wait_s
-    while _held(jobs, agents) and time.monotonic() < deadline:
+    while time.monotonic() < deadline:
+        now = {a.task: a for a in jobs.assignments()}
+        if all(now[t].state == "Running" and now[t].agent_id not in agents for t in held):
+            break
         time.sleep(0.2)
     timings: dict[str, float] = {}
     for event in jobs.events(limit=5000):
@@ -173,6 +176,7 @@ def evacuate_instance(
             event.task in held
             and event.state == "Running"
             and event.at >= started
+            and event.agent_id is not None  # a hand-off request names no agent
             and event.agent_id not in agents
             and event.task not in timings
         ):

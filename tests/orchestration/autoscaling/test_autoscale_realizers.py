@@ -89,3 +89,36 @@ def test_aws_realizer_times_out_when_instances_never_come(group: AwsSettings) ->
     realizer = AwsAutoScalingRealizer(settings, client=Stuck(), sleep=sleep, clock=lambda: now[0])
     with pytest.raises(ScalingTimeout, match="0 of 3 instances InService"):
         realizer.apply(3, "up")
+
+
+def test_completing_a_lifecycle_action_matches_the_aws_api() -> None:
+    """moto has no CompleteLifecycleAction: the request is checked against botocore's model
+    of the API (parameter names and types), and a refusal is a clear error."""
+    import boto3
+    from botocore.stub import Stubber
+
+    client = boto3.client(
+        "autoscaling",
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+    realizer = AwsAutoScalingRealizer(AwsSettings(group_name="g"), client=client)
+    expected = {
+        "LifecycleHookName": "sluice-drain",
+        "AutoScalingGroupName": "g",
+        "LifecycleActionToken": "87654321-4321-4321-4321-210987654321",
+        "LifecycleActionResult": "CONTINUE",
+        "InstanceId": "i-0abc",
+    }
+    with Stubber(client) as stub:
+        stub.add_response("complete_lifecycle_action", {}, expected)
+        realizer.complete_lifecycle(
+            "sluice-drain", "g", "87654321-4321-4321-4321-210987654321", "i-0abc"
+        )
+        stub.assert_no_pending_responses()
+        stub.add_client_error("complete_lifecycle_action", "ValidationError", "No active action")
+        with pytest.raises(RealizerError, match="No active action"):
+            realizer.complete_lifecycle(
+                "sluice-drain", "g", "87654321-4321-4321-4321-210987654321", "i-0abc"
+            )
