@@ -43,11 +43,18 @@ def test_workspace_yaml_points_at_the_definitions_module() -> None:
 def test_definitions_load_and_every_job_resolves() -> None:
     repo = defs.get_repository_def()
     jobs = repo.get_all_jobs()
-    assert {job.name for job in jobs} >= {"correct_views"}
+    assert {job.name for job in jobs} >= {
+        "correct_views",
+        "evacuate_instance",
+        "recover_stream_task",
+        "recover_stream_view",
+        "drain_stream_agent",
+    }
     for job in jobs:
         assert defs.resolve_job_def(job.name).name == job.name
     assert repo.has_schedule_def("correct_views_hourly")
     assert repo.has_sensor_def("realtime_lag")
+    assert repo.has_sensor_def("spot_interruption_sensor")
 
 
 def test_every_view_has_a_realtime_and_a_corrected_asset_with_a_blocking_check() -> None:

@@ -199,3 +199,54 @@ def test_the_report_summary_shows_on_the_asset_page(dagster, artifacts_dir: Path
             show.first.click()
         expect(page.get_by_text("Causes (day totals)").first).to_be_visible()
     assert shot.stat().st_size > 10_000
+
+
+LAUNCH_RUN = """
+mutation LaunchRun($params: ExecutionParams!) {
+  launchRun(executionParams: $params) {
+    __typename
+    ... on LaunchRunSuccess { run { runId } }
+    ... on PythonError { message }
+    ... on RunConfigValidationInvalid { errors { message } }
+  }
+}
+"""
+
+RUN_STATUS = """
+query RunStatus($id: ID!) {
+  runOrError(runId: $id) { __typename ... on Run { status } }
+}
+"""
+
+
+def test_the_spot_sensor_and_an_evacuation_run_show_in_the_ui(dagster, artifacts_dir) -> None:
+    """What an operator sees: the spot sensor on the sensors page, and an evacuation run with
+    what it did in its metadata (here an instance with no agent on it)."""
+    from playwright.sync_api import expect
+
+    handle, _, _ = dagster
+    config = {"instance_id": "i-0nobody", "kind": "interruption", "reason": "e2e", "wait_s": 5}
+    params = {
+        "selector": {
+            "repositoryLocationName": "sluice",
+            "repositoryName": "__repository__",
+            "jobName": "evacuate_instance",
+        },
+        "runConfigData": {"ops": {"evacuate_instance_op": {"config": config}}},
+        "executionMetadata": {"tags": [{"key": "sluice/instance", "value": "i-0nobody"}]},
+    }
+    launched = handle.graphql(LAUNCH_RUN, {"params": params})["launchRun"]
+    assert launched["__typename"] == "LaunchRunSuccess", launched
+    run_id = launched["run"]["runId"]
+
+    def finished():
+        status = handle.graphql(RUN_STATUS, {"id": run_id})["runOrError"]["status"]
+        return status if status in ("SUCCESS", "FAILURE", "CANCELED") else None
+
+    assert wait_until(finished, 180, f"run {run_id}", every_s=1.0) == "SUCCESS"
+    shot = artifacts_dir / "dagster-spot-sensor.png"
+    with chromium_page(1600, 1200, shot) as page:
+        page.goto(f"{handle.url}/locations/sluice/sensors/spot_interruption_sensor")
+        expect(page.get_by_text("spot_interruption_sensor").first).to_be_visible(timeout=60_000)
+        page.goto(f"{handle.url}/runs/{run_id}")
+        expect(page.get_by_text("no agent runs on it").first).to_be_visible(timeout=60_000)
