@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 from collections.abc import Iterator
+from functools import lru_cache
 from pathlib import Path
 
 from alembic import command
@@ -35,7 +36,9 @@ def _config(connection: Connection | None = None) -> Config:
     return config
 
 
+@lru_cache(maxsize=1)
 def head_revision() -> str:
+    """The newest revision (read once per process: every store opened checks against it)."""
     head = ScriptDirectory.from_config(_config()).get_current_head()
     assert head is not None
     return head
