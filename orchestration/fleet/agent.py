@@ -179,13 +179,20 @@ class Agent:
         return stopped
 
     def tick(self) -> list[str]:
-        """Heartbeat, coordinate if leader, run what the job model says; what the coordinator did."""
-        if self.jobs.heartbeat(self.agent_id) is None:  # an operator removed our row
+        """Heartbeat, coordinate if leader, run what the job model says; what the coordinator did.
+
+        A draining agent (an operator's drain, a spot notice) does not take the coordinator
+        lease: it is about to go, and a survivor should not wait for its lease to expire."""
+        state = self.jobs.heartbeat(self.agent_id)
+        if state is None:  # an operator removed our row
             self.jobs.register_agent(self.agent_id, socket.gethostname(), os.getpid(), self.topic)
+            state = "running"
         changes: list[str] = []
         ttl = self.settings.agent_loss_after_s
-        if self.jobs.acquire_lease(COORDINATOR_LEASE, self.agent_id, ttl) is not None:
+        if state == "running" and self.jobs.acquire_lease(COORDINATOR_LEASE, self.agent_id, ttl):
             changes = self.coordinator.reconcile()
+        elif state != "running":
+            self.jobs.release_lease(COORDINATOR_LEASE, self.agent_id)
         self.reload_views()
         self.sync()
         return changes
