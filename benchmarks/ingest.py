@@ -1,10 +1,12 @@
-"""Ingest benchmark: what aggregation costs next to reading Kafka.
+"""Ingest benchmark: what aggregation costs next to reading Kafka, on each client.
 
 Measures, on the same topic of the same embedded broker, in one process run:
-  (a) plain kafka-python consumption (same fetch settings the workers use),
-  (b) one stream worker running the example views (decode, validate, window, aggregate,
-      archive and flush every ``--flush-interval`` seconds),
-and prints messages per second for both and the ratio b/a. Runs are interleaved and the
+  (a) raw confluent-kafka (librdkafka) consumption through the worker's reader,
+  (b) raw kafka-python consumption through the worker's reader (same fetch settings),
+  (c) one stream worker running the example views (decode, validate, window, aggregate,
+      archive and flush every ``--flush-interval`` seconds) on each client,
+  (d) the generator's produce rate (synthesis + send + delivery) on each client,
+and prints messages per second and the ratios c/a and c/b. Runs are interleaved and the
 median of ``--repeat`` rounds is reported, because the broker shares the machine's cores.
 
     .venv/bin/python benchmarks/ingest.py [--events 300000] [--repeat 3]
@@ -24,9 +26,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kafka import TopicPartition
 
-from pipelines.config import PROJECT_ROOT, SluiceSettings
+from pipelines.config import PROJECT_ROOT, KafkaSettings, SluiceSettings
 from pipelines.generator import GeneratorOptions, load_trace, replay
-from pipelines.kafka import EmbeddedBroker, consumer, ensure_topics, producer
+from pipelines.kafka import EmbeddedBroker, ensure_topics
+from pipelines.kafka.reader import open_reader
+from pipelines.kafka.writer import open_writer
 from pipelines.storage import LocalObjectStore
 from pipelines.stream import StreamWorker, TaskId
 from pipelines.views import load_views
@@ -34,23 +38,25 @@ from pipelines.views import load_views
 PARTITIONS = 4
 
 
-def plain_consume(bootstrap: str, topic: str, total: int) -> float:
-    client = consumer(bootstrap)
-    tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
-    client.assign(tps)
-    client.seek_to_beginning(*tps)
+CLIENTS = ("confluent", "kafka-python")
+
+
+def plain_consume(bootstrap: str, topic: str, total: int, client: str) -> float:
+    """Read the whole topic through the worker's reader, doing nothing with the records."""
+    reader = open_reader(bootstrap, KafkaSettings(client=client), f"bench-{time.monotonic_ns()}")
+    reader.assign({TopicPartition(topic, p): 0 for p in range(PARTITIONS)})
     seen = 0
     started = time.monotonic()
     while seen < total:
-        for records in client.poll(timeout_ms=200, max_records=5000).values():
+        for records in reader.poll(0.2, 5000).values():
             seen += len(records)
     elapsed = time.monotonic() - started
-    client.close()
+    reader.close()
     return total / elapsed
 
 
 def worker_consume(
-    bootstrap: str, topic: str, total: int, views_file: Path, flush_s: float
+    bootstrap: str, topic: str, total: int, views_file: Path, flush_s: float, client: str
 ) -> float:
     with tempfile.TemporaryDirectory() as state:
         settings = SluiceSettings(
@@ -66,11 +72,26 @@ def worker_consume(
             settings,
             bootstrap,
             LocalObjectStore(settings.resolved_storage_root),
+            kafka=KafkaSettings(client=client),
         )
         worker.run(max_idle_s=1.0)
         consumed = sum(t.consumed for t in worker.tasks.values())
         assert consumed == total, f"worker consumed {consumed} of {total}"
         return total / (worker.last_progress_at - worker.started_at)
+
+
+def generate(bootstrap: str, topic: str, events: int, client: str) -> tuple[float, object]:
+    """Replay ``events`` generated messages to ``topic``: messages per second, the report."""
+    writer = open_writer(bootstrap, KafkaSettings(client=client))
+    options = GeneratorOptions(max_events=events, peak_rate=50_000, speedup=60)
+    started = time.monotonic()
+    report = replay(
+        load_trace("nyc_taxi"), options, lambda m: writer.send(topic, m.key, m.value), pace=False
+    )
+    writer.flush()
+    elapsed = time.monotonic() - started
+    writer.close()
+    return events / elapsed, report
 
 
 def main() -> int:
@@ -92,41 +113,54 @@ def main() -> int:
                 .read_text()
                 .replace("topic: events", f"topic: {topic}")
             )
-            out = producer(info.bootstrap, max_request_size=4 * 1024 * 1024)
-            options = GeneratorOptions(max_events=args.events, peak_rate=50_000, speedup=60)
-            report = replay(
-                load_trace("nyc_taxi"),
-                options,
-                lambda m: out.send(topic, key=m.key, value=m.value),
-                pace=False,
-            )
-            out.flush()
-            out.close()
+            produce = {}
+            for client in CLIENTS:  # each into a scratch topic; the measured topic comes after
+                scratch = f"bench-produce-{client}"
+                ensure_topics(info.bootstrap, {scratch: PARTITIONS})
+                produce[client], _ = generate(info.bootstrap, scratch, args.events, client)
+                print(f"generator on {client}: {produce[client]:,.0f} msg/s")
+            _, report = generate(info.bootstrap, topic, args.events, "confluent")
             print(
                 f"topic {topic}: {report.produced:,} messages in {PARTITIONS} partitions "
                 f"({report.malformed_total} malformed, {report.duplicates} duplicates, {report.late} late)"
             )
-            plain, work = [], []
+            plain: dict[str, list[float]] = {c: [] for c in CLIENTS}
+            work: dict[str, list[float]] = {c: [] for c in CLIENTS}
             for round_no in range(1, args.repeat + 1):
-                plain.append(plain_consume(info.bootstrap, topic, args.events))
-                work.append(
-                    worker_consume(
-                        info.bootstrap, topic, args.events, views_file, args.flush_interval
+                for client in CLIENTS:
+                    plain[client].append(plain_consume(info.bootstrap, topic, args.events, client))
+                    work[client].append(
+                        worker_consume(
+                            info.bootstrap,
+                            topic,
+                            args.events,
+                            views_file,
+                            args.flush_interval,
+                            client,
+                        )
                     )
-                )
-                print(
-                    f"round {round_no}: (a) plain {plain[-1]:,.0f} msg/s   (b) worker {work[-1]:,.0f} msg/s"
-                )
+                    print(
+                        f"round {round_no}, {client}: raw {plain[client][-1]:,.0f} msg/s, "
+                        f"worker {work[client][-1]:,.0f} msg/s"
+                    )
         finally:
             broker.stop()
-    a, b = statistics.median(plain), statistics.median(work)
+    a, b = (statistics.median(plain[c]) for c in CLIENTS)
+    ca, cb = (statistics.median(work[c]) for c in CLIENTS)
     print()
     print(
         f"machine: {platform.platform()}, {platform.python_implementation()} {platform.python_version()}"
     )
-    print(f"(a) plain kafka-python consumption : {a:>10,.0f} msg/s (median of {args.repeat})")
-    print(f"(b) one worker, example views      : {b:>10,.0f} msg/s (median of {args.repeat})")
-    print(f"ratio b/a                          : {b / a:>10.2f}   (target >= 0.85)")
+    n = args.repeat
+    print(f"(a) raw confluent-kafka consumption  : {a:>10,.0f} msg/s (median of {n})")
+    print(f"(b) raw kafka-python consumption     : {b:>10,.0f} msg/s (median of {n})")
+    print(f"(c) one worker, views, confluent     : {ca:>10,.0f} msg/s (median of {n})")
+    print(f"(c) one worker, views, kafka-python  : {cb:>10,.0f} msg/s (median of {n})")
+    print(f"ratio c/a (confluent worker / raw)   : {ca / a:>10.2f}")
+    print(f"ratio c/b (kafka-python worker / raw): {cb / b:>10.2f}")
+    print(f"confluent worker / kafka-python one  : {ca / cb:>10.2f}")
+    print(f"(d) generator, confluent             : {produce['confluent']:>10,.0f} msg/s")
+    print(f"(d) generator, kafka-python          : {produce['kafka-python']:>10,.0f} msg/s")
     return 0
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import SettingsConfigDict
@@ -41,6 +41,11 @@ class KafkaSettings(SluiceBaseSettings):
         default=None, description="SASL password; never logged."
     )
     ssl_cafile: str | None = Field(default=None, description="CA bundle for SSL.")
+    client: Literal["kafka-python", "confluent"] = Field(
+        default="kafka-python",
+        description="The client stream workers read with: confluent (librdkafka, an order of "
+        "magnitude faster) or kafka-python.",
+    )
 
     def client_kwargs(self, bootstrap_servers: str) -> dict[str, Any]:
         """The one converter from settings to kafka-python client keyword arguments."""

@@ -10,7 +10,8 @@ from rich.console import Console
 
 from orchestration.runtime import Runtime
 from pipelines.generator import GeneratorOptions, Message, load_trace, replay
-from pipelines.kafka import ensure_topics, producer
+from pipelines.kafka import ensure_topics
+from pipelines.kafka.writer import open_writer
 
 __all__ = ["add_generator_flags", "options_from_args", "register"]
 
@@ -78,11 +79,11 @@ def run(args: argparse.Namespace) -> int:
     topic = args.topic or runtime.settings.topic
     bootstrap = runtime.bootstrap()
     ensure_topics(bootstrap, {topic: runtime.settings.partitions}, runtime.kafka)
-    out = producer(bootstrap, runtime.kafka, max_request_size=4 * 1024 * 1024)
+    out = open_writer(bootstrap, runtime.kafka)
     console = Console(stderr=True)
 
     def send(message: Message) -> None:
-        out.send(topic, key=message.key, value=message.value)
+        out.send(topic, message.key, message.value)
 
     def progress(report, sim_s: float) -> None:
         console.print(

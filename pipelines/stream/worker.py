@@ -31,14 +31,13 @@ from dataclasses import dataclass
 
 from kafka import TopicPartition
 from kafka.errors import KafkaError
-from kafka.structs import OffsetAndMetadata
 
 from pipelines.config import KafkaSettings, SluiceSettings
 from pipelines.control import ControlStore, TaskStatus
 from pipelines.exceptions import TaskFenced, ViewCrash
-from pipelines.kafka import consumer as make_consumer
-from pipelines.kafka import end_offsets, fetched_log_end
+from pipelines.kafka import fetched_log_end
 from pipelines.kafka import producer as make_producer
+from pipelines.kafka.reader import open_reader
 from pipelines.storage import ObjectStore
 from pipelines.stream.dead_letters import KafkaDeadLetterSink
 from pipelines.stream.task import StreamTask
@@ -139,7 +138,8 @@ class StreamWorker:
         self.tasks: dict[TopicPartition, StreamTask] = {}
         for t in tasks:
             self.commands.put(_Start(t, None, tuple(views), None))
-        self.consumer = make_consumer(bootstrap, kafka, group_id=consumer_group(self.topic))
+        self.reader = open_reader(bootstrap, kafka, consumer_group(self.topic))
+        """The client the worker reads with (SLUICE_KAFKA_CLIENT)."""
         self.busy_s = 0.0
         self.started_at: float | None = None
         self.last_progress_at: float | None = None
@@ -228,8 +228,8 @@ class StreamWorker:
         )
         try:
             offset = task.restore()
-            beginnings = self.consumer.beginning_offsets([tp])
-            end = end_offsets(self.consumer, [tp]).get(tp, 0)
+            beginnings = self.reader.beginning_offsets([tp])
+            end = self.reader.end_offsets([tp]).get(tp, 0)
             if offset is not None and offset > end:  # ListOffsets may under-report: ask a fetch
                 end = max(end, fetched_log_end(self.bootstrap, self.kafka, tp, offset) or 0)
             if offset is not None and offset > end:
@@ -281,15 +281,13 @@ class StreamWorker:
             self._emit("fenced", task, str(exc))
 
     def _reassign(self) -> None:
-        """Point the consumer at the current tasks, each at its next offset."""
-        self.consumer.assign(list(self.tasks))
-        for tp, task in self.tasks.items():
-            self.consumer.seek(tp, task.next_offset)
+        """Point the reader at the current tasks, each at its next offset."""
+        self.reader.assign({tp: task.next_offset for tp, task in self.tasks.items()})
 
     def _commit(self, tp: TopicPartition):
         def commit(offset: int) -> None:
             try:
-                self.consumer.commit({tp: OffsetAndMetadata(offset, "", -1)})
+                self.reader.commit(tp, offset)
             except KafkaError as exc:  # the checkpoint is the truth; this is a courtesy copy
                 log.warning("commit of %s@%d to the consumer group failed: %s", tp, offset, exc)
 
@@ -317,7 +315,7 @@ class StreamWorker:
                     self._reassign()
                 poll_started, poll_cpu = time.monotonic(), time.process_time()
                 if self.tasks:
-                    polled = self.consumer.poll(timeout_ms=200, max_records=max_records)
+                    polled = self.reader.poll(0.2, max_records)
                 else:  # nothing to run until the job model gives us something
                     self.stop_event.wait(0.2)
                     polled = {}
@@ -409,7 +407,7 @@ class StreamWorker:
     def _report(
         self, util: float, elapsed: float, last_consumed: dict, state: str = "running"
     ) -> None:
-        ends = end_offsets(self.consumer, list(self.tasks)) if self.tasks else {}
+        ends = self.reader.end_offsets(list(self.tasks)) if self.tasks else {}
         self._ends = ends
         if self.control is None:
             return
@@ -483,6 +481,6 @@ class StreamWorker:
             for task in list(self.tasks.values()):
                 self._emit("stopped", task, f"at offset {task.next_offset}: the worker stopped")
         finally:
-            self.consumer.close()
+            self.reader.close()
             self.producer.close()
             log.info("worker %s stopped", self.worker_id)

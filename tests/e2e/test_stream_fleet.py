@@ -35,7 +35,12 @@ class Fleet:
     """Worker processes under test, each on a fixed set of partitions."""
 
     def __init__(
-        self, tmp_path: Path, bootstrap: str, stream: dict, assignment: dict[str, list[int]]
+        self,
+        tmp_path: Path,
+        bootstrap: str,
+        stream: dict,
+        assignment: dict[str, list[int]],
+        client: str | None = None,
     ):
         self.tmp_path = tmp_path
         self.stream = stream
@@ -47,6 +52,7 @@ class Fleet:
             "SLUICE_FLUSH_INTERVAL_S": "1",
             "SLUICE_CHECKPOINT_INTERVAL_S": "1.5",
             "SLUICE_STATUS_INTERVAL_S": "0.3",
+            **({"SLUICE_KAFKA_CLIENT": client} if client else {}),
         }
         self.processes = {}
         self.control = ControlStore(f"sqlite:///{tmp_path / 'state' / 'control.db'}")
@@ -88,8 +94,8 @@ class Fleet:
 def fleet_factory(tmp_path, broker, stream):
     fleets = []
 
-    def make(assignment):
-        fleet = Fleet(tmp_path, broker.bootstrap, stream, assignment)
+    def make(assignment, client=None):
+        fleet = Fleet(tmp_path, broker.bootstrap, stream, assignment, client)
         fleets.append(fleet)
         return fleet
 
@@ -121,8 +127,10 @@ def _dead_letter_keys(bootstrap: str, topic: str) -> set[bytes]:
         client.close()
 
 
-def test_two_workers_match_the_oracle(fleet_factory, stream, broker):
-    fleet = fleet_factory({"w0": [0, 2], "w1": [1, 3]})
+@pytest.mark.parametrize("client", ["kafka-python", "confluent"])
+def test_two_workers_match_the_oracle(fleet_factory, stream, broker, client):
+    """On each client the worker can read with (SLUICE_KAFKA_CLIENT)."""
+    fleet = fleet_factory({"w0": [0, 2], "w1": [1, 3]}, client)
     fleet.start("w0")
     fleet.start("w1")
     wait_until(lambda: fleet.caught_up() or not fleet.alive(), 240, "workers to catch up")
@@ -134,8 +142,9 @@ def test_two_workers_match_the_oracle(fleet_factory, stream, broker):
 
 
 def test_sigkill_three_times_loses_nothing_and_counts_nothing_twice(fleet_factory, stream):
+    """With librdkafka (confluent-kafka) reading: restarts resume exactly from checkpoints."""
     rng = random.Random(20261122)
-    fleet = fleet_factory({"w0": [0, 2], "w1": [1, 3]})
+    fleet = fleet_factory({"w0": [0, 2], "w1": [1, 3]}, "confluent")
     fleet.start("w0")
     fleet.start("w1")
     for low, high in ((0.10, 0.30), (0.35, 0.60), (0.65, 0.90)):

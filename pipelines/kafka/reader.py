@@ -1,0 +1,206 @@
+"""The stream worker's Kafka reader: one small interface, two clients behind it.
+
+librdkafka (confluent-kafka) reads an order of magnitude faster than kafka-python on the same
+broker (``benchmarks/ingest.py``); kafka-python stays supported and is the independent client
+the tests build their oracles with. ``SLUICE_KAFKA_CLIENT`` picks one. What the worker needs:
+assign partitions at given offsets, poll records (offset, timestamp, value, key) grouped by
+partition, commit an offset, and the log's start and end, where the end is the larger of what
+the broker lists and the high watermark fetches reported (the embedded broker under-reports
+the listed end, FACTS.md).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from kafka import TopicPartition
+from kafka.errors import KafkaError
+from kafka.structs import OffsetAndMetadata
+
+from pipelines.config import KafkaSettings
+from pipelines.exceptions import BrokerUnavailable
+from pipelines.kafka.client import CONSUMER_FETCH, beginning_offsets, consumer, end_offsets
+
+__all__ = ["ConfluentReader", "KafkaPythonReader", "Reader", "Record", "open_reader"]
+
+log = logging.getLogger(__name__)
+
+
+class Record:
+    """One record as the decoder reads it (kafka-python's ConsumerRecord has the same)."""
+
+    __slots__ = ("key", "offset", "timestamp", "value")
+
+    def __init__(self, offset: int, timestamp: int, value: bytes | None, key: bytes | None):
+        self.offset = offset
+        self.timestamp = timestamp
+        self.value = value
+        self.key = key
+
+
+class Reader(Protocol):
+    def assign(self, positions: Mapping[TopicPartition, int]) -> None:
+        """Read exactly these partitions, each from its offset."""
+        ...
+
+    def poll(self, timeout_s: float, max_records: int) -> dict[TopicPartition, Sequence[Any]]:
+        """Records by partition, ascending offsets; empty when none came within the timeout."""
+        ...
+
+    def commit(self, tp: TopicPartition, offset: int) -> None: ...
+
+    def beginning_offsets(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]: ...
+
+    def end_offsets(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]: ...
+
+    def close(self) -> None: ...
+
+
+class KafkaPythonReader:
+    """kafka-python's KafkaConsumer (manual assignment; the group only stores commits)."""
+
+    def __init__(self, bootstrap: str, kafka: KafkaSettings | None, group_id: str) -> None:
+        self.client = consumer(bootstrap, kafka, group_id=group_id)
+
+    def assign(self, positions: Mapping[TopicPartition, int]) -> None:
+        self.client.assign(list(positions))
+        for tp, offset in positions.items():
+            self.client.seek(tp, offset)
+
+    def poll(self, timeout_s: float, max_records: int) -> dict[TopicPartition, Sequence[Any]]:
+        if not self.client.assignment():
+            return {}
+        return self.client.poll(timeout_ms=int(timeout_s * 1000), max_records=max_records)
+
+    def commit(self, tp: TopicPartition, offset: int) -> None:
+        self.client.commit({tp: OffsetAndMetadata(offset, "", -1)})
+
+    def beginning_offsets(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        return beginning_offsets(self.client, list(tps))
+
+    def end_offsets(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        return end_offsets(self.client, list(tps))
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def librdkafka_config(bootstrap: str, kafka: KafkaSettings | None) -> dict[str, Any]:
+    """The one converter from settings to librdkafka's configuration."""
+    kafka = kafka or KafkaSettings()
+    config: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "security.protocol": kafka.security_protocol,
+    }
+    if kafka.sasl_mechanism:
+        config["sasl.mechanism"] = kafka.sasl_mechanism
+        config["sasl.username"] = kafka.sasl_username or ""
+        if kafka.sasl_password is not None:
+            config["sasl.password"] = kafka.sasl_password.get_secret_value()
+    if kafka.ssl_cafile:
+        config["ssl.ca.location"] = kafka.ssl_cafile
+    return config
+
+
+class ConfluentReader:
+    """librdkafka through confluent-kafka: large fetches, batches of up to ``max_records``."""
+
+    def __init__(self, bootstrap: str, kafka: KafkaSettings | None, group_id: str) -> None:
+        from confluent_kafka import Consumer, KafkaException
+
+        self._error = KafkaException
+        config = {
+            **librdkafka_config(bootstrap, kafka),
+            "group.id": group_id,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": False,
+            "fetch.max.bytes": CONSUMER_FETCH["fetch_max_bytes"],
+            "max.partition.fetch.bytes": CONSUMER_FETCH["max_partition_fetch_bytes"],
+            "fetch.wait.max.ms": CONSUMER_FETCH["fetch_max_wait_ms"],
+            "queued.max.messages.kbytes": 64 * 1024,
+            "logger": logging.getLogger("librdkafka"),
+        }
+        try:
+            self.client = Consumer(config)
+        except KafkaException as exc:
+            raise BrokerUnavailable(f"cannot create a consumer for {bootstrap}: {exc}") from exc
+        self.assigned: list[TopicPartition] = []
+
+    @staticmethod
+    def _ctp(tp: TopicPartition, offset: int | None = None):
+        from confluent_kafka import TopicPartition as CTP
+
+        return (
+            CTP(tp.topic, tp.partition) if offset is None else CTP(tp.topic, tp.partition, offset)
+        )
+
+    def assign(self, positions: Mapping[TopicPartition, int]) -> None:
+        self.client.assign([self._ctp(tp, offset) for tp, offset in positions.items()])
+        self.assigned = list(positions)
+
+    def poll(self, timeout_s: float, max_records: int) -> dict[TopicPartition, Sequence[Any]]:
+        if not self.assigned:
+            return {}
+        messages = self.client.consume(num_messages=max_records, timeout=timeout_s)
+        out: dict[TopicPartition, list[Record]] = {}
+        for message in messages:
+            if message.error() is not None:
+                log.warning("read error: %s", message.error())
+                continue
+            tp = TopicPartition(message.topic(), message.partition())
+            records = out.get(tp)
+            if records is None:
+                records = out[tp] = []
+            records.append(
+                Record(message.offset(), message.timestamp()[1], message.value(), message.key())
+            )
+        return out
+
+    def commit(self, tp: TopicPartition, offset: int) -> None:
+        try:
+            self.client.commit(offsets=[self._ctp(tp, offset)], asynchronous=False)
+        except self._error as exc:
+            raise KafkaError(str(exc)) from exc  # the worker treats commits as a courtesy
+
+    def _watermarks(self, tp: TopicPartition, cached: bool) -> tuple[int, int] | None:
+        try:
+            low, high = self.client.get_watermark_offsets(
+                self._ctp(tp), timeout=10.0, cached=cached
+            )
+        except self._error as exc:
+            log.warning("watermarks of %s failed: %s", tp, exc)
+            return None
+        return (low, high) if high >= 0 else None
+
+    def beginning_offsets(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        result = {}
+        for tp in tps:
+            marks = self._watermarks(tp, cached=False)
+            if marks is None:
+                raise BrokerUnavailable(f"the broker did not give the log start of {tp}")
+            result[tp] = marks[0]
+        return result
+
+    def end_offsets(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        """The fetch high watermark where fetches gave one (exact, and no round trip: the
+        worker asks every status interval), else what the broker lists."""
+        result = {}
+        for tp in tps:
+            fetched = self._watermarks(tp, cached=True) if tp in self.assigned else None
+            marks = fetched or self._watermarks(tp, cached=False)
+            result[tp] = marks[1] if marks is not None else 0
+        return result
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def open_reader(bootstrap: str, kafka: KafkaSettings | None, group_id: str) -> Reader:
+    """The reader ``SLUICE_KAFKA_CLIENT`` names."""
+    kafka = kafka or KafkaSettings()
+    if kafka.client == "confluent":
+        return ConfluentReader(bootstrap, kafka, group_id)
+    return KafkaPythonReader(bootstrap, kafka, group_id)
