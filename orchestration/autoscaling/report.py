@@ -33,11 +33,22 @@ def summary_table(summaries: Sequence[PolicySummary], title: str | None = None) 
         ("max lag s", "right"),
         ("rescales", "right"),
         ("decision ms mean/p99", "right"),
-        ("cost $ (on demand)", "right"),
-        ("interrupted / tasks moved", "right"),
     ):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    # with workers on spot: the cost at spot prices (on demand), interruptions / tasks moved
+    spot = any(s.cost_dollars < s.on_demand_cost_dollars or s.interruptions for s in summaries)
+    if spot:
+        table.add_column("cost $ (on demand)", justify="right")
+        table.add_column("interrupted / moved", justify="right")
     for s in summaries:
+        spot_cells = (
+            [
+                f"{s.cost_dollars:,.0f} ({s.on_demand_cost_dollars:,.0f})",
+                f"{s.interruptions:,} / {s.tasks_moved:,}",
+            ]
+            if spot
+            else []
+        )
         table.add_row(
             s.policy,
             f"{s.worker_hours:,.0f}",
@@ -47,8 +58,7 @@ def summary_table(summaries: Sequence[PolicySummary], title: str | None = None) 
             f"{s.max_lag_s:,.0f}",
             f"{s.rescales:,}",
             f"{s.decision_mean_ms:.2f} / {s.decision_p99_ms:.2f}",
-            f"{s.cost_dollars:,.0f} ({s.on_demand_cost_dollars:,.0f})",
-            f"{s.interruptions:,} / {s.tasks_moved:,}",
+            *spot_cells,
         )
     return table
 

@@ -49,7 +49,9 @@ def upsert(
 
 def sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
+    # the busy timeout first: switching to WAL waits for another connection's transaction
+    # (processes opening a new store at once) instead of failing with "database is locked"
     cursor.execute("PRAGMA busy_timeout=10000")
+    cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.close()
