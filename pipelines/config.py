@@ -41,10 +41,10 @@ class KafkaSettings(SluiceBaseSettings):
         default=None, description="SASL password; never logged."
     )
     ssl_cafile: str | None = Field(default=None, description="CA bundle for SSL.")
-    client: Literal["kafka-python", "confluent"] = Field(
-        default="kafka-python",
-        description="The client stream workers read with: confluent (librdkafka, an order of "
-        "magnitude faster) or kafka-python.",
+    client: Literal["confluent", "kafka-python"] = Field(
+        default="confluent",
+        description="The client stream workers read and the generator writes with: "
+        "confluent (librdkafka, several times faster) or kafka-python.",
     )
 
     def client_kwargs(self, bootstrap_servers: str) -> dict[str, Any]:

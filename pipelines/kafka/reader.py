@@ -2,7 +2,7 @@
 
 librdkafka (confluent-kafka) reads an order of magnitude faster than kafka-python on the same
 broker (``benchmarks/ingest.py``); kafka-python stays supported and is the independent client
-the tests build their oracles with. ``SLUICE_KAFKA_CLIENT`` picks one. What the worker needs:
+the tests build their oracles with. ``SLUICE_KAFKA_CLIENT`` picks one (default confluent). What the worker needs:
 assign partitions at given offsets, poll records (offset, timestamp, value, key) grouped by
 partition, commit an offset, and the log's start and end, where the end is the larger of what
 the broker lists and the high watermark fetches reported (the embedded broker under-reports
