@@ -45,6 +45,8 @@ class JobView:
     disabled_views: dict[str, list[str]] = field(default_factory=dict)
     agents: list[AgentRecord] = field(default_factory=list)
     leader: str | None = None
+    time_shares: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Per agent: share of its wall time spent reading, decoding, aggregating, ... (last report)."""
 
     def health(self, task: str) -> str | None:
         """The task's status from the job model alone (None: nothing to say)."""
@@ -66,7 +68,10 @@ def job_view(runtime: Runtime) -> JobView:
                 disabled.setdefault(state.task, []).append(state.view)
         lease = jobs.lease("coordinator")
         leader = lease["holder"] if lease and lease["expires_at"] > time.time() else None
-        return JobView({a.task: a for a in jobs.assignments()}, disabled, jobs.agents(), leader)
+        shares = {w["worker_id"]: w["time_shares"] for w in runtime.control.workers()}
+        return JobView(
+            {a.task: a for a in jobs.assignments()}, disabled, jobs.agents(), leader, shares
+        )
     except SQLAlchemyError as exc:  # status must show what it can
         log.warning("cannot read the job model: %s", exc)
         return JobView()
@@ -225,11 +230,17 @@ def _job_cell(job: JobView, task: str) -> Text:
 _STATE_STYLE = {"Running": "green", "Scheduled": "yellow", "Waiting": "bold red", "Disabled": "red"}
 
 
+def _shares(shares: dict[str, float]) -> str:
+    """``read 12% decode 20% ...`` for the parts that took any time; the rest is waiting."""
+    parts = [f"{part} {share:.0%}" for part, share in shares.items() if share >= 0.005]
+    return " ".join(parts) or "-"
+
+
 def render_agents(job: JobView) -> Table:
     """Each agent: where it runs, its state, heartbeat age and tasks; the coordinator marked."""
     now = time.time()
     table = Table(title="Agents", title_justify="left")
-    for name in ("agent", "host", "pid", "state", "heartbeat", "tasks", "role"):
+    for name in ("agent", "host", "pid", "state", "heartbeat", "tasks", "role", "where time goes"):
         table.add_column(name)
     running = {}
     for a in job.assignments.values():
@@ -244,6 +255,7 @@ def render_agents(job: JobView) -> Table:
             _fmt_s(agent.heartbeat_age_s(now)),
             str(running.get(agent.agent_id, 0)),
             "coordinator" if agent.agent_id == job.leader else "",
+            _shares(job.time_shares.get(agent.agent_id, {})),
             style="dim" if agent.state in ("stopped", "lost") else None,
         )
     return table

@@ -72,7 +72,9 @@ worker_status = Table(
     Column("started_at", Float, nullable=False),
     Column("heartbeat_at", Float, nullable=False),
     Column("state", String(32), nullable=False),
+    Column("time_shares", Text, nullable=False, default="{}"),
 )
+"""Per worker: its tasks and where its time went over the last report (share of wall time)."""
 
 
 view_deployments = Table(
@@ -219,15 +221,20 @@ class ControlStore:
                     only_if=task_status.c.generation <= status.generation,
                 )
 
-    def report_worker(self, worker_id: str, pid: int, tasks: list[str], state: str) -> None:
+    def report_worker(
+        self,
+        worker_id: str,
+        pid: int,
+        tasks: list[str],
+        state: str,
+        time_shares: dict[str, float] | None = None,
+    ) -> None:
         now = time.time()
+        values = {"pid": pid, "tasks": json.dumps(tasks), "heartbeat_at": now, "state": state}
+        values["time_shares"] = json.dumps(time_shares or {})
         with self.engine.begin() as conn:
             upsert(
-                conn,
-                worker_status,
-                {"worker_id": worker_id},
-                {"pid": pid, "tasks": json.dumps(tasks), "heartbeat_at": now, "state": state},
-                on_insert={"started_at": now},
+                conn, worker_status, {"worker_id": worker_id}, values, on_insert={"started_at": now}
             )
 
     def tasks(self) -> list[TaskStatus]:
@@ -238,7 +245,14 @@ class ControlStore:
     def workers(self) -> list[dict[str, Any]]:
         with self.engine.connect() as conn:
             rows = conn.execute(select(worker_status).order_by(worker_status.c.worker_id)).all()
-        return [{**dict(r._mapping), "tasks": json.loads(r.tasks)} for r in rows]
+        return [
+            {
+                **dict(r._mapping),
+                "tasks": json.loads(r.tasks),
+                "time_shares": json.loads(r.time_shares),
+            }
+            for r in rows
+        ]
 
     def deploy_view(self, name: str, fingerprint: str, definition: dict[str, Any]) -> bool:
         """Record the definition the fleet should run; True if it changed (workers must reload)."""

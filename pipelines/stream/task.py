@@ -65,6 +65,8 @@ class StreamTask:
         self.last_processed_ts: int | None = None
         self.checkpointed_offset: int | None = None
         self.archive = ArchiveBuffer(topic, partition, 0)
+        self.seconds: Counter[str] = Counter()
+        """Wall seconds spent decoding, aggregating and buffering the archive (for status)."""
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -130,6 +132,7 @@ class StreamTask:
     def process(self, records: Sequence[RawRecord]) -> None:
         if not records:
             return
+        started = time.perf_counter()
         batch = decode_batch(
             records,
             self.watermark,
@@ -139,12 +142,17 @@ class StreamTask:
         for letter in batch.dead_letters:
             self.sink.send(self.topic, self.partition, letter)
             self.dead_lettered[letter.reason] += 1
+        decoded = time.perf_counter()
         for name, state in self.states.items():
             try:
                 state.update(batch)
             except Exception as exc:
                 raise ViewCrash(self.name, name, exc) from exc
+        aggregated = time.perf_counter()
         self.archive.add(batch)
+        self.seconds["decode"] += decoded - started
+        self.seconds["aggregate"] += aggregated - decoded
+        self.seconds["archive"] += time.perf_counter() - aggregated
         self.watermark = batch.watermark
         self.consumed += batch.consumed
         self.next_offset = batch.next_offset

@@ -26,6 +26,7 @@ import queue
 import signal
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -46,6 +47,9 @@ from pipelines.views.model import View
 __all__ = ["StreamWorker", "TaskEvent", "TaskId", "consumer_group"]
 
 log = logging.getLogger(__name__)
+
+TIME_PARTS = ("read", "decode", "aggregate", "archive", "flush", "checkpoint")
+"""Where a worker's time goes, as status shows it (the rest is waiting)."""
 
 THROTTLE_SLICE_S = 0.2
 """A rate-capped worker polls at most ``rate * THROTTLE_SLICE_S`` records at a time, so one
@@ -141,6 +145,9 @@ class StreamWorker:
         self.reader = open_reader(bootstrap, kafka, consumer_group(self.topic))
         """The client the worker reads with (SLUICE_KAFKA_CLIENT)."""
         self.busy_s = 0.0
+        self.seconds: Counter[str] = Counter()
+        """Wall seconds spent reading (polls that returned records), flushing, checkpointing."""
+        self._shares_at: dict[str, float] = {}
         self.started_at: float | None = None
         self.last_progress_at: float | None = None
         """Monotonic time of the last batch processed; benchmarks measure up to it."""
@@ -323,6 +330,7 @@ class StreamWorker:
                     # Waiting in poll for the broker is idle; decoding what it sent is work
                     # (the CPU time of the poll), and so is processing.
                     polled_at = time.monotonic()
+                    self.seconds["read"] += polled_at - poll_started
                     work_s = min(polled_at - poll_started, time.process_time() - poll_cpu)
                     lost = False
                     for tp, records in polled.items():
@@ -352,6 +360,7 @@ class StreamWorker:
                     self._durable(lambda tp, task: task.checkpoint(self._commit(tp)))
                     now = time.monotonic()
                     self.busy_s += now - started
+                    self.seconds["checkpoint"] += now - started
                     next_checkpoint = now + settings.checkpoint_interval_s
                     next_flush = now + settings.flush_interval_s
                 elif now >= next_flush:
@@ -359,6 +368,7 @@ class StreamWorker:
                     self._durable(lambda _tp, task: task.flush())
                     now = time.monotonic()
                     self.busy_s += now - started
+                    self.seconds["flush"] += now - started
                     next_flush = now + settings.flush_interval_s
                 if now >= next_status:
                     elapsed = max(now - last_status, 1e-6)
@@ -418,10 +428,26 @@ class StreamWorker:
         try:
             self.control.report_tasks(statuses)
             self.control.report_worker(
-                self.worker_id, os.getpid(), [t.name for t in self.tasks.values()], state
+                self.worker_id,
+                os.getpid(),
+                [t.name for t in self.tasks.values()],
+                state,
+                self._time_shares(elapsed),
             )
         except Exception as exc:  # reporting must never stop processing
             log.warning("worker %s: status report failed: %s", self.worker_id, exc)
+
+    def _time_shares(self, elapsed: float) -> dict[str, float]:
+        """Share of the wall time since the last report spent in each part of the work."""
+        totals = Counter(self.seconds)
+        for task in self.tasks.values():
+            totals.update(task.seconds)
+        shares = {
+            part: round(max(0.0, totals[part] - self._shares_at.get(part, 0.0)) / elapsed, 3)
+            for part in TIME_PARTS
+        }
+        self._shares_at = {part: totals[part] for part in TIME_PARTS}
+        return shares
 
     def _report_final(self, tasks: list[StreamTask]) -> None:
         """A task handed off: its last figures, as ``stopped``."""

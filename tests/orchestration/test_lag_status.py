@@ -124,6 +124,8 @@ def test_status_shows_waiting_unassigned_and_disabled_from_the_job_model(
         jobs.record_view_crash("events:2", "traffic_by_org", "state unreadable")
     jobs.set_task_state("events:4", "Disabled", "operator: bad partition")
     jobs.acquire_lease("coordinator", "a0", 30)
+    shares = {"read": 0.12, "decode": 0.2, "aggregate": 0.3, "archive": 0.0, "flush": 0.05}
+    store.report_worker("a0", 10, ["events:0"], "running", {**shares, "checkpoint": 0.02})
     store.report_tasks(
         [
             TaskStatus(
@@ -157,6 +159,7 @@ def test_status_shows_waiting_unassigned_and_disabled_from_the_job_model(
     for part in ("1 waiting", "1 scheduled", "1 disabled", "1 view disabled"):
         assert part in summary, summary
     assert "coordinator" in out and "host-0" in out  # the agents table
+    assert "read 12% decode 20% aggregate 30% flush 5% checkpoint 2%" in out
 
     snapshot = json.loads(_status_output(state, monkeypatch, capsys, "--json"))
     by_task = {row["task"]: row for row in snapshot}
