@@ -2,9 +2,9 @@
 
 librdkafka (confluent-kafka) reads an order of magnitude faster than kafka-python on the same
 broker (``benchmarks/ingest.py``); kafka-python stays supported and is the independent client
-the tests build their oracles with. ``SLUICE_KAFKA_CLIENT`` picks one (default confluent). What the worker needs:
-assign partitions at given offsets, poll records (offset, timestamp, value, key) grouped by
-partition, commit an offset, and the log's start and end, where the end is the larger of what
+the tests build their oracles with. ``SLUICE_KAFKA_CLIENT`` picks one (default confluent).
+What the worker needs: assign partitions at given offsets, poll records by partition as
+columns (offsets, timestamps, values, keys), commit an offset, and the log's start and end, where the end is the larger of what
 the broker lists and the high watermark fetches reported (the embedded broker under-reports
 the listed end, FACTS.md).
 """
@@ -20,24 +20,13 @@ from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata
 
 from pipelines.config import KafkaSettings
+from pipelines.events.decode import RecordBatch
 from pipelines.exceptions import BrokerUnavailable
 from pipelines.kafka.client import CONSUMER_FETCH, beginning_offsets, consumer, end_offsets
 
-__all__ = ["ConfluentReader", "KafkaPythonReader", "Reader", "Record", "open_reader"]
+__all__ = ["ConfluentReader", "KafkaPythonReader", "Reader", "RecordBatch", "open_reader"]
 
 log = logging.getLogger(__name__)
-
-
-class Record:
-    """One record as the decoder reads it (kafka-python's ConsumerRecord has the same)."""
-
-    __slots__ = ("key", "offset", "timestamp", "value")
-
-    def __init__(self, offset: int, timestamp: int, value: bytes | None, key: bytes | None):
-        self.offset = offset
-        self.timestamp = timestamp
-        self.value = value
-        self.key = key
 
 
 class Reader(Protocol):
@@ -45,8 +34,8 @@ class Reader(Protocol):
         """Read exactly these partitions, each from its offset."""
         ...
 
-    def poll(self, timeout_s: float, max_records: int) -> dict[TopicPartition, Sequence[Any]]:
-        """Records by partition, ascending offsets; empty when none came within the timeout."""
+    def poll(self, timeout_s: float, max_records: int) -> dict[TopicPartition, RecordBatch]:
+        """Records by partition as columns, ascending offsets; empty when none came in time."""
         ...
 
     def commit(self, tp: TopicPartition, offset: int) -> None: ...
@@ -69,10 +58,11 @@ class KafkaPythonReader:
         for tp, offset in positions.items():
             self.client.seek(tp, offset)
 
-    def poll(self, timeout_s: float, max_records: int) -> dict[TopicPartition, Sequence[Any]]:
+    def poll(self, timeout_s: float, max_records: int) -> dict[TopicPartition, RecordBatch]:
         if not self.client.assignment():
             return {}
-        return self.client.poll(timeout_ms=int(timeout_s * 1000), max_records=max_records)
+        polled = self.client.poll(timeout_ms=int(timeout_s * 1000), max_records=max_records)
+        return {tp: RecordBatch.of(records) for tp, records in polled.items()}
 
     def commit(self, tp: TopicPartition, offset: int) -> None:
         self.client.commit({tp: OffsetAndMetadata(offset, "", -1)})
@@ -121,6 +111,7 @@ class ConfluentReader:
             "max.partition.fetch.bytes": CONSUMER_FETCH["max_partition_fetch_bytes"],
             "fetch.wait.max.ms": CONSUMER_FETCH["fetch_max_wait_ms"],
             "queued.max.messages.kbytes": 64 * 1024,
+            "fetch.queue.backoff.ms": 10,
             "logger": logging.getLogger("librdkafka"),
         }
         try:
@@ -141,22 +132,35 @@ class ConfluentReader:
         self.client.assign([self._ctp(tp, offset) for tp, offset in positions.items()])
         self.assigned = list(positions)
 
-    def poll(self, timeout_s: float, max_records: int) -> dict[TopicPartition, Sequence[Any]]:
+    def poll(self, timeout_s: float, max_records: int) -> dict[TopicPartition, RecordBatch]:
         if not self.assigned:
             return {}
         messages = self.client.consume(num_messages=max_records, timeout=timeout_s)
-        out: dict[TopicPartition, list[Record]] = {}
+        out: dict[TopicPartition, RecordBatch] = {}
+        # librdkafka hands out runs of one partition: switch columns only where a run ends.
+        where: tuple[str, int] | None = None
+        offsets = stamps = values = keys = None
         for message in messages:
             if message.error() is not None:
                 log.warning("read error: %s", message.error())
                 continue
-            tp = TopicPartition(message.topic(), message.partition())
-            records = out.get(tp)
-            if records is None:
-                records = out[tp] = []
-            records.append(
-                Record(message.offset(), message.timestamp()[1], message.value(), message.key())
-            )
+            here = (message.topic(), message.partition())
+            if here != where:
+                where = here
+                tp = TopicPartition(*here)
+                batch = out.get(tp)
+                if batch is None:
+                    batch = out[tp] = RecordBatch([], [], [], [])
+                offsets, stamps, values, keys = (
+                    batch.offsets,
+                    batch.timestamps,
+                    batch.values,
+                    batch.keys,
+                )
+            offsets.append(message.offset())
+            stamps.append(message.timestamp()[1])
+            values.append(message.value())
+            keys.append(message.key())
         return out
 
     def commit(self, tp: TopicPartition, offset: int) -> None:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 
 from pipelines.archive import ArchiveBuffer, discard_uncommitted
 from pipelines.config import SluiceSettings
-from pipelines.events.decode import NO_WATERMARK, RawRecord, decode_batch
+from pipelines.events.decode import NO_WATERMARK, RawRecord, RecordBatch, decode_batch
 from pipelines.exceptions import TaskFenced, ViewCrash
 from pipelines.segments import read_parquet, realtime_key, to_parquet
 from pipelines.storage import ObjectStore
@@ -129,9 +129,11 @@ class StreamTask:
 
     # --- the hot path --------------------------------------------------------------------
 
-    def process(self, records: Sequence[RawRecord]) -> None:
+    def process(self, records: RecordBatch | Sequence[RawRecord]) -> None:
         if not records:
             return
+        if not isinstance(records, RecordBatch):
+            records = RecordBatch.of(records)
         started = time.perf_counter()
         batch = decode_batch(
             records,
@@ -156,7 +158,7 @@ class StreamTask:
         self.watermark = batch.watermark
         self.consumed += batch.consumed
         self.next_offset = batch.next_offset
-        self.last_processed_ts = records[-1].timestamp
+        self.last_processed_ts = records.timestamps[-1]
 
     # --- durability ----------------------------------------------------------------------
 

@@ -6,8 +6,11 @@ from dataclasses import dataclass
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from pipelines.events.decode import NO_WATERMARK, decode_batch
+from pipelines.events.decode import FUTURE_EVENT_TIME, NO_WATERMARK, _classify, decode_batch
+from pipelines.events.schema import EVENT_FIELDS
 
 BASE = {
     "event_id": "e1",
@@ -88,3 +91,71 @@ def test_watermark_before_each_event_does_not_depend_on_batch_cuts():
     )
     assert list(whole.prior_watermark) == list(first.prior_watermark) + list(second.prior_watermark)
     assert whole.watermark == second.watermark == BASE["event_time"] + 950_000
+
+
+# --- the fast path (msgspec) and the exact classifier never disagree ----------------------
+
+_json_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=5),
+)
+
+
+@st.composite
+def _messages(draw) -> bytes | None:
+    """A valid event with a few of its fields broken, dropped or added, or raw junk."""
+    kind = draw(st.sampled_from(["event", "event", "event", "junk", "none", "list"]))
+    if kind == "none":
+        return None
+    if kind == "junk":
+        return draw(st.binary(max_size=40))
+    if kind == "list":
+        return orjson.dumps(draw(st.lists(_json_scalars, max_size=3)))
+    event = {
+        **BASE,
+        "event_time": BASE["event_time"] + draw(st.integers(0, 3_000_000)),
+        "bytes_tx": draw(st.integers(0, 10_000)),
+    }
+    for name in draw(st.lists(st.sampled_from(sorted(BASE)), max_size=2, unique=True)):
+        if draw(st.booleans()):
+            del event[name]
+        else:
+            event[name] = draw(_json_scalars)
+    if draw(st.booleans()):
+        event["extra"] = draw(_json_scalars)
+    return orjson.dumps(event)
+
+
+def _reference(values, watermark=NO_WATERMARK):
+    """The slow path alone: each message through the exact classifier, then the watermark."""
+    accepted, dead, wm = [], [], watermark
+    for offset, value in enumerate(values):
+        checked = _classify(value, 1024)
+        if type(checked) is tuple:
+            dead.append((offset, checked[0]))
+            continue
+        t = checked.event_time
+        if wm != NO_WATERMARK and t > wm + 3_600_000:
+            dead.append((offset, FUTURE_EVENT_TIME))
+            continue
+        accepted.append((offset, wm, *(getattr(checked, f) for f in EVENT_FIELDS)))
+        wm = max(wm, t)
+    return accepted, dead, wm
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_messages(), min_size=1, max_size=30))
+def test_the_fast_path_agrees_with_the_exact_classifier(values):
+    batch = _decode(values)
+    accepted = [
+        (int(o), int(w), *(batch.columns[f][i] for f in EVENT_FIELDS))
+        for i, (o, w) in enumerate(zip(batch.offsets, batch.prior_watermark, strict=True))
+    ]
+    expected, dead, wm = _reference(values)
+    assert accepted == expected
+    assert [(d.offset, d.reason) for d in batch.dead_letters] == dead
+    assert batch.watermark == wm
+    assert batch.consumed == len(values)

@@ -43,19 +43,21 @@ def test_what_one_client_writes_the_other_reads_exactly(
     got: dict[TopicPartition, list] = {tp: [] for tp in tps}
 
     def drained() -> bool:
-        for tp, records in reader.poll(0.2, 1000).items():
-            got[tp].extend(records)
+        for tp, batch in reader.poll(0.2, 1000).items():
+            got[tp].extend(
+                zip(batch.offsets, batch.timestamps, batch.keys, batch.values, strict=True)
+            )
         return sum(map(len, got.values())) >= len(sent)
 
     wait_until(drained, 60, "the reader to read everything", every_s=0)
     for records in got.values():
-        assert [r.offset for r in records] == list(range(len(records)))
-        assert all(r.timestamp > 0 for r in records)
+        assert [offset for offset, *_ in records] == list(range(len(records)))
+        assert all(stamp > 0 for _, stamp, *_ in records)
 
     def order(kv):
         return kv[0], kv[1] or b""
 
-    read = [(r.key, r.value) for rs in got.values() for r in rs]
+    read = [(key, value) for rs in got.values() for _, _, key, value in rs]
     assert sorted(read, key=order) == sorted(sent, key=order)
     ends = reader.end_offsets(tps)
     assert ends == {tp: len(got[tp]) for tp in tps}
