@@ -124,6 +124,8 @@ class DecodedBatch:
     watermark: int = NO_WATERMARK
     consumed: int = 0
     next_offset: int = -1
+    codes: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    """Factorized grouping columns, shared by the views that group by them."""
 
     def __len__(self) -> int:
         return len(self.offsets)

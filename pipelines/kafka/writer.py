@@ -71,6 +71,9 @@ class ConfluentWriter:
             "queue.buffering.max.messages": 1_000_000,
             "message.max.bytes": 4 * 1024 * 1024,
             "acks": 1,
+            # Only failures call back into Python: a callback per delivered message cost more
+            # than producing it. flush() still waits for every delivery.
+            "delivery.report.only.error": True,
             "logger": logging.getLogger("librdkafka"),
         }
         try:
@@ -79,6 +82,7 @@ class ConfluentWriter:
             raise BrokerUnavailable(f"cannot create a producer for {bootstrap}: {exc}") from exc
         self.failed = 0
         self.error: str | None = None
+        self._unpolled = 0
 
     def _delivered(self, error, _message) -> None:
         if error is not None:
@@ -92,7 +96,10 @@ class ConfluentWriter:
                 break
             except BufferError:  # the local queue is full: let deliveries drain it
                 self.client.poll(0.05)
-        self.client.poll(0)
+        self._unpolled += 1
+        if self._unpolled >= 1024:  # serve delivery reports now and then, not per message
+            self._unpolled = 0
+            self.client.poll(0)
 
     def flush(self, timeout_s: float = 60.0) -> None:
         left = self.client.flush(timeout_s)

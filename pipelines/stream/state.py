@@ -8,7 +8,7 @@ full snapshots of the task's partials, never deltas, and a replay simply overwri
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -21,6 +21,21 @@ from pipelines.views.model import WINDOW_START, View
 __all__ = ["ViewState", "state_column"]
 
 GroupKey = tuple  # (window_start_ms, *group values)
+
+
+def _factorized(batch: DecodedBatch, col: str) -> tuple[np.ndarray, np.ndarray]:
+    """Integer codes of one column of the batch, computed once for all views."""
+    cached = batch.codes.get(col)
+    if cached is None:
+        values = batch.columns[col]
+        if values.dtype != object:  # group keys are strings, as in the realtime segments
+            values = values.astype(str).astype(object)
+        cached = batch.codes[col] = pd.factorize(values)
+    return cached
+
+
+def _label(value: Any) -> str:
+    return value if type(value) is str else str(value)
 
 
 def state_column(out: str) -> str:
@@ -48,6 +63,7 @@ class ViewState:
         late = starts + (view.interval_ms + view.allowed_lateness_ms) <= batch.prior_watermark
         n_late = int(late.sum())
         self.late += n_late
+        keep = None
         if n_late:
             keep = ~late
             if not keep.any():
@@ -61,7 +77,7 @@ class ViewState:
         inputs = [
             columns[agg.spec.col_name] if agg.spec.col_name else None for agg in self.aggregators
         ]
-        for key, idx in self._groups(starts, columns).items():
+        for key, idx in self._groups(starts, columns, batch, keep):
             window = key[0]
             segment = window - window % view.segment_ms
             bucket = self.buckets.get(segment)
@@ -78,17 +94,34 @@ class ViewState:
                 )
             self.dirty.add(segment)
 
-    def _groups(self, starts: np.ndarray, columns: dict[str, np.ndarray]) -> dict[GroupKey, Any]:
-        if not self.view.grouping_cols:
-            uniques, inverse = np.unique(starts, return_inverse=True)
-            return {(int(w),): np.flatnonzero(inverse == i) for i, w in enumerate(uniques)}
-        frame = {WINDOW_START: starts}
+    def _groups(
+        self,
+        starts: np.ndarray,
+        columns: dict[str, np.ndarray],
+        batch: DecodedBatch,
+        keep: np.ndarray | None,
+    ) -> Iterator[tuple[GroupKey, np.ndarray]]:
+        """(window, *group values) and the row indices of each group, in key order.
+
+        Each grouping column is factorized once per batch and shared by every view that groups
+        by it; groups are then runs of one integer key, found by one stable sort.
+        """
+        key = np.unique(starts, return_inverse=True)[1]
         for col in self.view.grouping_cols:
-            values = columns[col]
-            frame[col] = values if values.dtype == object else values.astype(str)
-        keys = [WINDOW_START, *self.view.grouping_cols]
-        indices = pd.DataFrame(frame, copy=False).groupby(keys, sort=False).indices
-        return {(int(k[0]), *k[1:]): v for k, v in indices.items()}
+            codes, uniques = _factorized(batch, col)
+            if keep is not None:
+                codes = codes[keep]
+            if (int(key.max()) + 1) * len(uniques) >= 2**62:  # renumber before it overflows
+                key = np.unique(key, return_inverse=True)[1]
+            key = key * len(uniques) + codes
+        order = np.argsort(key, kind="stable")
+        ordered = key[order]
+        cuts = np.flatnonzero(ordered[1:] != ordered[:-1]) + 1
+        firsts = order[np.concatenate(([0], cuts))].tolist()
+        values = [columns[col] for col in self.view.grouping_cols]
+        for first, idx in zip(firsts, np.split(order, cuts), strict=True):
+            group = tuple(_label(v[first]) for v in values)
+            yield (int(starts[first]), *group), idx
 
     def closed_segments(self, watermark: int) -> list[int]:
         """Segments no in-time event can reach any more."""
