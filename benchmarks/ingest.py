@@ -6,7 +6,9 @@ Measures, on the same topic of the same embedded broker, in one process run:
   (c) one stream worker running the example views (decode, validate, window, aggregate,
       archive and flush every ``--flush-interval`` seconds) on each client,
   (d) the generator's produce rate (synthesis + send + delivery) on each client,
-and prints messages per second and the ratios c/a and c/b. Runs are interleaved and the
+  (e) the same stream tasks fed the topic's records from memory (no Kafka in the loop): the
+      ceiling a worker's own processing sets,
+and prints messages per second and the ratios c/a, c/b and c/e. Runs are interleaved and the
 median of ``--repeat`` rounds is reported, because the broker shares the machine's cores.
 
     .venv/bin/python benchmarks/ingest.py [--events 300000] [--repeat 3]
@@ -19,7 +21,9 @@ import platform
 import statistics
 import sys
 import tempfile
+import threading
 import time
+from itertools import zip_longest
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -27,12 +31,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kafka import TopicPartition
 
 from pipelines.config import PROJECT_ROOT, KafkaSettings, SluiceSettings
+from pipelines.events.decode import RecordBatch
 from pipelines.generator import GeneratorOptions, load_trace, replay
 from pipelines.kafka import EmbeddedBroker, ensure_topics
 from pipelines.kafka.reader import open_reader
 from pipelines.kafka.writer import open_writer
 from pipelines.storage import LocalObjectStore
 from pipelines.stream import StreamWorker, TaskId
+from pipelines.stream.task import StreamTask
 from pipelines.views import load_views
 
 PARTITIONS = 4
@@ -74,10 +80,69 @@ def worker_consume(
             LocalObjectStore(settings.resolved_storage_root),
             kafka=KafkaSettings(client=client),
         )
-        worker.run(max_idle_s=1.0)
+        # Until every record is processed and the final checkpoint (archive, segments, state)
+        # is written: a flush interval's durable work belongs to the rate it sustains.
+        runner = threading.Thread(target=worker.run, name="bench-worker")
+        runner.start()
+        while sum(t.consumed for t in list(worker.tasks.values())) < total:
+            if not runner.is_alive():
+                raise RuntimeError("the worker stopped before consuming the topic")
+            time.sleep(0.005)
+        worker.stop_event.set()
+        runner.join()
+        elapsed = time.monotonic() - worker.started_at
         consumed = sum(t.consumed for t in worker.tasks.values())
         assert consumed == total, f"worker consumed {consumed} of {total}"
-        return total / (worker.last_progress_at - worker.started_at)
+        return total / elapsed
+
+
+def read_all(bootstrap: str, topic: str, total: int) -> dict[int, list[RecordBatch]]:
+    """The topic's records as the reader hands them over, kept in memory for (e)."""
+    reader = open_reader(bootstrap, KafkaSettings(), f"bench-mem-{time.monotonic_ns()}")
+    reader.assign({TopicPartition(topic, p): 0 for p in range(PARTITIONS)})
+    batches: dict[int, list[RecordBatch]] = {p: [] for p in range(PARTITIONS)}
+    seen = 0
+    while seen < total:
+        for tp, batch in reader.poll(0.2, 5000).items():
+            batches[tp.partition].append(batch)
+            seen += len(batch)
+    reader.close()
+    return batches
+
+
+def tasks_from_memory(
+    topic: str, batches: dict[int, list[RecordBatch]], views_file: Path, flush_s: float
+) -> float:
+    """Stream tasks on the records in memory, flushing on the worker's schedule."""
+    total = sum(len(b) for bs in batches.values() for b in bs)
+    with tempfile.TemporaryDirectory() as state:
+        settings = SluiceSettings(state_dir=Path(state), flush_interval_s=flush_s)
+        store = LocalObjectStore(settings.resolved_storage_root)
+        views = load_views(views_file)
+        tasks = {p: StreamTask(topic, p, views, store, _NoDeadLetters(), settings) for p in batches}
+        for task in tasks.values():
+            task.start_at(0)
+        started = time.monotonic()
+        next_flush = started + flush_s
+        for round_batches in zip_longest(*batches.values()):
+            for partition, batch in zip(batches, round_batches, strict=True):
+                if batch is not None:
+                    tasks[partition].process(batch)
+            if time.monotonic() >= next_flush:
+                for task in tasks.values():
+                    task.flush()
+                next_flush = time.monotonic() + flush_s
+        for task in tasks.values():  # the final checkpoint, as the worker's (c) includes
+            task.checkpoint()
+        return total / (time.monotonic() - started)
+
+
+class _NoDeadLetters:
+    def send(self, *_args: object) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
 
 
 def generate(bootstrap: str, topic: str, events: int, client: str) -> tuple[float, object]:
@@ -126,7 +191,10 @@ def main() -> int:
             )
             plain: dict[str, list[float]] = {c: [] for c in CLIENTS}
             work: dict[str, list[float]] = {c: [] for c in CLIENTS}
+            memory: list[float] = []
+            in_memory = read_all(info.bootstrap, topic, args.events)
             for round_no in range(1, args.repeat + 1):
+                memory.append(tasks_from_memory(topic, in_memory, views_file, args.flush_interval))
                 for client in CLIENTS:
                     plain[client].append(plain_consume(info.bootstrap, topic, args.events, client))
                     work[client].append(
@@ -143,6 +211,7 @@ def main() -> int:
                         f"round {round_no}, {client}: raw {plain[client][-1]:,.0f} msg/s, "
                         f"worker {work[client][-1]:,.0f} msg/s"
                     )
+                print(f"round {round_no}, tasks from memory: {memory[-1]:,.0f} msg/s")
         finally:
             broker.stop()
     a, b = (statistics.median(plain[c]) for c in CLIENTS)
@@ -161,6 +230,9 @@ def main() -> int:
     print(f"confluent worker / kafka-python one  : {ca / cb:>10.2f}")
     print(f"(d) generator, confluent             : {produce['confluent']:>10,.0f} msg/s")
     print(f"(d) generator, kafka-python          : {produce['kafka-python']:>10,.0f} msg/s")
+    e = statistics.median(memory)
+    print(f"(e) the tasks from memory, no Kafka  : {e:>10,.0f} msg/s (median of {n})")
+    print(f"ratio c/e (confluent worker / memory): {ca / e:>10.2f}")
     return 0
 
 

@@ -43,7 +43,10 @@ class FleetSettings(BaseModel):
         description="Kafka partitions of the input topic (upper bound on useful workers).",
     )
     worker_rate: float = Field(
-        1000.0, gt=0, description="True processing rate of one worker, msg per busy-second."
+        100_000.0,
+        gt=0,
+        description="True processing rate of one worker, msg per busy-second (one agent with the "
+        "example views on librdkafka measured 105-159k on 2 cores: benchmarks/ingest.py).",
     )
     min_workers: int = Field(1, ge=1, description="Fewest workers any policy may ask for.")
     max_workers: int | None = Field(
@@ -65,7 +68,9 @@ class SimulationSettings(BaseModel):
     """How a trace is replayed."""
 
     peak_rate: float = Field(
-        32000.0, gt=0, description="Input rate (msg/s) the trace's maximum is scaled to."
+        3_200_000.0,
+        gt=0,
+        description="Input rate (msg/s) the trace's maximum is scaled to (32 default workers).",
     )
     step_s: float = Field(
         300.0, gt=0, description="Decision interval: simulated seconds between policy decisions."
@@ -167,7 +172,9 @@ class KedaSettings(BaseModel):
     """`keda`: the KEDA Kafka scaler behind a Kubernetes HPA."""
 
     lag_threshold: float = Field(
-        60000.0, gt=0, description="lagThreshold: target lag (msg) per replica."
+        6_000_000.0,
+        gt=0,
+        description="lagThreshold: target lag (msg) per replica (60 s of the default worker).",
     )
     stabilisation_window_s: float = Field(
         300.0, ge=0, description="HPA scale-down stabilisation window (largest recent wins), s."

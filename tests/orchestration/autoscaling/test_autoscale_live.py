@@ -120,6 +120,8 @@ def test_sensor_launches_a_tagged_scaling_run(tmp_path, monkeypatch):
     now = time.time()
     control.report_tasks(_statuses(now, 1, 50_000, 50.0, 1.0))
     monkeypatch.setenv("SLUICE_AUTOSCALE_POLICY", "keda")
+    # a small fleet (50 msg/s per task): a lag threshold of 60 s at its rate, not the default's
+    monkeypatch.setenv("SLUICE_AUTOSCALE_KEDA__LAG_THRESHOLD", "3000")
     sensor = make_autoscaling_sensor(scale_stream_workers)
     context = dg.build_sensor_context(
         cursor=None, resources={"control_store": LocalControlStoreResource(sqlite_url=url)}

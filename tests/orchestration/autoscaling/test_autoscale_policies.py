@@ -138,6 +138,13 @@ class TestDs2:
 
 
 class TestKeda:
+    @pytest.fixture
+    def settings(self, settings: AutoscaleSettings) -> AutoscaleSettings:
+        """A lag threshold of 60 s at the builders' 1,000 msg/s workers."""
+        return settings.model_copy(
+            update={"keda": settings.keda.model_copy(update={"lag_threshold": 60_000.0})}
+        )
+
     def test_replicas_are_lag_over_threshold(self, settings: AutoscaleSettings) -> None:
         policy = KedaPolicy.from_settings(settings)
         assert policy.decide(snapshot(workers=1, backlog=250_000.0), []).target == 5
