@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from kafka import TopicPartition
@@ -26,6 +26,7 @@ from pipelines.kafka import consumer, end_offsets
 __all__ = [
     "STATUS_ORDER",
     "LagSample",
+    "ProducedProbe",
     "TaskLag",
     "collect_task_lags",
     "lag_status",
@@ -46,37 +47,69 @@ class TaskLag:
     stale: bool
 
 
+class ProducedProbe:
+    """Reads, per partition, the log end and the newest record's timestamp with one long-lived
+    consumer: `up` and `status` ask every two seconds, and a consumer per question cost a
+    connection, a metadata round trip and kafka-python's shutdown noise each time."""
+
+    def __init__(self, bootstrap: str | Callable[[], str], kafka: KafkaSettings | None = None):
+        self.bootstrap = bootstrap
+        """The broker, or how to find it when first asked (it may not run yet)."""
+        self.kafka = kafka
+        self._client = None
+
+    def newest(self, topic: str, partitions: Sequence[int]) -> dict[int, tuple[int, int | None]]:
+        """Per partition: (log end offset, timestamp of the last record or None if empty)."""
+        result: dict[int, tuple[int, int | None]] = {}
+        try:
+            if self._client is None:
+                bootstrap = self.bootstrap() if callable(self.bootstrap) else self.bootstrap
+                self._client = consumer(bootstrap, self.kafka, fetch_max_wait_ms=50)
+            client = self._client
+            tps = [TopicPartition(topic, p) for p in partitions]
+            client.assign(tps)
+            client.resume(*tps)
+            ends = end_offsets(client, tps)
+            pending = {}
+            for tp in tps:
+                if ends[tp] > 0:
+                    client.seek(tp, ends[tp] - 1)
+                    pending[tp] = ends[tp]
+                else:
+                    result[tp.partition] = (0, None)
+            deadline = time.monotonic() + 2.0
+            while pending and time.monotonic() < deadline:
+                for tp, records in client.poll(timeout_ms=200).items():
+                    if records and tp in pending:
+                        last = records[-1]
+                        end = max(pending.pop(tp), last.offset + 1)
+                        result[tp.partition] = (end, last.timestamp)
+                        client.pause(tp)
+            for tp, end in pending.items():
+                result[tp.partition] = (end, None)
+        except KafkaError as exc:
+            log.warning("cannot read the newest records of %s: %s", topic, exc)
+            self.close()  # a fresh connection next time
+        return result
+
+    def close(self) -> None:
+        if self._client is not None:
+            client, self._client = self._client, None
+            try:
+                client.close()
+            except Exception as exc:  # closing a broken client must not fail the caller
+                log.debug("closing the lag probe: %s", exc)
+
+
 def newest_produced_timestamps(
     bootstrap: str, topic: str, partitions: Sequence[int], kafka: KafkaSettings | None = None
 ) -> dict[int, tuple[int, int | None]]:
-    """Per partition: (log end offset, timestamp of the last record or None if empty)."""
-    result: dict[int, tuple[int, int | None]] = {}
-    client = consumer(bootstrap, kafka, fetch_max_wait_ms=50)
+    """One look with a consumer of its own (see :class:`ProducedProbe` for repeated looks)."""
+    probe = ProducedProbe(bootstrap, kafka)
     try:
-        tps = [TopicPartition(topic, p) for p in partitions]
-        client.assign(tps)
-        ends = end_offsets(client, tps)
-        pending = {}
-        for tp in tps:
-            if ends[tp] > 0:
-                client.seek(tp, ends[tp] - 1)
-                pending[tp] = ends[tp]
-            else:
-                result[tp.partition] = (0, None)
-        deadline = time.monotonic() + 2.0
-        while pending and time.monotonic() < deadline:
-            for tp, records in client.poll(timeout_ms=200).items():
-                if records and tp in pending:
-                    last = records[-1]
-                    result[tp.partition] = (max(pending.pop(tp), last.offset + 1), last.timestamp)
-                    client.pause(tp)
-        for tp, end in pending.items():
-            result[tp.partition] = (end, None)
-    except KafkaError as exc:
-        log.warning("cannot read the newest records of %s: %s", topic, exc)
+        return probe.newest(topic, partitions)
     finally:
-        client.close()
-    return result
+        probe.close()
 
 
 def task_lags(
@@ -102,16 +135,22 @@ def task_lags(
     return lags
 
 
-def collect_task_lags(runtime: Runtime, stale_after_s: float = 300.0) -> list[TaskLag]:
+def collect_task_lags(
+    runtime: Runtime, stale_after_s: float = 300.0, probe: ProducedProbe | None = None
+) -> list[TaskLag]:
     """Every task's lag now: the workers' reports joined with what the broker holds (what the
-    workers last reported alone when the broker does not answer)."""
+    workers last reported alone when the broker does not answer). Pass a ``probe`` when
+    asking repeatedly."""
     statuses = runtime.control.tasks()
     produced = {}
     try:
         bootstrap = runtime.bootstrap()
         for topic in sorted({s.topic for s in statuses}):
             parts = sorted(s.partition for s in statuses if s.topic == topic)
-            produced[topic] = newest_produced_timestamps(bootstrap, topic, parts, runtime.kafka)
+            if probe is not None:
+                produced[topic] = probe.newest(topic, parts)
+            else:
+                produced[topic] = newest_produced_timestamps(bootstrap, topic, parts, runtime.kafka)
     except BrokerUnavailable:
         pass
     return task_lags(statuses, produced, stale_after_s=stale_after_s)

@@ -48,6 +48,17 @@ need_postgres() {
   fi
 }
 
+need_tmux() {
+  command -v tmux >/dev/null 2>&1 && return 0
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing Debian's tmux for the terminal test of sluice up ..." >&2
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux >/dev/null; } \
+      || die "could not install tmux: sudo apt-get install -y tmux"
+  else
+    die "the terminal test of sluice up needs tmux: sudo apt-get install -y tmux"
+  fi
+}
+
 cmd=${1:-}
 shift || true
 case "$cmd" in
@@ -55,6 +66,7 @@ case "$cmd" in
   test)
     need_chromium
     need_postgres
+    need_tmux
     echo "checking the import contracts (pyproject.toml: the package graph runs one way) ..." >&2
     .venv/bin/lint-imports --no-cache || die "an import runs back up the layers (see above)"
     exec .venv/bin/python -m pytest "$@" ;;

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import sys
+from importlib import metadata
+from pathlib import Path
 
 from pydantic import ValidationError
 
+from orchestration.cli.logs import configure_logging
+from pipelines.config import get_settings
 from pipelines.exceptions import InvalidSetting, SluiceError
 from pipelines.settings import describe_validation_error
 
@@ -51,7 +54,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         prog="sluice",
         description="Real-time aggregation of event streams that stays correct and cheap.",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="debug logging on the terminal too"
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in (only,) if only else SUBCOMMANDS:
         try:
@@ -68,12 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser(_command_of(argv))
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    if not args.verbose:
-        logging.getLogger("kafka").setLevel(logging.ERROR)
+    configure_logging(args.verbose, _state_dir())
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
@@ -90,6 +91,21 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+
+
+def _state_dir() -> Path | None:
+    """Where the log file goes; None while the settings are invalid (the command says why)."""
+    try:
+        return get_settings().resolved_state_dir
+    except (InvalidSetting, ValidationError):
+        return None
+
+
+def _version() -> str:
+    try:
+        return metadata.version("sluice")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 if __name__ == "__main__":

@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from rich.console import Console
 
 from orchestration.runtime import Runtime
 from pipelines.generator import GeneratorOptions, Message, load_trace, replay
+from pipelines.generator.progress import ReplayProgress
 from pipelines.kafka import ensure_topics
 from pipelines.kafka.writer import open_writer
 
@@ -67,6 +69,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--topic", default=None, help="default: SLUICE_TOPIC (events)")
     parser.add_argument("--no-pace", action="store_true", help="produce as fast as possible")
     parser.add_argument("--report", default=None, help="also write the report as JSON here")
+    parser.add_argument(
+        "--progress",
+        default=None,
+        help="keep a JSON progress record here, rewritten every second (what `up` shows)",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.set_defaults(func=run)
 
@@ -85,18 +92,36 @@ def run(args: argparse.Namespace) -> int:
     def send(message: Message) -> None:
         out.send(topic, message.key, message.value)
 
-    def progress(report, sim_s: float) -> None:
-        console.print(
-            f"[dim]generate[/] {report.produced:>10,} msgs  {report.produced / report.wall_s:>8,.0f}/s  "
-            f"simulated {sim_s / 3600:6.1f} h",
-            highlight=False,
-        )
+    total_sim_s = (
+        trace.duration_s
+        if options.duration_s is None
+        else min(options.duration_s, trace.duration_s)
+    )
+
+    def progress(report, sim_s: float, done: bool = False) -> None:
+        if args.progress:
+            record = ReplayProgress(
+                produced=report.produced,
+                rate=report.produced / report.wall_s if report.wall_s else 0.0,
+                sim_s=sim_s,
+                total_sim_s=total_sim_s,
+                speedup=None if args.no_pace else options.speedup,
+                done=done,
+            )
+            record.write(Path(args.progress))
+        if not done and not args.progress:
+            console.print(
+                f"[dim]generate[/] {report.produced:>10,} msgs  "
+                f"{report.produced / report.wall_s:>8,.0f}/s  simulated {sim_s / 3600:6.1f} h",
+                highlight=False,
+            )
 
     try:
         report = replay(trace, options, send, pace=not args.no_pace, progress=progress)
     finally:
         out.flush()
         out.close()
+    progress(report, total_sim_s, done=True)
     summary = {"trace": trace.name, "topic": topic, "seed": options.seed, **report.as_dict()}
     if args.report:
         with open(args.report, "w") as handle:

@@ -24,6 +24,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from orchestration.lag import (
     LagSample,
+    ProducedProbe,
     TaskLag,
     collect_task_lags,
     lag_status,
@@ -86,7 +87,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON snapshot and exit")
     parser.add_argument("--interval", type=float, default=2.0, help="refresh seconds")
     parser.add_argument(
-        "--stale-after", type=float, default=300.0, help="heartbeat age that marks a task stale"
+        "--stale-after",
+        type=float,
+        default=30.0,
+        help="report age (s) that marks a task stale; workers report every 2 s (default 30)",
     )
     parser.set_defaults(func=run)
 
@@ -133,11 +137,7 @@ def render(
     if statuses is None:
         statuses = StatusTracker().update(lags)
     job = job or JobView()
-    statuses = dict(statuses)
-    for task in {lag.status.task for lag in lags} | set(job.assignments):
-        from_job = job.health(task)
-        if from_job is not None:
-            statuses[task] = worst([statuses.get(task, "OK"), from_job])
+    statuses = task_statuses(lags, statuses, job)
     table = Table(title="Sluice stream tasks", title_justify="left")
     for name, justify in (
         ("task", "left"),
@@ -217,6 +217,20 @@ def render(
     return Group(*parts)
 
 
+def task_statuses(lags: list[TaskLag], statuses: dict[str, str], job: JobView) -> dict[str, str]:
+    """Each task's status: Burrow's from its lag window, made worse by what the job model
+    says (Waiting, Disabled, a disabled view) and by a stale report (STOP)."""
+    out = dict(statuses)
+    for lag in lags:
+        if lag.stale:
+            out[lag.status.task] = worst([out.get(lag.status.task, "OK"), "STOP"])
+    for task in {lag.status.task for lag in lags} | set(job.assignments):
+        from_job = job.health(task)
+        if from_job is not None:
+            out[task] = worst([out.get(task, "OK"), from_job])
+    return out
+
+
 def _job_cell(job: JobView, task: str) -> Text:
     a = job.assignments.get(task)
     if a is None:
@@ -284,9 +298,12 @@ def _views(runtime: Runtime) -> dict[str, ResolvedView]:
 
 
 def _snapshot(lags: list[TaskLag], job: JobView) -> list[dict]:
+    statuses = task_statuses(lags, StatusTracker().update(lags), job)
+
     def job_fields(task: str) -> dict:
         a = job.assignments.get(task)
         return {
+            "status": statuses.get(task, "OK"),
             "job_state": a.state if a else None,
             "job_reason": a.reason if a else None,
             "agent_id": a.agent_id if a else None,
@@ -325,15 +342,18 @@ def run(args: argparse.Namespace) -> int:
         return 0
     console.print(render_views(_views(runtime)))
     tracker = StatusTracker(stale_after_s=args.stale_after)
+    probe = ProducedProbe(runtime.bootstrap, runtime.kafka)
 
     def frame() -> Group:
-        lags = collect_task_lags(runtime, args.stale_after)
+        lags = collect_task_lags(runtime, args.stale_after, probe)
         return render(lags, tracker.update(lags), job_view(runtime))
 
-    with Live(frame(), console=console, auto_refresh=False) as live:
-        try:
+    try:
+        with Live(frame(), console=console, auto_refresh=False) as live:
             while True:
                 time.sleep(args.interval)
                 live.update(frame(), refresh=True)
-        except KeyboardInterrupt:
-            return 0
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        probe.close()

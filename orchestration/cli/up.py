@@ -21,12 +21,14 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.text import Text
 
+from orchestration.cli.logs import stderr_console
 from orchestration.cli.status import StatusTracker, job_view, render
 from orchestration.cli.stream import add_agents_argument
 from orchestration.fleet import Supervisor, child_environment, start_fleet
 from orchestration.fleet.processes import start_process, stop_process
 from orchestration.runtime import Runtime
 from pipelines.config import SluiceSettings
+from pipelines.generator.progress import ReplayProgress
 from pipelines.kafka import EmbeddedBroker, ensure_topics
 
 __all__ = ["register"]
@@ -57,8 +59,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def _generator(args: argparse.Namespace, env: dict[str, str], state_dir: Path) -> subprocess.Popen:
+def _generator(
+    args: argparse.Namespace, env: dict[str, str], state_dir: Path, progress_file: Path
+) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "orchestration.cli", "generate", "--trace", args.trace]
+    cmd += ["--progress", str(progress_file)]
     cmd += ["--duration", args.duration, "--speedup", str(args.speedup)]
     cmd += ["--peak-rate", str(args.peak_rate), "--seed", str(args.seed)]
     cmd += ["--report", str(state_dir / "generate-report.json")]
@@ -83,17 +88,24 @@ def up_settings(settings: SluiceSettings, flush_interval: float | None) -> Sluic
     return SluiceSettings.model_validate({**settings.model_dump(), **update})
 
 
+PROGRESS_FILE = "replay-progress.json"
+
+
 def run(args: argparse.Namespace) -> int:
     base = Runtime.from_env()
     settings = up_settings(base.settings, args.flush_interval)
     runtime = Runtime(settings, base.kafka)
     state_dir = settings.resolved_state_dir
     (state_dir / "logs").mkdir(parents=True, exist_ok=True)
-    console = Console()
-    broker = None
+    progress_file = state_dir / PROGRESS_FILE
+    progress_file.unlink(missing_ok=True)
+    console = stderr_console()
+    own_broker = None
     fleet = None
     generator = None
     dagster = None
+    watch = None
+    interrupted = False
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
@@ -102,9 +114,17 @@ def run(args: argparse.Namespace) -> int:
             console.print(f"using the Kafka cluster at {bootstrap}")
         else:
             broker = EmbeddedBroker(state_dir)
-            info = broker.start()
+            running = broker.info()
+            if running is not None:  # someone else's (sluice broker start): use it, leave it
+                info = running
+                console.print(
+                    f"using the running embedded broker pid {info.pid} at {info.bootstrap}"
+                )
+            else:
+                info = broker.start()
+                own_broker = broker
+                console.print(f"embedded broker pid {info.pid} at {info.bootstrap}")
             bootstrap = info.bootstrap
-            console.print(f"embedded broker pid {info.pid} at {bootstrap}")
             kafka = runtime.kafka.model_copy(update={"bootstrap_servers": bootstrap})
             runtime = Runtime(settings, kafka)
         ensure_topics(
@@ -117,25 +137,45 @@ def run(args: argparse.Namespace) -> int:
         children = child_environment(runtime)
         if not args.no_dagster:
             dagster = _start_dagster(settings, children, console)
-        generator = _generator(args, {**os.environ, **children}, state_dir)
+        generator = _generator(args, {**os.environ, **children}, state_dir, progress_file)
         console.print(
             f"replaying {args.trace} ({args.duration} simulated at {args.speedup:g}x); "
             f"logs in {state_dir / 'logs'}; Ctrl-C stops everything"
         )
-        _watch(runtime, fleet, generator, dagster, console, stop, args.exit_when_done)
+        watch = Watch(runtime, generator, dagster, progress_file, args.trace)
+        Supervisor(runtime, fleet).run(
+            stop,
+            2.0,
+            lambda events, lags: watch.show(events, lags, args.exit_when_done),
+            with_lags=True,
+        )
     except KeyboardInterrupt:
-        pass
+        interrupted = True
     finally:
-        console.print("stopping: generator, agents (checkpointing), Dagster, broker...")
-        stop_process(generator)
-        if fleet is not None:
-            fleet.stop()
-        if dagster is not None:
-            dagster.stop()
-        if broker is not None:
-            broker.stop()
-        console.print("stopped")
-    return 0
+        # A second Ctrl-C must not cut the clean-up short and leave children behind.
+        previous = signal.signal(signal.SIGINT, _still_stopping(console))
+        if watch is not None:
+            watch.close()
+        try:
+            console.print("stopping: generator, agents (checkpointing), Dagster, broker...")
+            stop_process(generator)
+            if fleet is not None:
+                fleet.stop()
+            if dagster is not None:
+                dagster.stop()
+            if own_broker is not None:
+                own_broker.stop()
+            console.print("stopped")
+        finally:
+            signal.signal(signal.SIGINT, previous)
+    return 130 if interrupted else 0
+
+
+def _still_stopping(console):
+    def handler(_signum, _frame) -> None:
+        console.print("still stopping every process started here; a moment...")
+
+    return handler
 
 
 def _start_dagster(settings: SluiceSettings, env: dict[str, str], console: Console):
@@ -149,31 +189,77 @@ def _start_dagster(settings: SluiceSettings, env: dict[str, str], console: Conso
     return handle
 
 
-def _watch(runtime, fleet, generator, dagster, console, stop, exit_when_done: bool) -> None:
-    caught_up_since = None
-    supervisor = Supervisor(runtime, fleet)
-    tracker = StatusTracker()
-    with Live(console=console, auto_refresh=False) as live:
+class Watch:
+    """The live panel: the replay's progress, the fleet, Dagster; and the line that says done."""
 
-        def show(events: list[str], lags: list) -> bool:
-            nonlocal caught_up_since
-            for event in events:
-                console.print(event)
-            gen_state = (
-                "running" if generator.poll() is None else f"done (exit {generator.returncode})"
-            )
-            header = Text(f"generator: {gen_state}")
-            if dagster is not None:
-                header.append(f"   Dagster: {dagster.url}")
-            live.update(
-                Group(header, render(lags, tracker.update(lags), job_view(runtime))), refresh=True
-            )
-            done = generator.poll() is not None and lags and all(lag.backlog == 0 for lag in lags)
-            if not (exit_when_done and done):
-                caught_up_since = None
-                return False
-            caught_up_since = caught_up_since or time.monotonic()
-            # one more flush interval so the last windows are in the segments
-            return time.monotonic() - caught_up_since > runtime.settings.flush_interval_s + 2
+    def __init__(self, runtime, generator, dagster, progress_file: Path, trace: str) -> None:
+        self.runtime = runtime
+        self.generator = generator
+        self.dagster = dagster
+        self.progress_file = progress_file
+        self.trace = trace
+        self.tracker = StatusTracker()
+        self.console = stderr_console()
+        self.live = Live(console=self.console, auto_refresh=False, transient=False)
+        self.started = False
+        self.done_at: float | None = None
 
-        supervisor.run(stop, 2.0, show, with_lags=True)
+    def show(self, events: list[str], lags: list, exit_when_done: bool) -> bool:
+        """Refresh the panel; True once ``exit_when_done`` and everything is done."""
+        if not self.started:
+            self.live.start()
+            self.started = True
+        for event in events:
+            self.console.print(event)
+        progress = ReplayProgress.read(self.progress_file)
+        table = render(lags, self.tracker.update(lags), job_view(self.runtime))
+        self.live.update(Group(self.replay_line(progress), self.links(), table), refresh=True)
+        finished = self.generator.poll() is not None
+        caught_up = bool(lags) and all(lag.backlog == 0 for lag in lags)
+        if finished and caught_up and self.done_at is None:
+            self.done_at = time.monotonic()
+            produced = f"{progress.produced:,} messages" if progress else "the replay"
+            self.console.print(
+                f"[bold green]done:[/] replayed {produced} and the fleet caught up "
+                f"(backlog 0 on all {len(lags)} tasks)",
+                highlight=False,
+            )
+        if finished and self.generator.returncode not in (0, None) and self.done_at is None:
+            self.done_at = time.monotonic()
+            self.console.print(
+                f"[bold red]the generator failed (exit {self.generator.returncode}); see "
+                f"{self.runtime.settings.resolved_state_dir / 'logs' / 'generator.log'}[/]"
+            )
+            return exit_when_done
+        if not (exit_when_done and self.done_at is not None):
+            return False
+        # one more flush interval so the last windows are in the segments
+        return time.monotonic() - self.done_at > self.runtime.settings.flush_interval_s + 2
+
+    def close(self) -> None:
+        if self.started:
+            self.live.stop()
+            self.started = False
+
+    def replay_line(self, progress: ReplayProgress | None) -> Text:
+        line = Text("replay  ", style="bold")
+        if progress is None:
+            return line.append(f"{self.trace}: starting")
+        hours = f"{progress.sim_s / 3600:,.1f} h of {progress.total_sim_s / 3600:,.1f} h simulated"
+        line.append(f"{self.trace}: {hours}  {progress.produced:,} msgs  {progress.rate:,.0f}/s")
+        if progress.done:
+            line.append("  done", style="green")
+        elif progress.eta_s is not None:
+            line.append(f"  ETA {_duration(progress.eta_s)}")
+        return line
+
+    def links(self) -> Text:
+        line = Text("dagster ", style="bold")
+        if self.dagster is None:
+            return line.append("not started (--no-dagster)", style="dim")
+        return line.append(self.dagster.url)
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"

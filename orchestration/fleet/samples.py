@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from orchestration.lag import TaskLag, collect_task_lags
+from orchestration.lag import ProducedProbe, TaskLag, collect_task_lags
 from orchestration.runtime import Runtime
 from pipelines.control import FleetSample
 
@@ -52,9 +52,11 @@ class FleetSampler:
         runtime: Runtime,
         interval_s: float | None = None,
         clock: Callable[[], float] = time.time,
+        probe: ProducedProbe | None = None,
     ) -> None:
         settings = runtime.settings
         self.runtime = runtime
+        self.probe = probe
         self.interval_s = settings.fleet_sample_interval_s if interval_s is None else interval_s
         self.retain_s = settings.fleet_sample_retention_days * DAY_S
         self.clock = clock
@@ -71,7 +73,7 @@ class FleetSampler:
             return []
         self.next_at = now + self.interval_s
         if lags is None:
-            lags = collect_task_lags(self.runtime)
+            lags = collect_task_lags(self.runtime, probe=self.probe)
         samples = [
             sample
             for topic in sorted({lag.status.topic for lag in lags})

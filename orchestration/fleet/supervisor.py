@@ -16,7 +16,7 @@ from collections.abc import Callable
 from orchestration.fleet.local import LocalFleet
 from orchestration.fleet.samples import FleetSampler
 from orchestration.fleet.scheduling import describe_assignments
-from orchestration.lag import TaskLag, collect_task_lags
+from orchestration.lag import ProducedProbe, TaskLag, collect_task_lags
 from orchestration.runtime import Runtime
 
 __all__ = ["DeploymentWatcher", "ScaleWatcher", "Supervisor"]
@@ -91,13 +91,14 @@ class Supervisor:
         self.fleet = fleet
         self.deployments = DeploymentWatcher(runtime, fleet)
         self.scaling = ScaleWatcher(runtime, fleet, topic or runtime.settings.topic)
-        self.sampler = FleetSampler(runtime)
+        self.probe = ProducedProbe(runtime.bootstrap, runtime.kafka)
+        self.sampler = FleetSampler(runtime, probe=self.probe)
 
     def tick(self, with_lags: bool = False) -> tuple[list[str], list[TaskLag] | None]:
         """(what happened, every task's lag now if ``with_lags``); lags cost a broker round
         trip, so without ``with_lags`` they are collected only when a sample is due."""
         events = [*self.fleet.supervise(), *self.deployments.check(), *self.scaling.check()]
-        lags = collect_task_lags(self.runtime) if with_lags else None
+        lags = collect_task_lags(self.runtime, probe=self.probe) if with_lags else None
         self.sampler.maybe_record(lags)
         return events, lags
 
@@ -110,7 +111,10 @@ class Supervisor:
         with_lags: bool = False,
     ) -> None:
         """Tick every ``every_s`` until ``stop`` is set or ``on_tick`` returns True."""
-        while not stop.wait(every_s):
-            events, lags = self.tick(with_lags)
-            if on_tick(events, lags):
-                return
+        try:
+            while not stop.wait(every_s):
+                events, lags = self.tick(with_lags)
+                if on_tick(events, lags):
+                    return
+        finally:
+            self.probe.close()

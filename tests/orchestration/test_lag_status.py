@@ -38,6 +38,7 @@ def test_fleet_status_is_the_worst_task():
 def test_status_summary_is_not_ok_while_a_task_is_stale(tmp_path, monkeypatch, capsys) -> None:
     """Seen by a user: `OK  4 tasks` while two tasks of a disabled worker had been dead for
     minutes; the per-task column was `-` for every task."""
+    import json
     import time
 
     from orchestration.cli import main
@@ -57,9 +58,9 @@ def test_status_summary_is_not_ok_while_a_task_is_stale(tmp_path, monkeypatch, c
                 pid=1,
                 next_offset=100,
                 end_offset=100 if p % 2 == 0 else 500,
-                heartbeat_at=now if p % 2 == 0 else now - 600,
+                heartbeat_at=now if p % 2 == 0 and p < 4 else now - 600,
             )
-            for p in range(4)
+            for p in range(5)  # events:4 is caught up but has not reported for 10 minutes
         ]
     )
     store.close()
@@ -73,14 +74,24 @@ def test_status_summary_is_not_ok_while_a_task_is_stale(tmp_path, monkeypatch, c
         get_settings.cache_clear()
     out = capsys.readouterr().out
     summary = next(line for line in out.splitlines() if "tasks" in line and "in " in line)
-    assert summary.startswith("STOP") and "(2 stale)" in summary
+    assert summary.startswith("STOP") and "(3 stale)" in summary
     rows = {
         next(word for word in line.split() if word.startswith("events:")): line
         for line in out.splitlines()
         if "events:" in line
     }
     assert "STOP" in rows["events:1"] and "STOP" in rows["events:3"]
+    assert "STOP" in rows["events:4"]  # no backlog, but nobody is watching it either
     assert "OK" in rows["events:0"]
+
+    snapshot = json.loads(_status_output(tmp_path / "state", monkeypatch, capsys, "--json"))
+    assert {row["task"]: row["status"] for row in snapshot} == {
+        "events:0": "OK",
+        "events:1": "STOP",
+        "events:2": "OK",
+        "events:3": "STOP",
+        "events:4": "STOP",
+    }
 
 
 def _status_output(state, monkeypatch, capsys, *args: str) -> str:
@@ -168,6 +179,7 @@ def test_status_shows_waiting_unassigned_and_disabled_from_the_job_model(
     assert by_task["events:2"]["disabled_views"] == ["traffic_by_org"]
     assert by_task["events:3"] == {
         "task": "events:3",
+        "status": "WARN",
         "job_state": "Scheduled",
         "job_reason": "test",
         "agent_id": "a0",
