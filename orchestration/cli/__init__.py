@@ -16,6 +16,8 @@ from importlib import metadata
 from pathlib import Path
 
 from pydantic import ValidationError
+from sqlalchemy import make_url
+from sqlalchemy.exc import SQLAlchemyError
 
 from orchestration.cli.logs import configure_logging
 from pipelines.config import get_settings
@@ -89,8 +91,45 @@ def main(argv: list[str] | None = None) -> int:
     except SluiceError as exc:
         print(f"sluice: error: {exc}", file=sys.stderr)
         return 1
+    except SQLAlchemyError as exc:
+        print(f"sluice: error: {_control_store_problem(exc)}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        if not _is_object_store_error(exc):
+            raise
+        print(f"sluice: error: {_object_store_problem(exc)}", file=sys.stderr)
+        return 1
+
+
+def _first_line(exc: BaseException) -> str:
+    cause = getattr(exc, "orig", None) or exc  # SQLAlchemy wraps the driver's error
+    return (str(cause).strip().splitlines() or [type(cause).__name__])[0]
+
+
+def _control_store_problem(exc: BaseException) -> str:
+    """One line naming the setting and the store, never its password."""
+    try:
+        url = make_url(get_settings().resolved_control_store_url)
+        where = url.render_as_string(hide_password=True)
+    except Exception:  # the URL itself is what is broken
+        where = "(unparsable URL)"
+    return f"the control store {where} (SLUICE_CONTROL_STORE_URL) failed: {_first_line(exc)}"
+
+
+def _is_object_store_error(exc: BaseException) -> bool:
+    """An S3 failure, told without importing botocore into every command's start-up."""
+    errors = sys.modules.get("botocore.exceptions")
+    return errors is not None and isinstance(exc, (errors.BotoCoreError, errors.ClientError))
+
+
+def _object_store_problem(exc: BaseException) -> str:
+    try:
+        where = get_settings().resolved_storage_root
+    except Exception:
+        where = "?"
+    return f"the object store {where} (SLUICE_STORAGE_ROOT) failed: {_first_line(exc)}"
 
 
 def _state_dir() -> Path | None:
