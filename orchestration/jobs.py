@@ -2,16 +2,18 @@
 
 import json
 from collections.abc import Sequence
+from typing import Any
 
 import dagster as dg
-from dagster._core.definitions.unresolved_asset_job_definition import (
-    UnresolvedAssetJobDefinition,
-)
 
 from assets.constants import RAW_ARCHIVE_KEY, RECONCILIATION_REPORT_KEY, corrected_key
 from orchestration.resources.fleet import FleetResource
 from orchestration.sensors.autoscaler import SCALE_JOB
 from pipelines.views import View
+
+AssetJob = Any
+"""What ``dg.define_asset_job`` returns: resolved against the assets when the definitions
+load (its class is not public API)."""
 
 __all__ = [
     "CORRECTION_JOB",
@@ -27,7 +29,7 @@ CORRECTION_JOB = "correct_views"
 REPORT_JOB = "report_reconciliation"
 
 
-def build_correction_job(views: Sequence[View]) -> UnresolvedAssetJobDefinition:
+def build_correction_job(views: Sequence[View]) -> AssetJob:
     """``raw_archive`` and every ``corrected_<view>`` (with their checks) for an hour range."""
     selection = dg.AssetSelection.assets(
         RAW_ARCHIVE_KEY, *(corrected_key(v.name) for v in views if not v.disabled)
@@ -40,7 +42,7 @@ def build_correction_job(views: Sequence[View]) -> UnresolvedAssetJobDefinition:
     )
 
 
-def build_report_job() -> UnresolvedAssetJobDefinition:
+def build_report_job() -> AssetJob:
     """``reconciliation_report`` for one event-time day (its daily partition)."""
     return dg.define_asset_job(
         REPORT_JOB,

@@ -12,11 +12,9 @@ time in the past) are reported from the UI's partition picker or `sluice report 
 """
 
 from datetime import UTC, date, datetime, timedelta
+from typing import Any
 
 import dagster as dg
-from dagster._core.definitions.unresolved_asset_job_definition import (
-    UnresolvedAssetJobDefinition,
-)
 
 from assets.partitions import HOURLY, partition_key_for
 from orchestration.resources import StorageResource
@@ -24,6 +22,10 @@ from orchestration.settings import DagsterSettings
 from pipelines.segments import HOUR_MS
 from pipelines.settings import load_settings
 from quality.completeness import archive_completeness
+
+AssetJob = Any
+"""What ``dg.define_asset_job`` returns: resolved against the assets when the definitions
+load (its class is not public API)."""
 
 __all__ = [
     "DEFAULT_GRACE_MINUTES",
@@ -56,7 +58,7 @@ def hour_to_correct(scheduled: datetime, grace: int) -> int:
 
 
 def build_correction_schedule(
-    job: UnresolvedAssetJobDefinition,
+    job: AssetJob,
     grace: int | None = None,
     default_status: dg.DefaultScheduleStatus = dg.DefaultScheduleStatus.RUNNING,
 ) -> dg.ScheduleDefinition:
@@ -100,7 +102,7 @@ def day_to_report(scheduled: datetime) -> date:
 
 
 def build_report_schedule(
-    job: UnresolvedAssetJobDefinition,
+    job: AssetJob,
     cron: str | None = None,
     default_status: dg.DefaultScheduleStatus = dg.DefaultScheduleStatus.RUNNING,
 ) -> dg.ScheduleDefinition:

@@ -71,12 +71,38 @@ class DagsterSettings(SluiceBaseSettings):
     @field_validator("report_cron")
     @classmethod
     def _cron(cls, value: str) -> str:
-        from dagster._utils.schedules import is_valid_cron_string
-
         value = value.strip()
-        if not is_valid_cron_string(value):
+        if not _is_cron(value):
             raise ValueError("not a cron expression (e.g. 30 0 * * *)")
         return value
+
+
+_CRON_FIELDS = ((0, 59), (0, 23), (1, 31), (1, 12), (0, 7))
+_CRON_NAMES = {
+    3: ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"],
+    4: ["sun", "mon", "tue", "wed", "thu", "fri", "sat"],
+}
+
+
+def _is_cron(value: str) -> bool:
+    """Five standard cron fields (numbers, ranges, lists, steps, month and day names)."""
+    fields = value.split()
+    if len(fields) != 5:
+        return False
+    for i, (field, (low, high)) in enumerate(zip(fields, _CRON_FIELDS, strict=True)):
+        names = _CRON_NAMES.get(i, [])
+        for part in field.lower().split(","):
+            base, _, step = part.partition("/")
+            if step and not (step.isdigit() and int(step) > 0):
+                return False
+            if base == "*":
+                continue
+            for bound in base.split("-", 1):
+                if bound in names:
+                    continue
+                if not bound.isdigit() or not low <= int(bound) <= high:
+                    return False
+    return True
 
 
 class SpotSettings(SluiceBaseSettings):
