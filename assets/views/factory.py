@@ -25,8 +25,27 @@ __all__ = ["build_corrected_asset", "build_realtime_asset", "build_view_assets"]
 log = logging.getLogger(__name__)
 
 
+def column_schema(view: View) -> dg.TableSchema:
+    """What a query of the view returns, as Dagster's standard column schema."""
+    return dg.TableSchema(
+        columns=[
+            dg.TableColumn(field.name, str(field.type), description=_column_role(view, field.name))
+            for field in view.output_schema()
+        ]
+    )
+
+
+def _column_role(view: View, name: str) -> str:
+    if name in view.grouping_cols:
+        return "grouping column"
+    if name in view.metric_columns:
+        return "metric"
+    return "window bound"
+
+
 def _view_metadata(view: View) -> dict[str, Any]:
     return {
+        "dagster/column_schema": column_schema(view),
         "topic": view.topic,
         "grouping_cols": dg.MetadataValue.json(list(view.grouping_cols)),
         "interval": format_duration(view.interval_ms),
@@ -105,6 +124,7 @@ def build_corrected_asset(view: View) -> dg.AssetsDefinition:
             context.add_asset_metadata(
                 {
                     "version": result.version,
+                    "dagster/row_count": result.rows,
                     "rows": result.rows,
                     "events": result.events,
                     "duplicates_dropped": result.duplicates_dropped,
@@ -127,6 +147,7 @@ def build_corrected_asset(view: View) -> dg.AssetsDefinition:
             metadata={
                 "segments_published": len(results) - len(skipped),
                 "segments_skipped": len(skipped),
+                "dagster/row_count": sum(r.rows for r in results),
                 "rows": sum(r.rows for r in results),
                 "events": sum(r.events for r in results),
                 "duplicates_dropped": sum(r.duplicates_dropped for r in results),

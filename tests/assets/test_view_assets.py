@@ -139,6 +139,17 @@ def test_corrected_assets_and_blocking_checks_for_a_range_in_one_run(
         served = query_view(store, VIEWS[name], hours[0], hours[-1] + HOUR_MS)
         assert served.num_rows > 0
         assert set(served.column("source").to_pylist()) == {"batch v1"}
+    # Dagster's standard metadata: the rows each hour published, the columns a query returns
+    for event in result.get_asset_materialization_events():
+        m = event.materialization
+        view = VIEWS[m.asset_key.path[-1].removeprefix("corrected_")]
+        hour = next(h for h in hours if partition_key_for(h) == m.partition)
+        published = query_view(store, view, hour, hour + HOUR_MS).num_rows
+        assert m.metadata["dagster/row_count"].value == published
+    spec = assets[0].specs_by_key[corrected_key(names[0])]
+    schema = spec.metadata["dagster/column_schema"]
+    columns = [c.name for c in getattr(schema, "schema", schema).columns]  # value or wrapper
+    assert columns == VIEWS[names[0]].output_schema().names
 
 
 def _tamper(store: ObjectStore, view: View, segment: int, column: str, factor: float) -> None:
