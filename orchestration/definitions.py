@@ -18,6 +18,7 @@ from assets.raw.archive_checks import build_archive_schema_check
 from assets.raw.lineage_checks import build_nothing_lost_check
 from assets.views.checks import build_correction_checks
 from assets.views.expectation_checks import build_expectation_checks
+from assets.views.lag_check import build_lag_checks
 from orchestration.jobs import build_correction_job, build_report_job, scale_stream_workers
 from orchestration.recovery_jobs import RECOVERY_JOBS, evacuate_spot_instance
 from orchestration.resources import get_resources
@@ -27,11 +28,14 @@ from orchestration.sensors import (
     make_realtime_lag_sensor,
     make_spot_interruption_sensor,
 )
+from orchestration.settings import DagsterSettings
+from pipelines.settings import load_settings
 
 __all__ = ["defs"]
 
 
 VIEWS = assets.views.VIEWS
+SETTINGS = load_settings(DagsterSettings)
 
 correction_job = build_correction_job(VIEWS)
 report_job = build_report_job()
@@ -45,13 +49,14 @@ defs = dg.Definitions(
     asset_checks=[
         *build_correction_checks(VIEWS),
         *build_expectation_checks(VIEWS),
+        *build_lag_checks(VIEWS, SETTINGS.realtime_lag_sla_s),
         build_nothing_lost_check(),
         build_archive_schema_check(),
     ],
     jobs=[correction_job, report_job, scale_stream_workers, *RECOVERY_JOBS],
     schedules=[build_correction_schedule(correction_job), build_report_schedule(report_job)],
     sensors=[
-        make_realtime_lag_sensor(VIEWS),
+        make_realtime_lag_sensor(VIEWS, lag_sla_s=SETTINGS.realtime_lag_sla_s),
         make_autoscaling_sensor(scale_stream_workers),
         make_spot_interruption_sensor(evacuate_spot_instance),
     ],

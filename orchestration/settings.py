@@ -47,6 +47,12 @@ class DagsterSettings(SluiceBaseSettings):
         description="Minutes after an hour ends before the hourly schedule corrects it "
         "(late data's time to arrive).",
     )
+    realtime_lag_sla_s: float = Field(
+        default=600.0,
+        gt=0,
+        description="Time lag (s) a realtime view may have before its lag_within_sla check "
+        "warns; the realtime_lag sensor evaluates it on every tick.",
+    )
     report_cron: str = Field(
         default="30 0 * * *",
         description="Cron (UTC) of the daily reconciliation report of the previous day.",

@@ -17,6 +17,7 @@ from typing import Any
 import dagster as dg
 
 from assets.constants import realtime_key
+from assets.views.lag_check import evaluate_lag
 from orchestration.lag import LagSample, lag_status, task_lags, worst
 from orchestration.resources import ControlStoreResource
 from pipelines.control import TaskStatus
@@ -106,8 +107,11 @@ def make_realtime_lag_sensor(
     minimum_interval_seconds: int = 30,
     stale_after_s: float = STALE_AFTER_S,
     default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.RUNNING,
+    lag_sla_s: float | None = None,
 ) -> dg.SensorDefinition:
-    """A sensor recording an observation of ``realtime_<view>`` whenever its tasks reported."""
+    """A sensor recording an observation of ``realtime_<view>`` whenever its tasks reported
+    and, with ``lag_sla_s``, the view's ``lag_within_sla`` check on every tick (a fleet that
+    stopped reporting fails it: that is when it matters)."""
     views = list(views)
 
     @dg.sensor(
@@ -118,7 +122,7 @@ def make_realtime_lag_sensor(
     )
     def _sensor(
         context: dg.SensorEvaluationContext, control_store: ControlStoreResource
-    ) -> dg.SensorResult | dg.SkipReason:
+    ) -> dg.SensorResult | dg.SkipReason:  # observations and check evaluations
         cursor: dict[str, Any] = json.loads(context.cursor) if context.cursor else {}
         samples: dict[str, list] = cursor.pop(SAMPLES_KEY, {})
         control = control_store.open()
@@ -148,6 +152,12 @@ def make_realtime_lag_sensor(
             cursor[view_name] = newest
             events.append(dg.AssetObservation(asset_key=realtime_key(view_name), metadata=metadata))
         cursor[SAMPLES_KEY] = samples
+        if lag_sla_s is not None:
+            events += [
+                evaluate_lag(view, statuses, lag_sla_s)
+                for view in views
+                if not view.disabled and any(s.topic == view.topic for s in statuses)
+            ]
         if not events:
             return dg.SensorResult(
                 skip_reason="no new task reports since the last tick",

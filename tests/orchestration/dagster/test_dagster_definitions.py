@@ -210,3 +210,15 @@ def test_lag_sensor_records_observations_only_for_new_reports(tmp_path: Path) ->
     assert not again.asset_events
     assert "no new task reports" in again.skip_message
     assert len(json.loads(again.cursor)["_samples"]["events:0"]) == 2
+
+    # with an SLA, each view's lag check is recorded on every tick, new reports or not
+    checked = make_realtime_lag_sensor(views, lag_sla_s=600.0)
+    for cursor in (None, result.cursor):
+        with dg.build_sensor_context(resources={"control_store": control}, cursor=cursor) as ctx:
+            tick = checked.evaluate_tick(ctx)
+        evaluations = {
+            e.asset_key: e for e in tick.asset_events if isinstance(e, dg.AssetCheckEvaluation)
+        }
+        assert set(evaluations) == {realtime_key(v.name) for v in views}
+        failed = evaluations[realtime_key("traffic_by_org")]
+        assert not failed.passed and "events:3" in failed.description  # stopped reporting
