@@ -26,36 +26,17 @@ if ! "$PYTHON" -m uv --version >/dev/null 2>&1; then
 fi
 "$PYTHON" -m uv sync --frozen --quiet || die "dependency install failed: $PYTHON -m uv sync --frozen"
 
-need_chromium() {
-  [ -x /usr/bin/chromium ] && return 0
+# need PACKAGE WHY TEST...: run TEST; if it fails, install Debian's PACKAGE (as root) or say how.
+need() {
+  local package=$1 why=$2
+  shift 2
+  "$@" >/dev/null 2>&1 && return 0
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "installing Debian's chromium for the browser tests ..." >&2
-    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
-      || die "could not install chromium: sudo apt-get install -y chromium"
+    echo "installing Debian's $package for $why ..." >&2
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$package" >/dev/null; } \
+      || die "could not install $package: sudo apt-get install -y $package"
   else
-    die "the browser tests need Debian's chromium: sudo apt-get install -y chromium"
-  fi
-}
-
-need_postgres() {
-  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && return 0
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "installing Debian's postgresql for the control-store tests ..." >&2
-    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; } \
-      || die "could not install postgresql: sudo apt-get install -y postgresql"
-  else
-    die "the control-store tests need PostgreSQL's server binaries: sudo apt-get install -y postgresql"
-  fi
-}
-
-need_tmux() {
-  command -v tmux >/dev/null 2>&1 && return 0
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "installing Debian's tmux for the terminal test of sluice up ..." >&2
-    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux >/dev/null; } \
-      || die "could not install tmux: sudo apt-get install -y tmux"
-  else
-    die "the terminal test of sluice up needs tmux: sudo apt-get install -y tmux"
+    die "Debian's $package is needed for $why: sudo apt-get install -y $package"
   fi
 }
 
@@ -64,9 +45,9 @@ shift || true
 case "$cmd" in
   up) exec .venv/bin/sluice up "$@" ;;
   test)
-    need_chromium
-    need_postgres
-    need_tmux
+    need chromium "the browser tests" test -x /usr/bin/chromium
+    need postgresql "the control-store tests" bash -c 'ls /usr/lib/postgresql/*/bin/initdb'
+    need tmux "the terminal test of sluice up" command -v tmux
     echo "checking the import contracts (pyproject.toml: the package graph runs one way) ..." >&2
     .venv/bin/lint-imports --no-cache || die "an import runs back up the layers (see above)"
     exec .venv/bin/python -m pytest "$@" ;;
