@@ -220,7 +220,7 @@ def decode_batch(
             event = decode(value)
             t = event.event_time
             if event.bytes_tx < 0 or not time_min <= t < time_max:
-                raise TypeError
+                raise TypeError  # out of range: the slow path says which field
         except misses:
             checked = _classify(value, max_message_bytes)
             if type(checked) is tuple:

@@ -4,9 +4,9 @@ librdkafka (confluent-kafka) reads an order of magnitude faster than kafka-pytho
 broker (``benchmarks/ingest.py``); kafka-python stays supported and is the independent client
 the tests build their oracles with. ``SLUICE_KAFKA_CLIENT`` picks one (default confluent).
 What the worker needs: assign partitions at given offsets, poll records by partition as
-columns (offsets, timestamps, values, keys), commit an offset, and the log's start and end, where the end is the larger of what
-the broker lists and the high watermark fetches reported (the embedded broker under-reports
-the listed end, FACTS.md).
+columns (offsets, timestamps, values, keys), commit an offset, and the log's start and end,
+where the end is the larger of what the broker lists and the high watermark fetches
+reported (the embedded broker under-reports the listed end, FACTS.md).
 """
 
 from __future__ import annotations
