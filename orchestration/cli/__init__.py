@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from sqlalchemy import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
+from orchestration.cli.help import apply_help_conventions
 from orchestration.cli.logs import configure_logging
 from pipelines.config import get_settings
 from pipelines.exceptions import InvalidSetting, SluiceError
@@ -69,6 +70,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                 continue  # subcommand not built yet
             raise
         module.register(subparsers)
+    apply_help_conventions(parser)
     return parser
 
 

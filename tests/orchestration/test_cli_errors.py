@@ -76,3 +76,28 @@ def test_a_wrong_setting_value_is_one_line_and_exit_2(tmp_path) -> None:
 def test_version(tmp_path) -> None:
     done = _sluice(tmp_path, {}, "--version")
     assert done.returncode == 0 and done.stdout.startswith("sluice ")
+
+
+def test_help_shows_defaults_and_examples() -> None:
+    import argparse
+
+    from orchestration.cli import build_parser
+    from orchestration.cli.help import EXAMPLES
+
+    parser = build_parser()
+    commands = {}
+
+    def walk(p: argparse.ArgumentParser, path: str) -> None:
+        commands[path] = p
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub, f"{path} {name}".strip())
+
+    walk(parser, "")
+    for path in EXAMPLES:
+        text = commands[path].format_help()
+        assert "examples:" in text and f"sluice {path}" in text, path
+    for path, sub in commands.items():
+        assert "(default: None)" not in sub.format_help(), path
+    assert "(default: 480.0)" in commands["up"].format_help()
