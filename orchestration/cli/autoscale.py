@@ -13,12 +13,14 @@ import math
 import time
 
 from pydantic import ValidationError
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from orchestration.autoscaling.config import AutoscaleSettings
 from orchestration.autoscaling.exceptions import InvalidFleetParameter, UnknownPolicy
 from orchestration.autoscaling.policies import POLICIES, make_policy
 from orchestration.autoscaling.report import plot_results, print_table, summaries_json
 from orchestration.autoscaling.simulator import Simulator, load_trace, summarise
+from orchestration.cli.logs import stderr_console
 
 __all__ = ["register", "run_simulate"]
 
@@ -97,10 +99,21 @@ def run_simulate(args: argparse.Namespace) -> int:
     trace = load_trace(args.trace)
     sim = Simulator(trace, settings)
     results = []
-    for name in names:
-        started = time.perf_counter()
-        results.append(sim.run(make_policy(name, settings)))
-        logger.debug("%s on %s: %.1f s", name, trace.name, time.perf_counter() - started)
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=stderr_console(),
+        transient=True,
+    ) as progress:
+        task = progress.add_task(f"simulating {trace.name}", total=len(names))
+        for name in names:
+            progress.update(task, description=f"simulating {trace.name}: {name}")
+            started = time.perf_counter()
+            results.append(sim.run(make_policy(name, settings)))
+            logger.debug("%s on %s: %.1f s", name, trace.name, time.perf_counter() - started)
+            progress.advance(task)
     summaries = summarise(results)
     if args.json:
         print(

@@ -49,9 +49,13 @@ def run(args: argparse.Namespace) -> int:
     if out is not None and out.exists() and not out.is_dir():
         err.print(f"sluice report: error: --out {out} exists and is not a directory")
         return 2
-    data, stored = publish_report(
-        runtime.store, runtime.control, views, day, topic=runtime.settings.topic
-    )
+    with err.status(
+        f"building the report of {day.isoformat()}: archive, realtime and corrected values "
+        f"of {len(views)} views, then plots ..."
+    ):
+        data, stored = publish_report(
+            runtime.store, runtime.control, views, day, topic=runtime.settings.topic
+        )
     console.print(f"[bold]Reconciliation report {day.isoformat()}[/]: {escape(headline(data))}")
     for note in notes(data):
         console.print(f"  [yellow]{escape(note)}[/]")
