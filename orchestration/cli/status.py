@@ -128,67 +128,89 @@ class StatusTracker:
         return out
 
 
+TASK_COLUMNS = (
+    ("task", "left", True),
+    ("status", "left", True),
+    ("job", "left", True),
+    ("agent", "left", True),
+    ("pid", "right", False),
+    ("state", "left", False),
+    ("in", "right", False),
+    ("rate/s", "right", True),
+    ("util", "right", False),
+    ("backlog", "right", True),
+    ("time lag", "right", True),
+    ("dlq", "right", False),
+    ("late", "right", False),
+    ("checkpoint", "right", False),
+    ("seen", "right", True),
+)
+"""(name, justify, kept on a narrow terminal) of each column of the task table."""
+
+WIDE = 150
+"""Terminal columns from which the task table shows every column."""
+
+
 def render(
-    lags: list[TaskLag], statuses: dict[str, str] | None = None, job: JobView | None = None
+    lags: list[TaskLag],
+    statuses: dict[str, str] | None = None,
+    job: JobView | None = None,
+    width: int | None = None,
 ) -> Group:
     """The task table and a summary line; ``statuses`` come from a :class:`StatusTracker` that
     has watched earlier refreshes (one look is taken here if none is given). A stale task, and
-    with ``job`` a Waiting or Disabled task or a disabled view, keep the summary from OK."""
+    with ``job`` a Waiting or Disabled task or a disabled view, keep the summary from OK. On a
+    terminal narrower than :data:`WIDE` (``width``) the table keeps the columns an operator
+    reads first."""
     if statuses is None:
         statuses = StatusTracker().update(lags)
     job = job or JobView()
     statuses = task_statuses(lags, statuses, job)
+    keep = [
+        i for i, column in enumerate(TASK_COLUMNS) if width is None or width >= WIDE or column[2]
+    ]
     table = Table(title="Sluice stream tasks", title_justify="left")
-    for name, justify in (
-        ("task", "left"),
-        ("status", "left"),
-        ("job", "left"),
-        ("agent", "left"),
-        ("pid", "right"),
-        ("state", "left"),
-        ("in", "right"),
-        ("rate/s", "right"),
-        ("util", "right"),
-        ("backlog", "right"),
-        ("time lag", "right"),
-        ("dlq", "right"),
-        ("late", "right"),
-        ("checkpoint", "right"),
-        ("seen", "right"),
-    ):
-        table.add_column(name, justify=justify)
+    for i in keep:
+        table.add_column(TASK_COLUMNS[i][0], justify=TASK_COLUMNS[i][1])
     reported = {lag.status.task for lag in lags}
+    rows = []
     for lag in lags:
         s = lag.status
         state = Text("stale", style="bold red") if lag.stale else Text(s.state)
         health = statuses.get(s.task, "-")
-        table.add_row(
-            s.task,
-            Text(health, style={"OK": "green", "WARN": "yellow"}.get(health, "bold red")),
-            _job_cell(job, s.task),
-            s.worker_id,
-            str(s.pid),
-            state,
-            f"{s.consumed:,}",
-            f"{s.rate_in:,.0f}",
-            f"{s.utilization:.0%}",
-            f"{lag.backlog:,}",
-            _fmt_s(lag.time_lag_s),
-            f"{s.dead_lettered:,}",
-            f"{s.dropped_late:,}",
-            "-" if s.checkpointed_offset is None else f"{s.checkpointed_offset:,}",
-            _fmt_s(lag.heartbeat_age_s),
+        rows.append(
+            [
+                s.task,
+                Text(health, style={"OK": "green", "WARN": "yellow"}.get(health, "bold red")),
+                _job_cell(job, s.task),
+                s.worker_id,
+                str(s.pid),
+                state,
+                f"{s.consumed:,}",
+                f"{s.rate_in:,.0f}",
+                f"{s.utilization:.0%}",
+                f"{lag.backlog:,}",
+                _fmt_s(lag.time_lag_s),
+                f"{s.dead_lettered:,}",
+                f"{s.dropped_late:,}",
+                "-" if s.checkpointed_offset is None else f"{s.checkpointed_offset:,}",
+                _fmt_s(lag.heartbeat_age_s),
+            ]
         )
     for task in sorted(set(job.assignments) - reported):  # assigned, never reported
         health = statuses.get(task, "-")
         a = job.assignments[task]
-        table.add_row(
-            task,
-            Text(health, style={"OK": "green", "WARN": "yellow"}.get(health, "bold red")),
-            _job_cell(job, task),
-            a.agent_id or "-",
-            *["-"] * 11,
+        rows.append(
+            [
+                task,
+                Text(health, style={"OK": "green", "WARN": "yellow"}.get(health, "bold red")),
+                _job_cell(job, task),
+                a.agent_id or "-",
+                *["-"] * 11,
+            ]
         )
+    for row in rows:
+        table.add_row(*(row[i] for i in keep))
     total_in = sum(lag.status.consumed for lag in lags)
     total_backlog = sum(lag.backlog for lag in lags)
     stale = sum(lag.stale for lag in lags)
@@ -338,7 +360,7 @@ def run(args: argparse.Namespace) -> int:
         console.print(render_views(_views(runtime)))
         lags = collect_task_lags(runtime, args.stale_after)
         tracker = StatusTracker(stale_after_s=args.stale_after)
-        console.print(render(lags, tracker.update(lags), job_view(runtime)))
+        console.print(render(lags, tracker.update(lags), job_view(runtime), console.width))
         return 0
     console.print(render_views(_views(runtime)))
     tracker = StatusTracker(stale_after_s=args.stale_after)
@@ -346,7 +368,7 @@ def run(args: argparse.Namespace) -> int:
 
     def frame() -> Group:
         lags = collect_task_lags(runtime, args.stale_after, probe)
-        return render(lags, tracker.update(lags), job_view(runtime))
+        return render(lags, tracker.update(lags), job_view(runtime), console.width)
 
     try:
         with Live(frame(), console=console, auto_refresh=False) as live:

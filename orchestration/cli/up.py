@@ -212,7 +212,7 @@ class Watch:
         for event in events:
             self.console.print(event)
         progress = ReplayProgress.read(self.progress_file)
-        table = render(lags, self.tracker.update(lags), job_view(self.runtime))
+        table = render(lags, self.tracker.update(lags), job_view(self.runtime), self.console.width)
         self.live.update(Group(self.replay_line(progress), self.links(), table), refresh=True)
         finished = self.generator.poll() is not None
         caught_up = bool(lags) and all(lag.backlog == 0 for lag in lags)

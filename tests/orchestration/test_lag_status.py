@@ -185,3 +185,41 @@ def test_status_shows_waiting_unassigned_and_disabled_from_the_job_model(
         "agent_id": "a0",
         "disabled_views": [],
     }
+
+
+def test_on_an_80_column_terminal_the_table_keeps_whole_headers_and_task_names() -> None:
+    """Seen in the tmux test of `up`: fifteen columns squeezed to `t…`, `s…` on 80 columns."""
+    import io
+    import time
+
+    from rich.console import Console
+
+    from orchestration.cli.status import render
+    from orchestration.lag import task_lags
+    from pipelines.control import TaskStatus
+
+    now = time.time()
+    statuses = [
+        TaskStatus(
+            task=f"events:{p}",
+            topic="events",
+            partition=p,
+            worker_id="vm-a0",
+            pid=100,
+            next_offset=100,
+            end_offset=150,
+            heartbeat_at=now,
+        )
+        for p in range(4)
+    ]
+    lags = task_lags(statuses, now=now)
+    out = io.StringIO()
+    Console(file=out, width=80, color_system=None).print(render(lags, width=80))
+    text = out.getvalue()
+    for header in ("task", "status", "agent", "rate/s", "backlog", "time lag", "seen"):
+        assert header in text, text
+    assert all(f"events:{p}" in text for p in range(4)), text
+    assert "…" not in text, text
+    wide = io.StringIO()
+    Console(file=wide, width=200, color_system=None).print(render(lags, width=200))
+    assert "checkpoint" in wide.getvalue() and "checkpoint" not in text
