@@ -24,6 +24,7 @@ from orchestration.recovery_jobs import RECOVERY_JOBS, evacuate_spot_instance
 from orchestration.resources import get_resources
 from orchestration.schedules import build_correction_schedule, build_report_schedule
 from orchestration.sensors import (
+    make_archive_hours_sensor,
     make_autoscaling_sensor,
     make_realtime_lag_sensor,
     make_spot_interruption_sensor,
@@ -54,8 +55,24 @@ defs = dg.Definitions(
         build_archive_schema_check(),
     ],
     jobs=[correction_job, report_job, scale_stream_workers, *RECOVERY_JOBS],
-    schedules=[build_correction_schedule(correction_job), build_report_schedule(report_job)],
+    # Wall-clock schedules stay available (turn them on in the UI) but are off: the
+    # automation above follows event time, which also corrects replayed days.
+    schedules=[
+        build_correction_schedule(correction_job, default_status=dg.DefaultScheduleStatus.STOPPED),
+        build_report_schedule(report_job, default_status=dg.DefaultScheduleStatus.STOPPED),
+    ],
     sensors=[
+        make_archive_hours_sensor(
+            VIEWS, SETTINGS.correction_grace_minutes, idle_close_s=SETTINGS.idle_close_s
+        ),
+        dg.AutomationConditionSensorDefinition(
+            "sluice_automation",
+            target=dg.AssetSelection.all(),
+            default_status=dg.DefaultSensorStatus.RUNNING,
+            minimum_interval_seconds=30,
+            description="Corrects archive hours once they are complete and reports a day once "
+            "all its hours are corrected (assets/automation.py).",
+        ),
         make_realtime_lag_sensor(VIEWS, lag_sla_s=SETTINGS.realtime_lag_sla_s),
         make_autoscaling_sensor(scale_stream_workers),
         make_spot_interruption_sensor(evacuate_spot_instance),

@@ -44,8 +44,14 @@ class DagsterSettings(SluiceBaseSettings):
         default=15,
         ge=0,
         le=24 * 60,
-        description="Minutes after an hour ends before the hourly schedule corrects it "
-        "(late data's time to arrive).",
+        description="Minutes past an hour's end, beyond the views' allowed lateness, before "
+        "it is complete and corrected (event time; wall time for the hourly schedule).",
+    )
+    idle_close_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="Seconds a caught-up fleet's watermark must stand still before the "
+        "archive_hours_complete sensor closes the last hours too (the end of a replay).",
     )
     realtime_lag_sla_s: float = Field(
         default=600.0,

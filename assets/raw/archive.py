@@ -6,6 +6,7 @@ counts) from the range records, so the UI shows per hour what a correction will 
 """
 
 import logging
+from typing import Any
 
 import dagster as dg
 
@@ -13,11 +14,25 @@ from assets.constants import EVENTS_KEY, RAW_ARCHIVE_KEY, RAW_GROUP
 from assets.partitions import HOURLY, partition_key_for
 from orchestration.resources import StorageResource
 from pipelines.segments import hours_in_window
-from quality.completeness import archive_completeness
+from quality.completeness import HourCompleteness, archive_completeness
 
-__all__ = ["raw_archive"]
+__all__ = ["hour_metadata", "raw_archive"]
 
 log = logging.getLogger(__name__)
+
+
+def hour_metadata(hour: HourCompleteness) -> dict[str, Any]:
+    """What a materialization of one hour of ``raw_archive`` records (also the sensor's)."""
+    return {
+        "events": hour.events,
+        "dead_letters": hour.dead_letters,
+        "range_records": hour.range_records,
+        "partitions": dg.MetadataValue.json(list(hour.partitions)),
+        "offset_ranges": dg.MetadataValue.json(hour.as_dict()["offset_ranges"]),
+        "gaps": dg.MetadataValue.json(hour.as_dict()["gaps"]),
+        "open_partitions": dg.MetadataValue.json(list(hour.open_partitions)),
+        "complete": hour.complete,
+    }
 
 
 @dg.asset(
@@ -38,17 +53,7 @@ def raw_archive(
     report = archive_completeness(storage.open(), hours)
     for hour in report:
         context.add_asset_metadata(
-            {
-                "events": hour.events,
-                "dead_letters": hour.dead_letters,
-                "range_records": hour.range_records,
-                "partitions": dg.MetadataValue.json(list(hour.partitions)),
-                "offset_ranges": dg.MetadataValue.json(hour.as_dict()["offset_ranges"]),
-                "gaps": dg.MetadataValue.json(hour.as_dict()["gaps"]),
-                "open_partitions": dg.MetadataValue.json(list(hour.open_partitions)),
-                "complete": hour.complete,
-            },
-            partition_key=partition_key_for(hour.hour_ms),
+            hour_metadata(hour), partition_key=partition_key_for(hour.hour_ms)
         )
     empty = [h.label for h in report if h.events == 0]
     if empty:

@@ -12,6 +12,7 @@ from typing import Any
 
 import dagster as dg
 
+from assets.automation import REPORT_WHEN_CORRECTED
 from assets.constants import RECONCILIATION_REPORT_KEY, REPORTS_GROUP, corrected_key
 from assets.partitions import HOURLY
 from orchestration.resources import ControlStoreResource, StorageResource
@@ -49,6 +50,7 @@ def build_reconciliation_report(views: Sequence[View]) -> dg.AssetsDefinition:
         group_name=REPORTS_GROUP,
         deps=[corrected_key(v.name) for v in enabled],
         partitions_def=DAILY,
+        automation_condition=REPORT_WHEN_CORRECTED,
         kinds={"html"},
         description="Realtime vs corrected per view and hour of an event-time day, the causes "
         "(late, duplicate, dead-lettered events), the fleet's lag and size: an HTML page with "

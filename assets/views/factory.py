@@ -14,6 +14,7 @@ from typing import Any
 
 import dagster as dg
 
+from assets.automation import CORRECT_WHEN_ARCHIVED
 from assets.constants import RAW_ARCHIVE_KEY, VIEWS_GROUP, corrected_key, realtime_key
 from assets.partitions import HOURLY, partition_key_for
 from orchestration.resources import ControlStoreResource, SparkResource, StorageResource
@@ -98,6 +99,7 @@ def build_corrected_asset(view: View) -> dg.AssetsDefinition:
         deps=[RAW_ARCHIVE_KEY],
         partitions_def=HOURLY,
         backfill_policy=dg.BackfillPolicy.single_run(),
+        automation_condition=CORRECT_WHEN_ARCHIVED,
         code_version=view.fingerprint,
         kinds={"spark", "parquet"},
         description=f"{view.name} recomputed exactly from the raw archive per hour and "

@@ -3,6 +3,7 @@
 May import: ``assets``, ``orchestration.resources``, the control-plane library and ``pipelines``.
 """
 
+from orchestration.sensors.archive_hours import make_archive_hours_sensor
 from orchestration.sensors.autoscaler import SCALE_JOB, decide_scaling, make_autoscaling_sensor
 from orchestration.sensors.realtime_lag import make_realtime_lag_sensor, realtime_observations
 from orchestration.sensors.spot import SPOT_SENSOR, make_spot_interruption_sensor
@@ -11,6 +12,7 @@ __all__ = [
     "SCALE_JOB",
     "SPOT_SENSOR",
     "decide_scaling",
+    "make_archive_hours_sensor",
     "make_autoscaling_sensor",
     "make_realtime_lag_sensor",
     "make_spot_interruption_sensor",

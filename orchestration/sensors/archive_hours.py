@@ -1,0 +1,136 @@
+"""Close archive hours by event time, so corrections follow the stream, not the wall clock.
+
+An hour of ``raw_archive`` is complete when the fleet's watermark (the smallest of its tasks'
+event-time watermarks) has passed the hour's end plus the views' largest allowed lateness and
+the correction grace: no in-time event can still land in it. The sensor then records the
+hour's completeness as a materialization of that partition (no run, nothing copied), and the
+corrected views follow through their automation conditions. A replayed day, whose event time
+lies years in the past, closes as the replay goes, which a wall-clock schedule never does.
+
+A stream that stops (the end of a replay) never moves its watermark past its last hour. When
+every task has caught up and the watermark has not moved for ``idle_close_s``, the sensor
+closes the hours up to the watermark's hour as well.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import dagster as dg
+
+from assets.constants import RAW_ARCHIVE_KEY
+from assets.partitions import partition_key_for
+from assets.raw.archive import hour_metadata
+from orchestration.resources import ControlStoreResource, StorageResource
+from pipelines.control import TaskStatus
+from pipelines.segments import HOUR_MS, parse_hour_label, read_range_records
+from pipelines.views import View
+from quality.completeness import archive_completeness
+
+__all__ = ["closed_until", "make_archive_hours_sensor"]
+
+
+def closed_until(
+    statuses: Sequence[TaskStatus],
+    topic: str,
+    closing_ms: int,
+    *,
+    idle: bool,
+) -> int | None:
+    """Event time before which the topic's hours are complete; None until every task reported
+    a watermark. ``idle``: the fleet caught up and its watermark stopped, the stream ended."""
+    mine = [s for s in statuses if s.topic == topic]
+    if not mine or any(s.watermark is None for s in mine):
+        return None
+    watermark = int(min(s.watermark for s in mine))
+    if idle:
+        return watermark - watermark % HOUR_MS + HOUR_MS
+    return watermark - closing_ms
+
+
+def make_archive_hours_sensor(
+    views: Sequence[View],
+    grace_minutes: int,
+    *,
+    idle_close_s: float = 300.0,
+    name: str = "archive_hours_complete",
+    minimum_interval_seconds: int = 30,
+    default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.RUNNING,
+    clock: Callable[[], float] = time.time,
+) -> dg.SensorDefinition:
+    """The sensor recording each archived hour of ``raw_archive`` once the fleet closed it."""
+    enabled = [v for v in views if not v.disabled]
+    topics = sorted({v.topic for v in enabled})
+    lateness = {
+        t: max(v.allowed_lateness_ms for v in enabled if v.topic == t) + grace_minutes * 60_000
+        for t in topics
+    }
+
+    @dg.sensor(
+        name=name,
+        minimum_interval_seconds=minimum_interval_seconds,
+        default_status=default_status,
+        description="Records an archived hour of raw_archive as complete once the fleet's "
+        "event-time watermark has passed it (plus allowed lateness and the correction grace); "
+        "the corrected views and the daily report follow by their automation conditions.",
+    )
+    def _sensor(
+        context: dg.SensorEvaluationContext,
+        control_store: ControlStoreResource,
+        storage: StorageResource,
+    ) -> dg.SensorResult:
+        cursor: dict[str, Any] = json.loads(context.cursor) if context.cursor else {}
+        control = control_store.open()
+        try:
+            statuses = control.tasks()
+        finally:
+            control.close()
+        now = clock()
+        store = storage.open()
+        events = []
+        for topic in topics:
+            state = cursor.setdefault(topic, {"closed": None, "watermark": None, "since": now})
+            mine = [s for s in statuses if s.topic == topic]
+            watermark = min((s.watermark or 0.0 for s in mine), default=None)
+            if watermark != state["watermark"]:
+                state["watermark"], state["since"] = watermark, now
+            caught_up = bool(mine) and all(s.end_offset - s.next_offset <= 0 for s in mine)
+            idle = caught_up and now - state["since"] >= idle_close_s
+            until = closed_until(statuses, topic, lateness[topic], idle=idle)
+            if until is None:
+                continue
+            archived = sorted(
+                {
+                    parse_hour_label(label)
+                    for record in read_range_records(store, topic)
+                    for label, n in record.events.items()
+                    if n > 0
+                }
+            )
+            done = state["closed"]
+            due = [h for h in archived if h + HOUR_MS <= until and (done is None or h > done)]
+            for hour in archive_completeness(store, due, topic):
+                events.append(
+                    dg.AssetMaterialization(
+                        asset_key=RAW_ARCHIVE_KEY,
+                        partition=partition_key_for(hour.hour_ms),
+                        metadata={
+                            **hour_metadata(hour),
+                            "closed_by": "idle" if idle else "watermark",
+                        },
+                    )
+                )
+            if due:
+                state["closed"] = due[-1]
+                context.log.info(
+                    "%s: %d archive hour(s) complete, through %s",
+                    topic,
+                    len(due),
+                    partition_key_for(due[-1]),
+                )
+        return dg.SensorResult(asset_events=events, cursor=json.dumps(cursor, sort_keys=True))
+
+    return _sensor

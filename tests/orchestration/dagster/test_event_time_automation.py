@@ -1,0 +1,146 @@
+"""Corrections that run themselves: archive hours close by the fleet's event-time watermark,
+the corrected views follow each closed hour and the report follows a corrected day."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from assets.constants import RAW_ARCHIVE_KEY, RECONCILIATION_REPORT_KEY, corrected_key
+from assets.partitions import partition_key_for
+from assets.raw import raw_archive
+from assets.reports import reconciliation_report
+from assets.views import corrected_assets
+from assets.views.checks import CORRECTION_CHECK, build_correction_checks
+from orchestration.resources import (
+    LocalControlStoreResource,
+    LocalSparkResource,
+    LocalStorageResource,
+)
+from orchestration.sensors import make_archive_hours_sensor
+from pipelines.control import ControlStore, TaskStatus
+from pipelines.segments import HOUR_MS
+from tests.fixtures.dagster_fixture import build_archive, example_views
+
+pytestmark = pytest.mark.filterwarnings("ignore::dagster.BetaWarning")
+
+VIEWS = example_views()
+H21 = int(datetime(2015, 2, 26, 21, tzinfo=UTC).timestamp() * 1000)
+H22, H23 = H21 + HOUR_MS, H21 + 2 * HOUR_MS
+CLOSING_MS = max(v.allowed_lateness_ms for v in VIEWS) + 15 * 60_000  # + the default grace
+
+
+@pytest.fixture(scope="module")
+def storage_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("automation") / "storage"
+    build_archive(root)  # hours 21:00, 22:00 and 23:00 of 2015-02-26
+    return root
+
+
+def _report(url: str, watermark: int, backlog: int = 0) -> None:
+    store = ControlStore(url)
+    store.report_tasks(
+        [
+            TaskStatus(
+                task=f"events:{p}",
+                topic="events",
+                partition=p,
+                worker_id="a0",
+                pid=1,
+                next_offset=1000,
+                end_offset=1000 + backlog,
+                watermark=float(watermark + p),  # the fleet's watermark is the smallest
+            )
+            for p in range(4)
+        ]
+    )
+    store.close()
+
+
+def test_hours_close_as_the_watermark_passes_them_and_the_last_when_the_stream_stops(
+    storage_root: Path, tmp_path: Path
+) -> None:
+    url = f"sqlite:///{tmp_path / 'control.db'}"
+    clock = {"now": 1_000.0}
+    sensor = make_archive_hours_sensor(VIEWS, 15, idle_close_s=300, clock=lambda: clock["now"])
+    resources = {
+        "control_store": LocalControlStoreResource(sqlite_url=url),
+        "storage": LocalStorageResource(root=str(storage_root)),
+    }
+    cursor = None
+
+    def tick() -> list[str]:
+        nonlocal cursor
+        with dg.build_sensor_context(resources=resources, cursor=cursor) as context:
+            result = sensor.evaluate_tick(context)
+        cursor = result.cursor
+        assert all(e.asset_key == RAW_ARCHIVE_KEY for e in result.asset_events)
+        return [e.partition for e in result.asset_events]
+
+    _report(url, H22 + CLOSING_MS - 1, backlog=500)  # 21:00 is not closed yet: 1 ms short
+    assert tick() == []
+    _report(url, H22 + CLOSING_MS, backlog=500)
+    assert tick() == [partition_key_for(H21)]
+    assert tick() == []  # recorded once
+    _report(url, H23 + 50 * 60_000, backlog=500)  # 22:00 closed; 23:00 not by the watermark
+    assert tick() == [partition_key_for(H22)]
+    _report(url, H23 + 50 * 60_000, backlog=0)  # the replay is over, the fleet caught up
+    clock["now"] += 200
+    assert tick() == []  # idle, but not for long enough
+    clock["now"] += 200
+    assert tick() == [partition_key_for(H23)]
+    assert json.loads(cursor)["events"]["closed"] == H23
+
+
+def test_a_closed_hour_is_corrected_and_a_corrected_checked_day_is_reported(
+    tmp_path: Path,
+) -> None:
+    defs = dg.Definitions(
+        assets=[raw_archive, *corrected_assets, reconciliation_report],
+        asset_checks=build_correction_checks(VIEWS),
+        resources={  # never used: conditions are evaluated, nothing runs
+            "storage": LocalStorageResource(root=str(tmp_path / "storage")),
+            "spark": LocalSparkResource(),
+            "control_store": LocalControlStoreResource(
+                sqlite_url=f"sqlite:///{tmp_path / 'control.db'}"
+            ),
+        },
+    )
+    instance = dg.DagsterInstance.ephemeral()
+    views = [v.name for v in VIEWS if not v.disabled]
+
+    first = dg.evaluate_automation_conditions(defs=defs, instance=instance)
+    assert first.total_requested == 0  # nothing archived: nothing to correct
+
+    instance.report_runless_asset_event(
+        dg.AssetMaterialization(asset_key=RAW_ARCHIVE_KEY, partition=partition_key_for(H21))
+    )
+    second = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=first.cursor)
+    for name in views:
+        assert second.get_requested_partitions(corrected_key(name)) == {partition_key_for(H21)}
+    assert second.get_num_requested(RECONCILIATION_REPORT_KEY) == 0
+
+    # every hour of the day corrected and each correction's blocking check passed
+    day_start = H21 - 21 * HOUR_MS
+    for name in views:
+        for hour in range(24):
+            instance.report_runless_asset_event(
+                dg.AssetMaterialization(
+                    asset_key=corrected_key(name),
+                    partition=partition_key_for(day_start + hour * HOUR_MS),
+                )
+            )
+    third = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=second.cursor)
+    assert third.get_num_requested(RECONCILIATION_REPORT_KEY) == 0  # checks not passed yet
+    for name in views:
+        instance.report_runless_asset_event(
+            dg.AssetCheckEvaluation(
+                asset_key=corrected_key(name), check_name=CORRECTION_CHECK, passed=True
+            )
+        )
+    fourth = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=third.cursor)
+    assert fourth.get_requested_partitions(RECONCILIATION_REPORT_KEY) == {"2015-02-26"}
