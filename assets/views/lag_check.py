@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import dagster as dg
 
 from assets.constants import realtime_key
+from orchestration.lag import TaskLag, task_lags
 from orchestration.resources import ControlStoreResource
 from pipelines.control import TaskStatus
 from pipelines.views import View
@@ -27,12 +28,12 @@ STALE_AFTER_S = 30.0
 """Report age after which a task counts as stopped (workers report every 2 s)."""
 
 
-def _time_lag_s(status: TaskStatus, now: float) -> float | None:
-    if max(0, status.end_offset - status.next_offset) == 0:
+def _time_lag_s(lag: TaskLag, now: float) -> float | None:
+    if lag.backlog == 0:
         return 0.0
-    if status.last_processed_ts is None:
+    if lag.status.last_processed_ts is None:
         return None
-    return max(0.0, now - status.last_processed_ts / 1000)
+    return max(0.0, now - lag.status.last_processed_ts / 1000)
 
 
 def evaluate_lag(
@@ -45,9 +46,11 @@ def evaluate_lag(
 ) -> dg.AssetCheckEvaluation:
     """The check's result for ``view`` from its tasks' latest reports."""
     now = time.time() if now is None else now
-    mine = [s for s in statuses if s.topic == view.topic]
-    lags = {s.task: _time_lag_s(s, now) for s in mine}
-    stale = sorted(s.task for s in mine if now - s.heartbeat_at > stale_after_s)
+    mine = task_lags(
+        [s for s in statuses if s.topic == view.topic], stale_after_s=stale_after_s, now=now
+    )
+    lags = {lag.status.task: _time_lag_s(lag, now) for lag in mine}
+    stale = sorted(lag.status.task for lag in mine if lag.stale)
     known = [lag for lag in lags.values() if lag is not None]
     worst = max(known, default=0.0)
     over = sorted(task for task, lag in lags.items() if lag is not None and lag > sla_s)
@@ -71,7 +74,7 @@ def evaluate_lag(
         metadata={
             "time_lag_s": round(worst, 3),
             "sla_s": sla_s,
-            "backlog": sum(max(0, s.end_offset - s.next_offset) for s in mine),
+            "backlog": sum(lag.backlog for lag in mine),
             "tasks": len(mine),
             "tasks_stale": len(stale),
             "tasks_over_sla": dg.MetadataValue.json(over),

@@ -100,8 +100,9 @@ def make_archive_hours_sensor(
             caught_up = bool(mine) and all(s.end_offset - s.next_offset <= 0 for s in mine)
             idle = caught_up and now - state["since"] >= idle_close_s
             until = closed_until(statuses, topic, lateness[topic], idle=idle)
-            if until is None:
-                continue
+            done = state["closed"]
+            if until is None or (done is not None and until < done + 2 * HOUR_MS):
+                continue  # not even the hour after the last one closed is due: no listing
             archived = sorted(
                 {
                     parse_hour_label(label)
@@ -110,7 +111,6 @@ def make_archive_hours_sensor(
                     if n > 0
                 }
             )
-            done = state["closed"]
             due = [h for h in archived if h + HOUR_MS <= until and (done is None or h > done)]
             for hour in archive_completeness(store, due, topic):
                 events.append(
