@@ -5,6 +5,7 @@ from __future__ import annotations
 import dagster as dg
 
 __all__ = [
+    "CORRECTED_PREFIX",
     "EVENTS_KEY",
     "RAW_ARCHIVE_KEY",
     "RAW_GROUP",
@@ -34,6 +35,9 @@ def realtime_key(view: str) -> dg.AssetKey:
     return dg.AssetKey(f"realtime_{view}")
 
 
+CORRECTED_PREFIX = "corrected_"
+
+
 def corrected_key(view: str) -> dg.AssetKey:
     """Key of the hourly Spark correction of ``view``."""
-    return dg.AssetKey(f"corrected_{view}")
+    return dg.AssetKey(f"{CORRECTED_PREFIX}{view}")

@@ -14,6 +14,7 @@ import assets.raw
 import assets.reports
 import assets.views
 from assets.constants import RAW_GROUP, REPORTS_GROUP, VIEWS_GROUP
+from assets.freshness import with_freshness
 from assets.raw.archive_checks import build_archive_schema_check
 from assets.raw.lineage_checks import build_nothing_lost_check
 from assets.views.checks import build_correction_checks
@@ -42,11 +43,15 @@ correction_job = build_correction_job(VIEWS)
 report_job = build_report_job()
 
 defs = dg.Definitions(
-    assets=[
-        *dg.load_assets_from_package_module(assets.raw, group_name=RAW_GROUP),
-        *dg.load_assets_from_package_module(assets.views, group_name=VIEWS_GROUP),
-        *dg.load_assets_from_package_module(assets.reports, group_name=REPORTS_GROUP),
-    ],
+    assets=with_freshness(
+        [
+            *dg.load_assets_from_package_module(assets.raw, group_name=RAW_GROUP),
+            *dg.load_assets_from_package_module(assets.views, group_name=VIEWS_GROUP),
+            *dg.load_assets_from_package_module(assets.reports, group_name=REPORTS_GROUP),
+        ],
+        SETTINGS.correction_fresh_minutes,
+        SETTINGS.report_fresh_hours,
+    ),
     asset_checks=[
         *build_correction_checks(VIEWS),
         *build_expectation_checks(VIEWS),
@@ -63,13 +68,16 @@ defs = dg.Definitions(
     ],
     sensors=[
         make_archive_hours_sensor(
-            VIEWS, SETTINGS.correction_grace_minutes, idle_close_s=SETTINGS.idle_close_s
+            VIEWS,
+            SETTINGS.correction_grace_minutes,
+            idle_close_s=SETTINGS.idle_close_s,
+            minimum_interval_seconds=SETTINGS.automation_interval_s,
         ),
         dg.AutomationConditionSensorDefinition(
             "sluice_automation",
             target=dg.AssetSelection.all(),
             default_status=dg.DefaultSensorStatus.RUNNING,
-            minimum_interval_seconds=30,
+            minimum_interval_seconds=SETTINGS.automation_interval_s,
             description="Corrects archive hours once they are complete and reports a day once "
             "all its hours are corrected (assets/automation.py).",
         ),

@@ -53,11 +53,30 @@ class DagsterSettings(SluiceBaseSettings):
         description="Seconds a caught-up fleet's watermark must stand still before the "
         "archive_hours_complete sensor closes the last hours too (the end of a replay).",
     )
+    automation_interval_s: int = Field(
+        default=30,
+        ge=1,
+        le=3600,
+        description="Seconds between ticks of the archive_hours_complete sensor and of the "
+        "automation that corrects closed hours and reports corrected days.",
+    )
     realtime_lag_sla_s: float = Field(
         default=600.0,
         gt=0,
         description="Time lag (s) a realtime view may have before its lag_within_sla check "
         "warns; the realtime_lag sensor evaluates it on every tick.",
+    )
+    correction_fresh_minutes: int = Field(
+        default=120,
+        ge=15,
+        description="Minutes without a new correction after which a corrected view is overdue "
+        "(freshness policy; warning at three quarters). An hour closes about once an hour.",
+    )
+    report_fresh_hours: int = Field(
+        default=26,
+        ge=2,
+        description="Hours without a new reconciliation report after which it is overdue "
+        "(freshness policy; warning an hour before).",
     )
     report_cron: str = Field(
         default="30 0 * * *",

@@ -30,6 +30,7 @@ import os
 import statistics
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -38,7 +39,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipelines.exceptions import QueryError
-from pipelines.segments import HOUR_MS, hour_label
+from pipelines.segments import HOUR_MS, hour_label, parse_hour_label, read_range_records
 from pipelines.serving.query import query_view, read_published
 from pipelines.storage import ObjectStore
 from pipelines.views.model import WINDOW_START, View
@@ -54,6 +55,7 @@ __all__ = [
     "ExpectationOutcome",
     "RowBounds",
     "SuiteResult",
+    "archived_segments",
     "build_suite",
     "checked_range",
     "expected_windows",
@@ -90,11 +92,31 @@ def checked_range(view: View, start_ms: int, end_ms: int) -> tuple[int, int]:
     return view.segment_start(start_ms), last + view.segment_ms
 
 
-def expected_windows(view: View, start_ms: int, end_ms: int) -> list[int]:
-    """Starts (epoch ms) of every window of the segments covering ``[start_ms, end_ms)``."""
+def expected_windows(
+    view: View, start_ms: int, end_ms: int, segments: Sequence[int] | None = None
+) -> list[int]:
+    """Starts (epoch ms) of every window of the segments covering ``[start_ms, end_ms)``, or
+    only of ``segments`` (segment starts) among them."""
     first, end = checked_range(view, start_ms, end_ms)
     first += -first % view.interval_ms
-    return list(range(first, end, view.interval_ms))
+    windows = range(first, end, view.interval_ms)
+    if segments is None:
+        return list(windows)
+    wanted = set(segments)
+    return [w for w in windows if view.segment_start(w) in wanted]
+
+
+def archived_segments(store: ObjectStore, view: View, start_ms: int, end_ms: int) -> list[int]:
+    """Segments covering ``[start_ms, end_ms)`` with archived events of the view's topic: the
+    ones a correction publishes (hours without events stay empty, legitimately)."""
+    first, end = checked_range(view, start_ms, end_ms)
+    hours = {
+        parse_hour_label(label)
+        for record in read_range_records(store, view.topic)
+        for label, n in record.events.items()
+        if n > 0
+    }
+    return sorted({view.segment_start(h) for h in hours if first <= h < end})
 
 
 @dataclass(frozen=True)
@@ -145,15 +167,17 @@ def learn_row_bounds(
     start_ms: int,
     end_ms: int,
     settings: ExpectationSettings | None = None,
+    checked: int | None = None,
 ) -> RowBounds:
     """Bounds [n * median / f, n * median * f] from the segments published before the checked ones.
 
-    n is the number of checked segments; the history is every segment starting in the
-    ``rows_history_hours`` before them that has a published correction.
+    n is the number of checked segments (``checked``, default every segment of the range);
+    the history is every segment starting in the ``rows_history_hours`` before them that
+    has a published correction.
     """
     settings = settings or ExpectationSettings.from_env()
     first, end = checked_range(view, start_ms, end_ms)
-    segments = (end - first) // view.segment_ms
+    segments = (end - first) // view.segment_ms if checked is None else checked
     since = view.segment_start(first - settings.rows_history_hours * HOUR_MS)
     history: dict[str, int] = {}
     for segment in range(since, first, view.segment_ms):
@@ -192,11 +216,15 @@ def _label(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M")
 
 
-def _window_expectations(E, view: View, start_ms: int, end_ms: int) -> list:
+def _window_expectations(
+    E, view: View, start_ms: int, end_ms: int, segments: Sequence[int] | None = None
+) -> list:
     """Completeness: every window of the checked segments, and nothing else."""
-    windows = expected_windows(view, start_ms, end_ms)
+    windows = expected_windows(view, start_ms, end_ms, segments)
     first, end = checked_range(view, start_ms, end_ms)
     span = f"{_label(first)} .. {_label(end)}"
+    if segments is not None and len(segments) < (end - first) // view.segment_ms:
+        span = f"the {len(segments)} segment(s) with events in {span}"
     return [
         E.ExpectColumnValuesToNotBeNull(column=WINDOW_START, description="window_start is set"),
         E.ExpectColumnDistinctValuesToContainSet(
@@ -248,16 +276,21 @@ def _metric_expectations(E, view: View) -> list:
 
 
 def build_suite(
-    view: View, start_ms: int, end_ms: int, rows: RowBounds | None = None
+    view: View,
+    start_ms: int,
+    end_ms: int,
+    rows: RowBounds | None = None,
+    segments: Sequence[int] | None = None,
 ) -> gx.ExpectationSuite:
-    """The suite of ``view`` for the segments covering ``[start_ms, end_ms)``.
+    """The suite of ``view`` for the segments covering ``[start_ms, end_ms)`` (only
+    ``segments`` among them, if given: their windows are expected, no others).
 
     Each expectation carries a ``description`` (the rule in words) and a ``severity``:
     :data:`WARNING` for the learned row-count bound, :data:`CRITICAL` for the rest.
     """
     gx = _gx()
     E = gx.expectations
-    expectations = _window_expectations(E, view, start_ms, end_ms)
+    expectations = _window_expectations(E, view, start_ms, end_ms, segments)
     expectations += _metric_expectations(E, view)
     if rows is not None and rows.learned:
         expectations.append(
@@ -335,6 +368,8 @@ class SuiteResult:
     row_bounds: RowBounds | None
     seconds: float
     """Wall time of the great-expectations validation alone."""
+    empty_segments: int = 0
+    """Segments of the range without archived events, not checked."""
 
     @property
     def success(self) -> bool:
@@ -351,9 +386,12 @@ class SuiteResult:
 
     @property
     def notes(self) -> list[str]:
+        notes = []
+        if self.empty_segments:
+            notes.append(f"{self.empty_segments} segment(s) without archived events not checked")
         if self.row_bounds is not None and not self.row_bounds.learned:
-            return [self.row_bounds.reason]
-        return []
+            notes.append(self.row_bounds.reason)
+        return notes
 
     def summary(self) -> dict[str, Any]:
         """Plain JSON-able values (what the asset check records)."""
@@ -499,17 +537,21 @@ def validate_table(
     end_ms: int,
     row_bounds: RowBounds | None = None,
     settings: ExpectationSettings | None = None,
+    segments: Sequence[int] | None = None,
 ) -> SuiteResult:
     """Run ``view``'s suite over ``table`` (a :func:`query_view` result of the range)."""
     settings = settings or ExpectationSettings.from_env()
     first, end = checked_range(view, start_ms, end_ms)
-    suite = build_suite(view, first, end, row_bounds)
+    suite = build_suite(view, first, end, row_bounds, segments)
     frame = _frame(table)
     started = time.monotonic()
     validation = _VALIDATOR.validate(view, frame, suite, settings.sample_size)
     seconds = time.monotonic() - started
     outcomes = tuple(_outcome(r, settings.sample_size) for r in validation.results)
-    result = SuiteResult(view.name, first, end, table.num_rows, outcomes, row_bounds, seconds)
+    skipped = 0 if segments is None else (end - first) // view.segment_ms - len(segments)
+    result = SuiteResult(
+        view.name, first, end, table.num_rows, outcomes, row_bounds, seconds, skipped
+    )
     log.info(
         "%s %s: %d/%d expectations passed in %.2fs",
         view.name,
@@ -529,9 +571,11 @@ def validate_view(
     settings: ExpectationSettings | None = None,
     prefer: str = "batch",
 ) -> SuiteResult:
-    """Validate the served values (corrected by default) of the segments covering the range."""
+    """Validate the served values (corrected by default) of the segments covering the range
+    that have archived events; segments without any are empty by right and not checked."""
     settings = settings or ExpectationSettings.from_env()
     first, end = checked_range(view, start_ms, end_ms)
+    segments = archived_segments(store, view, first, end)
     table = query_view(store, view, first, end, prefer=prefer)
-    bounds = learn_row_bounds(store, view, first, end, settings)
-    return validate_table(view, table, first, end, bounds, settings)
+    bounds = learn_row_bounds(store, view, first, end, settings, checked=len(segments))
+    return validate_table(view, table, first, end, bounds, settings, segments)

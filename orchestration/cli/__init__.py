@@ -20,7 +20,7 @@ from sqlalchemy import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
 from orchestration.cli.help import apply_help_conventions
-from orchestration.cli.logs import configure_logging
+from orchestration.cli.logs import configure_logging, dump_stacks_on_sigusr1
 from pipelines.config import get_settings
 from pipelines.exceptions import InvalidSetting, SluiceError
 from pipelines.settings import describe_validation_error
@@ -79,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser(_command_of(argv))
     args = parser.parse_args(argv)
     configure_logging(args.verbose, _state_dir())
+    dump_stacks_on_sigusr1()
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -36,6 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "config", help="the effective settings and where each came from (secrets masked)"
     )
     parser.add_argument("--format", choices=("table", "json", "markdown"), default="table")
+    parser.add_argument("--json", action="store_true", help="the same as --format json")
     parser.add_argument("--changed", action="store_true", help="only options not at their default")
     parser.add_argument(
         "--defaults",
@@ -94,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         print(markdown(sections), end="")
         return 0
     path = settings_file()
-    if args.format == "json":
+    if args.format == "json" or args.json:
         payload = {
             "settings_file": str(path) if path else None,
             "options": [

@@ -11,7 +11,7 @@ EXAMPLES: dict[str, list[str]] = {
         "sluice up                                   # broker, agents, generator, Dagster",
         "sluice up --no-dagster --duration 6h --exit-when-done",
     ],
-    "broker": ["sluice broker start", "sluice broker status"],
+    "broker": ["sluice broker start", "sluice broker status --json"],
     "generate": [
         "sluice generate --trace nyc_taxi --duration 6h --speedup 720",
         "sluice generate --events 100000 --no-pace --json",
@@ -25,12 +25,19 @@ EXAMPLES: dict[str, list[str]] = {
     ],
     "status": ["sluice status", "sluice status --once", "sluice status --json | jq '.[].status'"],
     "batch correct": ["sluice batch correct --hour 2014-07-01T00 --to 2014-07-02T00"],
-    "report": ["sluice report --date 2014-07-01 --out reports/"],
+    "report": [
+        "sluice report --date 2014-07-01 --out reports/",
+        "sluice report --date 2014-07-01 --json | jq .headline",
+    ],
     "autoscale simulate": [
         "sluice autoscale simulate --trace nyc_taxi --days 28",
         "sluice autoscale simulate --trace Twitter_volume_AAPL --policy mcts --json",
     ],
-    "config": ["sluice config", "sluice config --defaults --format markdown"],
+    "config": [
+        "sluice config",
+        "sluice config --changed --json",
+        "sluice config --defaults --format markdown",
+    ],
 }
 """Examples per command path, shown at the end of its --help."""
 

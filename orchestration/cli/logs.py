@@ -10,7 +10,10 @@ process.
 
 from __future__ import annotations
 
+import contextlib
+import faulthandler
 import logging
+import signal
 import sys
 import threading
 from pathlib import Path
@@ -18,7 +21,12 @@ from pathlib import Path
 from rich.console import Console
 from rich.logging import RichHandler
 
-__all__ = ["LOG_FILE", "configure_logging", "stderr_console"]
+__all__ = [
+    "LOG_FILE",
+    "configure_logging",
+    "dump_stacks_on_sigusr1",
+    "stderr_console",
+]
 
 LOG_FILE = "sluice.log"
 """The log file's name under ``<state>/logs``."""
@@ -109,3 +117,12 @@ def _thread_exception(args: threading.ExceptHookArgs) -> None:
     )
     if not logging.getLogger().handlers:  # logging not set up: keep Python's default
         sys.__excepthook__(args.exc_type, args.exc_value, args.exc_traceback)
+
+
+def dump_stacks_on_sigusr1() -> None:
+    """``kill -USR1 <pid>`` writes every thread's stack to stderr: what a process that looks
+    stuck is waiting on, without stopping it (Python's faulthandler, safe in a handler)."""
+    if not hasattr(signal, "SIGUSR1") or sys.__stderr__ is None:
+        return
+    with contextlib.suppress(OSError, ValueError):  # no real stderr: go without
+        faulthandler.register(signal.SIGUSR1, file=sys.__stderr__, all_threads=True)

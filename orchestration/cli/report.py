@@ -2,12 +2,15 @@
 
 Writes ``reports/<D>/reconciliation.{html,md,json}`` under the storage root (and a copy to
 ``--out DIR`` if given), prints where, the headline and any failures. Exit 0 when the report
-is written, failures or not (they are the report's content); 2 on bad input.
+is written, failures or not (they are the report's content); 2 on bad input. ``--json``
+prints the same as one JSON object, for scripts.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 from pathlib import Path
 
 from rich.console import Console
@@ -32,6 +35,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--views", default=None, help="view definitions (default: SLUICE_VIEWS_FILE)"
     )
     parser.add_argument("--out", default=None, help="also copy the report files to this directory")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print the day's headline, notes, failures and file locations as JSON",
+    )
     parser.set_defaults(func=run)
 
 
@@ -56,6 +64,24 @@ def run(args: argparse.Namespace) -> int:
         data, stored = publish_report(
             runtime.store, runtime.control, views, day, topic=runtime.settings.topic
         )
+    copied = []
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        for key in stored.keys.values():
+            target = out / Path(key).name
+            target.write_bytes(runtime.store.get(key))
+            copied.append(str(target))
+    if args.json:
+        summary = {
+            "day": day.isoformat(),
+            "headline": data.headline(),
+            "notes": notes(data),
+            "failures": [reason for result in data.failed for reason in result.failures],
+            "files": {fmt: runtime.store.uri(key) for fmt, key in stored.keys.items()},
+            "copied": copied,
+        }
+        sys.stdout.write(json.dumps(summary, indent=2) + "\n")
+        return 0
     console.print(f"[bold]Reconciliation report {day.isoformat()}[/]: {escape(headline(data))}")
     for note in notes(data):
         console.print(f"  [yellow]{escape(note)}[/]")
@@ -64,10 +90,6 @@ def run(args: argparse.Namespace) -> int:
             console.print(f"  [red]FAILED[/] {escape(reason)}")
     for fmt, key in stored.keys.items():
         console.print(f"{fmt}: {runtime.store.uri(key)}")
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        for key in stored.keys.values():
-            target = out / Path(key).name
-            target.write_bytes(runtime.store.get(key))
-            console.print(f"copied to {target}")
+    for target in copied:
+        console.print(f"copied to {target}")
     return 0

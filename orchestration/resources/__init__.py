@@ -34,6 +34,7 @@ from orchestration.resources.storage import (
     StorageResource,
 )
 from orchestration.settings import DagsterSettings
+from pipelines.config import get_settings
 from pipelines.settings import load_settings
 
 __all__ = [
@@ -46,10 +47,29 @@ __all__ = [
     "StorageResource",
     "get_env",
     "get_resources",
+    "local_resources",
 ]
 
 
 ENVS = ("local", "prod")
+
+
+def local_resources() -> dict[str, Any]:
+    """The local set, its fields filled from the ``SLUICE_*`` settings when the code location
+    loads, so Dagster's resources page shows the storage root, control store and Spark a run
+    will use. A control store URL that is not SQLite (it may carry a password) stays unset
+    here and is read when a run opens the store."""
+    settings = get_settings()
+    url = settings.resolved_control_store_url
+    sqlite_url = url if url.startswith("sqlite") else None
+    return {
+        "kafka": EmbeddedKafkaResource(),
+        "spark": LocalSparkResource.from_settings(),
+        "storage": LocalStorageResource(root=settings.resolved_storage_root),
+        "control_store": LocalControlStoreResource(sqlite_url=sqlite_url),
+        "fleet": LocalFleetResource(topic=settings.topic, control_store_url=sqlite_url),
+    }
+
 
 RESOURCES_BY_ENV: dict[str, dict[str, Any]] = {
     "local": {
@@ -85,7 +105,8 @@ RESOURCES_BY_ENV: dict[str, dict[str, Any]] = {
         "fleet": AwsFleetResource(),
     },
 }
-"""The resource sets; a test compares their keys."""
+"""The resource sets (local with every field unset: read from settings at use); a test
+compares their keys."""
 
 
 def get_env() -> str:
@@ -94,5 +115,6 @@ def get_env() -> str:
 
 
 def get_resources(env: str | None = None) -> dict[str, Any]:
-    """The resource set of ``env`` (default: :func:`get_env`)."""
-    return dict(RESOURCES_BY_ENV[env or get_env()])
+    """The resource set of ``env`` (default: :func:`get_env`); local's shows its settings."""
+    env = env or get_env()
+    return local_resources() if env == "local" else dict(RESOURCES_BY_ENV[env])

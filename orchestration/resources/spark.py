@@ -34,18 +34,49 @@ class SparkResource(dg.ConfigurableResource):
 
 
 class LocalSparkResource(SparkResource):
-    """A session on this machine, configured by ``SLUICE_SPARK_*`` (master default local[2])."""
+    """A session on this machine. Unset fields fall back to ``SLUICE_SPARK_*``; the code
+    location fills them from those settings so the resources page shows what runs use."""
+
+    master: str | None = Field(default=None, description="Spark master, e.g. local[2].")
+    driver_memory: str | None = Field(default=None, description="Driver JVM heap, e.g. 2g.")
+    shuffle_partitions: int | None = Field(
+        default=None, description="spark.sql.shuffle.partitions (unset: Spark's default)."
+    )
+    s3_read_scheme: str | None = Field(
+        default=None, description="s3a (hadoop-aws) or s3 (EMRFS) for s3:// storage roots."
+    )
+
+    @classmethod
+    def from_settings(cls) -> LocalSparkResource:
+        from pipelines.batch.config import SparkSettings
+
+        spark = SparkSettings()
+        return cls(
+            master=spark.master,
+            driver_memory=spark.driver_memory,
+            shuffle_partitions=spark.shuffle_partitions,
+            s3_read_scheme=spark.s3_scheme,
+        )
+
+    def _spark_settings(self):
+        from pipelines.batch.config import SparkSettings
+
+        fields = {
+            "master": self.master,
+            "driver_memory": self.driver_memory,
+            "shuffle_partitions": self.shuffle_partitions,
+            "s3_scheme": self.s3_read_scheme,
+        }
+        return SparkSettings().model_copy(update={k: v for k, v in fields.items() if v is not None})
 
     def get_session(self) -> SparkSession:
         from pipelines.batch.spark import build_spark
         from pipelines.config import get_settings
 
-        return build_spark(s3_endpoint_url=get_settings().s3_endpoint_url)
+        return build_spark(self._spark_settings(), s3_endpoint_url=get_settings().s3_endpoint_url)
 
     def s3_scheme(self) -> str:
-        from pipelines.batch.config import SparkSettings
-
-        return SparkSettings().s3_scheme
+        return self._spark_settings().s3_scheme
 
 
 class ClusterSparkResource(SparkResource):

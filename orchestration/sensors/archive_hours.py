@@ -2,7 +2,9 @@
 
 An hour of ``raw_archive`` is complete when the fleet's watermark (the smallest of its tasks'
 event-time watermarks) has passed the hour's end plus the views' largest allowed lateness and
-the correction grace: no in-time event can still land in it. The sensor then records the
+the correction grace: no in-time event can still land in it. Hours without events close too
+(from the start of the first archived day), so a day whose stream began at 21:00 or paused
+overnight still becomes complete and reported. The sensor then records the
 hour's completeness as a materialization of that partition (no run, nothing copied), and the
 corrected views follow through their automation conditions. A replayed day, whose event time
 lies years in the past, closes as the replay goes, which a wall-clock schedule never does.
@@ -22,7 +24,7 @@ from typing import Any
 import dagster as dg
 
 from assets.constants import RAW_ARCHIVE_KEY
-from assets.partitions import partition_key_for
+from assets.partitions import HOURLY, partition_key_for
 from assets.raw.archive import hour_metadata
 from orchestration.resources import ControlStoreResource, StorageResource
 from pipelines.control import TaskStatus
@@ -31,6 +33,9 @@ from pipelines.views import View
 from quality.completeness import archive_completeness
 
 __all__ = ["closed_until", "make_archive_hours_sensor"]
+
+DAY_MS = 24 * HOUR_MS
+FIRST_HOUR_MS = int(HOURLY.start.timestamp() * 1000)
 
 
 def closed_until(
@@ -103,15 +108,22 @@ def make_archive_hours_sensor(
             done = state["closed"]
             if until is None or (done is not None and until < done + 2 * HOUR_MS):
                 continue  # not even the hour after the last one closed is due: no listing
-            archived = sorted(
-                {
+            # Every hour from the one after the last closed closes, with or without events:
+            # a day is complete, and its report due, only when all 24 hours are. The first
+            # time, from the start of the first archived hour's day (or the first partition).
+            if done is None:
+                archived = [
                     parse_hour_label(label)
                     for record in read_range_records(store, topic)
                     for label, n in record.events.items()
                     if n > 0
-                }
-            )
-            due = [h for h in archived if h + HOUR_MS <= until and (done is None or h > done)]
+                ]
+                if not archived:
+                    continue  # nothing archived yet: nothing to close
+                first = max(min(archived) // DAY_MS * DAY_MS, FIRST_HOUR_MS)
+            else:
+                first = done + HOUR_MS
+            due = list(range(first, until - HOUR_MS + 1, HOUR_MS))
             for hour in archive_completeness(store, due, topic):
                 events.append(
                     dg.AssetMaterialization(

@@ -125,7 +125,9 @@ def test_a_paused_agent_is_fenced_when_it_comes_back(agents_factory, pg_url, age
             if e.state == "Fenced" and e.agent_id == "a0" and e.generation == held.get(e.task)
         }
 
-    wait_until(lambda: fenced() == set(held), 30, "a0 to see it is fenced for every moved task")
+    agents.wait_until(
+        lambda: fenced() == set(held), 30, "a0 to see it is fenced for every moved task", "a0"
+    )
     wait_until(lambda: agents.caught_up() and agents.all_running(), 240, "the fleet to catch up")
     for task, generation in newer.items():  # the stale owner's writes never won
         partition = int(task.rpartition(":")[2])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -101,3 +102,15 @@ def test_help_shows_defaults_and_examples() -> None:
     for path, sub in commands.items():
         assert "(default: None)" not in sub.format_help(), path
     assert "(default: 480.0)" in commands["up"].format_help()
+
+
+def test_broker_status_as_json(tmp_path) -> None:
+    """Scripts read the broker's state from one JSON object; the exit code stays the same."""
+    done = _sluice(tmp_path, {}, "broker", "status", "--json")
+    assert done.returncode == 3, done.stderr
+    assert json.loads(done.stdout) == {"running": False, "managed": True}
+    foreign = _sluice(
+        tmp_path, {"KAFKA_BOOTSTRAP_SERVERS": "b1:9092"}, "broker", "status", "--json"
+    )
+    assert foreign.returncode == 0, foreign.stderr
+    assert json.loads(foreign.stdout) == {"running": None, "managed": False, "bootstrap": "b1:9092"}

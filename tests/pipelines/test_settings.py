@@ -118,7 +118,7 @@ def test_sluice_config_lists_every_model_and_where_values_came_from(
 ) -> None:
     settings_file.write_text("SLUICE_TOPIC: clicks\n")
     monkeypatch.setenv("SLUICE_AUTOSCALE_MCTS__SAMPLES", "64")
-    assert main(["config", "--format", "json"]) == 0
+    assert main(["config", "--json"]) == 0
     payload = json.loads(capsys.readouterr().out)
     rows = {r["variable"]: r for r in payload["options"]}
     assert payload["settings_file"] == str(settings_file.resolve())

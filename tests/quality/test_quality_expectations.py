@@ -241,6 +241,19 @@ def test_a_partial_hour_misses_windows_and_names_them(corrected: StreamRun, hour
     assert missing.sample == ["2015-02-26T21:00", "2015-02-26T21:10", "2015-02-26T21:20"]
 
 
+def test_hours_without_archived_events_are_not_checked(corrected: StreamRun, hours) -> None:
+    """A closed hour nobody sent events in is empty by right: no window is expected there
+    (automation corrects the whole day, the hours before a replay began included)."""
+    view = VIEWS["traffic_by_org"]
+    result = validate_view(corrected.store, view, hours[0] - 2 * HOUR_MS, hours[1], SETTINGS)
+    assert result.empty_segments == 2
+    assert "2 segment(s) without archived events not checked" in result.notes
+    missing = only_failure(result)  # the partial first hour still, and only it
+    assert missing.unexpected_count == 3
+    nothing = validate_view(corrected.store, view, hours[0] - 2 * HOUR_MS, hours[0], SETTINGS)
+    assert nothing.success and nothing.rows == 0 and nothing.empty_segments == 2
+
+
 def test_the_realtime_values_have_the_same_shape(streamed: StreamRun, hours) -> None:
     result = validate_view(
         streamed.store, VIEWS["clients_5m"], hours[3], hours[4], SETTINGS, prefer="realtime"

@@ -228,6 +228,13 @@ def test_the_cli_writes_the_report(day: Day, tmp_path: Path):
     for name in ("reconciliation.html", "reconciliation.md", "reconciliation.json"):
         assert (out / name).stat().st_size > 0
         assert (stored / name).exists()
+    scripted = _sluice(["report", "--date", DAY.isoformat(), "--json"], day.env())
+    assert scripted.returncode == 0, scripted.stderr
+    summary = json.loads(scripted.stdout)  # nothing but the JSON object on stdout
+    assert summary["day"] == DAY.isoformat()
+    assert summary["headline"]["corrected"] == 2 * len(example_views())
+    assert summary["files"]["html"] == str(stored / "reconciliation.html")
+    assert summary["copied"] == []
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import dagster as dg
@@ -24,7 +24,7 @@ from orchestration.definitions import correction_job, defs
 from orchestration.resources import LocalControlStoreResource, LocalStorageResource
 from orchestration.schedules import build_correction_schedule, grace_minutes, hour_to_correct
 from orchestration.sensors import make_realtime_lag_sensor
-from pipelines.config import PROJECT_ROOT
+from pipelines.config import PROJECT_ROOT, get_settings
 from pipelines.control import ControlStore, TaskStatus
 from pipelines.exceptions import ConfigError
 from pipelines.segments import parse_hour_label
@@ -105,6 +105,39 @@ def test_resource_sets_have_identical_keys_and_env_selects_one(monkeypatch) -> N
     monkeypatch.setenv("SLUICE_ENV", "staging")
     with pytest.raises(ConfigError, match="staging"):
         resources.get_env()
+
+
+def test_the_local_resources_show_the_settings_runs_use(monkeypatch, tmp_path: Path) -> None:
+    """The resources page shows real values, read once from SLUICE_* when the code location
+    loads; a control store URL that may carry a password is never put there."""
+    monkeypatch.setenv("SLUICE_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("SLUICE_SPARK_DRIVER_MEMORY", "3g")
+    get_settings.cache_clear()
+    try:
+        local = resources.get_resources("local")
+        assert local["storage"].root == str(tmp_path / "state" / "storage")
+        assert local["control_store"].sqlite_url == f"sqlite:///{tmp_path / 'state' / 'control.db'}"
+        assert local["spark"].driver_memory == "3g"
+        assert local["spark"]._spark_settings().driver_memory == "3g"
+        monkeypatch.setenv("SLUICE_CONTROL_STORE_URL", "postgresql+psycopg://u:secret@db/sluice")
+        get_settings.cache_clear()
+        local = resources.get_resources("local")
+        assert local["control_store"].sqlite_url is None
+        assert "secret" not in repr(local)
+    finally:
+        get_settings.cache_clear()
+
+
+def test_corrections_and_the_report_carry_freshness_policies() -> None:
+    graph = defs.resolve_asset_graph()
+    for view in example_views():
+        policy = graph.get(corrected_key(view.name)).freshness_policy
+        assert policy.fail_window.to_timedelta() == timedelta(minutes=120)
+        assert policy.warn_window.to_timedelta() == timedelta(minutes=90)
+    report = graph.get(RECONCILIATION_REPORT_KEY).freshness_policy
+    assert report.fail_window.to_timedelta() == timedelta(hours=26)
+    assert graph.get(RAW_ARCHIVE_KEY).freshness_policy is None
+    assert graph.get(realtime_key("traffic_by_org")).freshness_policy is None
 
 
 def test_assets_annotate_the_abstract_resources() -> None:

@@ -1,4 +1,5 @@
-"""Against a running webserver and daemon: a GraphQL backfill, and the asset graph in a browser.
+"""Against a running webserver and daemon: a replayed day that corrects and reports itself,
+a GraphQL backfill that re-corrects an hour, and the asset pages in a browser.
 
 Dagster is started through :mod:`orchestration.dagster_service` (free port, DAGSTER_HOME
 under tmp_path) once for the module and stopped by process group in teardown, which must
@@ -15,8 +16,10 @@ import pytest
 
 from assets.constants import RECONCILIATION_REPORT_KEY, corrected_key, realtime_key
 from assets.partitions import partition_key_for
+from assets.views.checks import CORRECTION_CHECK
 from orchestration.dagster_service import DagsterHandle, start_dagster
 from pipelines.config import SluiceSettings
+from pipelines.control import ControlStore
 from pipelines.segments import HOUR_MS
 from pipelines.serving.query import query_view
 from pipelines.storage import LocalObjectStore
@@ -55,12 +58,17 @@ def dagster(
     state = tmp_path_factory.mktemp("dagster-e2e") / "state"
     settings = SluiceSettings(state_dir=state)
     run = build_archive(Path(settings.resolved_storage_root))
+    control = ControlStore(settings.resolved_control_store_url)
+    control.report_tasks(run.task_statuses())  # the fleet finished the replay and caught up
+    control.close()
     handle = start_dagster(
         settings,
         extra_env={
             "SLUICE_ENV": "local",
             "SLUICE_SPARK_SHUFFLE_PARTITIONS": "2",
             "SLUICE_SPARK_DRIVER_MEMORY": "1g",
+            "SLUICE_AUTOMATION_INTERVAL_S": "5",
+            "SLUICE_IDLE_CLOSE_S": "5",
         },
         timeout_s=240,
     )
@@ -81,24 +89,116 @@ def test_dagster_home_is_prepared(dagster) -> None:
     assert len(handle.pids) >= 3  # dagster dev, webserver, daemon (and the code server)
 
 
-def test_backfill_of_three_hours_is_one_run_and_served(dagster) -> None:
-    handle, settings, hours = dagster
-    assert len(hours) == 3
-    view = next(v for v in example_views() if v.name == "traffic_by_org")
-    partitions = [partition_key_for(h) for h in hours]
-    backfill = _backfill(handle, corrected_key(view.name), partitions, "e2e: three hours")
-    assert backfill["status"] in ("COMPLETED_SUCCESS", "COMPLETED"), backfill
-    assert backfill["numPartitions"] == 3
-    assert [r["status"] for r in backfill["runs"]] == ["SUCCESS"]  # single-run policy
-    store = LocalObjectStore(settings.resolved_storage_root)
-    served = query_view(store, view, hours[0], hours[-1] + HOUR_MS)
-    assert served.num_rows > 0
-    assert set(served.column("source").to_pylist()) == {"batch v1"}
-    starts = {
-        int(t.timestamp() * 1000) // HOUR_MS * HOUR_MS
-        for t in served.column("window_start").to_pylist()
+NODE = """
+query Node($path: [String!]!) {
+  assetNodeOrError(assetKey: {path: $path}) {
+    __typename
+    ... on AssetNode {
+      partitionStats { numMaterialized numFailed numMaterializing }
+      freshnessStatusInfo { freshnessStatus }
+      assetChecksOrError {
+        ... on AssetChecks { checks { name executionForLatestMaterialization { status } } }
+      }
     }
-    assert starts == set(hours)
+  }
+}
+"""
+RUNS = """
+query Runs {
+  runsOrError(limit: 50) {
+    __typename
+    ... on Runs { results { runId status tags { key value } } }
+  }
+}
+"""
+
+
+def _node(handle: DagsterHandle, key) -> dict:
+    answer = handle.graphql(NODE, {"path": key.path})["assetNodeOrError"]
+    assert answer["__typename"] == "AssetNode", answer
+    return answer
+
+
+def test_a_replayed_day_corrects_and_reports_itself(dagster, artifacts_dir: Path) -> None:
+    """Nothing is launched by hand: the fleet's report closes the replay's hours, automation
+    corrects each of them for every view and then reports the day, and the corrected assets
+    are fresh by their freshness policy."""
+    from playwright.sync_api import expect
+
+    handle, settings, hours = dagster
+    day = datetime.fromtimestamp(hours[0] / 1000, tz=UTC).strftime("%Y-%m-%d")
+    views = [v for v in example_views() if not v.disabled]
+
+    def reported():
+        latest = handle.graphql(MATERIALIZATION, {"path": RECONCILIATION_REPORT_KEY.path})
+        found = latest["assetOrError"].get("assetMaterializations") or []
+        return found[0] if found else None
+
+    latest = wait_until(reported, 420, "the day's report, by automation", every_s=2.0)
+    assert latest["partition"] == day
+    entries = {e["label"]: e for e in latest["metadataEntries"]}
+    summary = next(e for e in entries.values() if e["__typename"] == "MarkdownMetadataEntry")
+    assert f"Reconciliation report {day}" in summary["mdStr"]
+    html = next(e for e in entries.values() if e["__typename"] == "PathMetadataEntry")
+    assert "<img" in Path(html["path"]).read_text()
+
+    for view in views:  # the replay's three hours and the day's 21 empty hours before them
+        node = _node(handle, corrected_key(view.name))
+        stats = node["partitionStats"]
+        assert stats["numMaterialized"] == 24, (view.name, stats)
+        assert stats["numFailed"] == 0, (view.name, stats)
+        checks = {
+            c["name"]: (c["executionForLatestMaterialization"] or {}).get("status")
+            for c in node["assetChecksOrError"]["checks"]
+        }
+        assert checks[CORRECTION_CHECK] == "SUCCEEDED", (view.name, checks)
+    store = LocalObjectStore(settings.resolved_storage_root)
+    served = query_view(store, views[0], hours[0], hours[-1] + HOUR_MS)
+    assert set(served.column("source").to_pylist()) == {"batch v1"}
+
+    runs = handle.graphql(RUNS)["runsOrError"]["results"]
+    assert runs and all(r["status"] == "SUCCESS" for r in runs), runs
+    for run in runs:  # every run came from the automation sensor, none from a person
+        tags = {t["key"]: t["value"] for t in run["tags"]}
+        assert tags.get("dagster/sensor_name") == "sluice_automation", tags
+
+    key = corrected_key(views[0].name)
+    wait_until(
+        lambda: _node(handle, key)["freshnessStatusInfo"]["freshnessStatus"] == "HEALTHY",
+        120,
+        f"{key.path[-1]} to be fresh by its policy",
+        every_s=2.0,
+    )
+    overview = artifacts_dir / "dagster-corrected-asset.png"
+    shot = artifacts_dir / "dagster-corrected-asset-checks.png"
+    with chromium_page(1600, 1400, shot) as page:
+        page.goto(f"{handle.url}/assets/{key.path[-1]}")
+        expect(page.get_by_text("Freshness policy").first).to_be_visible(timeout=60_000)
+        expect(page.get_by_text("Passing").first).to_be_visible()
+        page.screenshot(path=str(overview), full_page=True)
+        page.get_by_text("Checks", exact=True).first.click()
+        expect(page.get_by_text(CORRECTION_CHECK).first).to_be_visible(timeout=60_000)
+    assert overview.stat().st_size > 10_000 and shot.stat().st_size > 10_000
+
+
+def test_a_backfill_recorrects_an_hour_as_a_new_version(dagster) -> None:
+    """From the UI's API: a backfill of one already corrected hour is one run and publishes
+    the hour's next batch version, which the serving layer prefers."""
+    handle, settings, hours = dagster
+    view = next(v for v in example_views() if v.name == "traffic_by_org")
+    hour = hours[1]
+    backfill = _backfill(
+        handle, corrected_key(view.name), [partition_key_for(hour)], "e2e: re-correct"
+    )
+    assert backfill["status"] in ("COMPLETED_SUCCESS", "COMPLETED"), backfill
+    assert backfill["numPartitions"] == 1
+    assert [r["status"] for r in backfill["runs"]] == ["SUCCESS"]
+    store = LocalObjectStore(settings.resolved_storage_root)
+    served = query_view(store, view, hour, hour + HOUR_MS)
+    assert served.num_rows > 0
+    assert set(served.column("source").to_pylist()) == {"batch v2"}
+    others = query_view(store, view, hours[0], hours[0] + HOUR_MS)
+    assert set(others.column("source").to_pylist()) == {"batch v1"}
 
 
 MATERIALIZATION = """
@@ -138,24 +238,6 @@ def _backfill(handle: DagsterHandle, key, partitions: list[str], title: str) -> 
         return answer if answer["status"] in TERMINAL else None
 
     return wait_until(finished, 420, f"backfill {backfill_id}", every_s=2.0)
-
-
-def test_the_days_report_is_one_click_from_the_asset(dagster, artifacts_dir: Path) -> None:
-    """After the correction above, the report of its day materializes from the UI's API and
-    its Markdown summary and HTML path are the materialization's metadata."""
-    handle, _, hours = dagster
-    day = datetime.fromtimestamp(hours[0] / 1000, tz=UTC).strftime("%Y-%m-%d")
-    backfill = _backfill(handle, RECONCILIATION_REPORT_KEY, [day], "e2e: report")
-    assert backfill["status"] in ("COMPLETED_SUCCESS", "COMPLETED"), backfill
-    answer = handle.graphql(MATERIALIZATION, {"path": RECONCILIATION_REPORT_KEY.path})
-    (latest,) = answer["assetOrError"]["assetMaterializations"]
-    assert latest["partition"] == day
-    entries = {e["label"]: e for e in latest["metadataEntries"]}
-    summary = next(e for e in entries.values() if e["__typename"] == "MarkdownMetadataEntry")
-    assert f"Reconciliation report {day}" in summary["mdStr"]
-    html = next(e for e in entries.values() if e["__typename"] == "PathMetadataEntry")
-    page = Path(html["path"])
-    assert page.exists() and "<img" in page.read_text()
 
 
 def _shown_as(name: str, text: str) -> bool:
