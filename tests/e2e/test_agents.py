@@ -79,20 +79,23 @@ def test_a_paused_agent_is_fenced_when_it_comes_back(agents_factory, pg_url, age
     agents.start("a0")
     agents.start("a1")
     wait_until(agents.all_running, 60, "every task Running")
-    wait_until(
-        lambda: (
-            all(
-                (t.checkpointed_offset or 0) > 0
-                for t in agents.control.tasks()
-                if t.worker_id == "a0"
-            )
-            and any(t.worker_id == "a0" for t in agents.control.tasks())
-        ),
-        60,
-        "a0 to checkpoint its tasks",
-    )
-    held = {a.task: a.generation for a in agents.assignments().values() if a.agent_id == "a0"}
-    assert held
+
+    def balanced_and_checkpointed() -> dict[str, int] | None:
+        """a0's share once the fleet is balanced: each task Running on it, not being handed
+        off, with a checkpoint of its generation. A task only Scheduled on a0 when it is
+        paused never runs there, so it could not be fenced: the test waits past that."""
+        mine = {t: a for t, a in agents.assignments().items() if a.agent_id == "a0"}
+        if len(mine) != PARTITIONS // 2 or not agents.all_running():
+            return None
+        for task, a in mine.items():
+            checkpoint = load_checkpoint(agents.store, agents.topic, int(task.rpartition(":")[2]))
+            if a.state != "Running" or a.handoff_to or checkpoint is None:
+                return None
+            if checkpoint.generation != a.generation or not checkpoint.next_offset:
+                return None
+        return {t: a.generation for t, a in mine.items()}
+
+    held = wait_until(balanced_and_checkpointed, 90, "a0 to run and checkpoint half the tasks")
     pid = agents.processes["a0"].pid
     os.kill(pid, signal.SIGSTOP)
     try:
