@@ -117,4 +117,6 @@ def get_env() -> str:
 def get_resources(env: str | None = None) -> dict[str, Any]:
     """The resource set of ``env`` (default: :func:`get_env`); local's shows its settings."""
     env = env or get_env()
-    return local_resources() if env == "local" else dict(RESOURCES_BY_ENV[env])
+    if env == "local":
+        return local_resources()
+    return {**RESOURCES_BY_ENV[env], "fleet": AwsFleetResource.from_settings()}

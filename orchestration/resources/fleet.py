@@ -55,17 +55,41 @@ def _jobs():
 
 class AwsFleetResource(FleetResource):
     """An Auto Scaling group of agent instances (settings: SLUICE_AUTOSCALE_AWS__*); waits for
-    new instances' agents to register and drains agents before their instances go."""
+    new instances' agents to register and drains agents before their instances go. Unset
+    fields come from the settings; the code location fills them so the resources page
+    shows the group it scales."""
+
+    group_name: str | None = Field(default=None, description="Auto Scaling group of agents.")
+    region: str | None = Field(default=None, description="AWS region of the group.")
+
+    @classmethod
+    def from_settings(cls) -> AwsFleetResource:
+        aws = load_settings(AutoscaleSettings).aws
+        return cls(group_name=aws.group_name, region=aws.region)
 
     def realizer(self, policy: str) -> Realizer:
-        settings = load_settings(AutoscaleSettings).aws
-        return AwsAutoScalingRealizer(settings, jobs=_jobs())
+        aws = load_settings(AutoscaleSettings).aws
+        fields = {"group_name": self.group_name, "region": self.region}
+        aws = aws.model_copy(update={k: v for k, v in fields.items() if v is not None})
+        return AwsAutoScalingRealizer(aws, jobs=_jobs())
 
 
 class EcsFleetResource(FleetResource):
     """An ECS service of agent tasks (settings: SLUICE_AUTOSCALE_ECS__*); waits for new tasks'
-    agents to register and drains agents before their tasks are stopped."""
+    agents to register and drains agents before their tasks are stopped. Unset fields come
+    from the settings."""
+
+    cluster: str | None = Field(default=None, description="ECS cluster of the agents.")
+    service: str | None = Field(default=None, description="ECS service running the agents.")
+    region: str | None = Field(default=None, description="AWS region of the cluster.")
+
+    @classmethod
+    def from_settings(cls) -> EcsFleetResource:
+        ecs = load_settings(AutoscaleSettings).ecs
+        return cls(cluster=ecs.cluster, service=ecs.service, region=ecs.region)
 
     def realizer(self, policy: str) -> Realizer:
-        settings = load_settings(AutoscaleSettings).ecs
-        return EcsServiceRealizer(settings, jobs=_jobs())
+        ecs = load_settings(AutoscaleSettings).ecs
+        fields = {"cluster": self.cluster, "service": self.service, "region": self.region}
+        ecs = ecs.model_copy(update={k: v for k, v in fields.items() if v is not None})
+        return EcsServiceRealizer(ecs, jobs=_jobs())

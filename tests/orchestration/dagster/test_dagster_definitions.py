@@ -128,6 +128,13 @@ def test_the_local_resources_show_the_settings_runs_use(monkeypatch, tmp_path: P
         get_settings.cache_clear()
 
 
+def test_the_prod_fleet_shows_the_group_it_scales(monkeypatch) -> None:
+    monkeypatch.setenv("SLUICE_AUTOSCALE_AWS__GROUP_NAME", "agents-blue")
+    monkeypatch.setenv("SLUICE_AUTOSCALE_AWS__REGION", "eu-west-1")
+    fleet = resources.get_resources("prod")["fleet"]
+    assert (fleet.group_name, fleet.region) == ("agents-blue", "eu-west-1")
+
+
 def test_corrections_and_the_report_carry_freshness_policies() -> None:
     graph = defs.resolve_asset_graph()
     for view in example_views():
