@@ -14,12 +14,14 @@ repeated crashes, disable that view alone.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 
 from pipelines.archive import ArchiveBuffer, discard_uncommitted
 from pipelines.config import SluiceSettings
+from pipelines.control.store import TaskStatus
 from pipelines.events.decode import NO_WATERMARK, RawRecord, RecordBatch, decode_batch
 from pipelines.exceptions import TaskFenced, ViewCrash
 from pipelines.segments import read_parquet, realtime_key, to_parquet
@@ -242,3 +244,40 @@ class StreamTask:
             }
             for name, s in self.states.items()
         }
+
+    def status(
+        self,
+        worker_id: str,
+        end_offset: int,
+        *,
+        busy_s: float = 0.0,
+        utilization: float = 0.0,
+        rate_in: float = 0.0,
+        state: str = "running",
+    ) -> TaskStatus:
+        """What the control store is told about this task (by its worker, or by a test that
+        ran it with :func:`pipelines.testing.run_stream`); the log end comes from the reader."""
+        counters = self.view_counters()
+        return TaskStatus(
+            task=self.name,
+            topic=self.topic,
+            partition=self.partition,
+            worker_id=worker_id,
+            pid=os.getpid(),
+            consumed=self.consumed,
+            processed=self.consumed - self.total_dead_lettered,
+            dead_lettered=self.total_dead_lettered,
+            dropped_late=max((c["dropped_late"] for c in counters.values()), default=0),
+            busy_s=busy_s,
+            utilization=utilization,
+            rate_in=rate_in,
+            next_offset=self.next_offset,
+            end_offset=end_offset,
+            backlog=max(0, end_offset - self.next_offset),
+            last_processed_ts=self.last_processed_ts,
+            watermark=self.watermark if self.watermark > 0 else None,
+            checkpointed_offset=self.checkpointed_offset,
+            state=state,
+            views={"counters": counters, "dead_letter_reasons": dict(self.dead_lettered)},
+            generation=self.generation or 0,
+        )

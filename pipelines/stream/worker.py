@@ -474,30 +474,13 @@ class StreamWorker:
         last_consumed: dict,
         state: str,
     ) -> TaskStatus:
-        counters = task.view_counters()
-        valid = task.consumed - task.total_dead_lettered
-        return TaskStatus(
-            task=task.name,
-            topic=task.topic,
-            partition=task.partition,
-            worker_id=self.worker_id,
-            pid=os.getpid(),
-            consumed=task.consumed,
-            processed=valid,
-            dead_lettered=task.total_dead_lettered,
-            dropped_late=max((c["dropped_late"] for c in counters.values()), default=0),
+        return task.status(
+            self.worker_id,
+            ends.get(tp, 0),
             busy_s=self.busy_s,
             utilization=util,
             rate_in=(task.consumed - last_consumed.get(tp, task.consumed)) / elapsed,
-            next_offset=task.next_offset,
-            end_offset=ends.get(tp, 0),
-            backlog=max(0, ends.get(tp, 0) - task.next_offset),
-            last_processed_ts=task.last_processed_ts,
-            watermark=task.watermark if task.watermark > 0 else None,
-            checkpointed_offset=task.checkpointed_offset,
             state=state,
-            views={"counters": counters, "dead_letter_reasons": dict(task.dead_lettered)},
-            generation=task.generation or 0,
         )
 
     def _shutdown(self) -> None:
