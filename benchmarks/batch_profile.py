@@ -1,0 +1,391 @@
+"""Profile the Spark correction: where its time goes, per step and per view.
+
+    .venv/bin/python benchmarks/batch_profile.py [--events 1000000] [--hours 4]
+        [--no-validate] [--no-warmup] [--no-components] [--markdown] [--event-log DIR]
+
+Writes the synthetic archive of ``benchmarks/batch.py`` into a temporary directory, starts
+Spark (``SLUICE_SPARK_*`` settings, default ``local[2]``) with its event log on, runs
+``correct_hours`` over every hour for the shipped views once to warm the JVM, then once
+profiled, as the CLI and the Dagster assets run it (``validate_segment`` =
+``quality.schemas.validate_spark_segment``, unless ``--no-validate``).
+
+Nothing in ``pipelines/`` is changed: the profiled run patches private functions of
+``pipelines.batch.correct`` in this process only, to time each step and put its Spark jobs
+in a job group (``SparkContext.setJobGroup``); the event log, read after ``spark.stop()``,
+gives each group's jobs, stages, tasks and task time. One addition: before the
+validation of each view the profiler counts the (persisted) result, so that the aggregation
+is timed apart from the pandera checks; this is one extra, cheap job per view, shown as
+the "aggregate" steps and subtracted from the job count of the correction.
+
+Then (unless ``--no-components``) each aggregator of each view, each quantile and each
+stage of ``top_k`` is run alone over the same cached, deduplicated events, to split the
+cost of a view's single ``groupBy`` by aggregator (the event log cannot: it is one stage).
+
+``--markdown`` prints the tables as Markdown (for docs/batch.md) instead of rich tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from pathlib import Path
+from unittest import mock
+
+from batch import make_events, write_archive
+from rich.console import Console
+from rich.table import Table
+from spark_eventlog import GroupStats, read_event_log
+
+import pipelines.batch.correct as correct
+from pipelines.batch import SparkSettings, build_spark, spark_uri
+from pipelines.config import PROJECT_ROOT
+from pipelines.storage import LocalObjectStore
+from pipelines.views import WINDOW_START, View, load_views
+
+WARMUP = "warm-up run"
+OVERHEAD = "(outside any step)"
+
+
+class Steps:
+    """Consecutive labelled steps: wall time each, and each step's Spark jobs in its group."""
+
+    def __init__(self, spark) -> None:
+        self.sc = spark.sparkContext
+        self.order: list[str] = []
+        self.wall: dict[str, float] = {}
+        self.extra_jobs = 0
+        self._label: str | None = None
+        self._since = 0.0
+
+    def enter(self, label: str) -> None:
+        self.stop()
+        if label not in self.wall:
+            self.order.append(label)
+            self.wall[label] = 0.0
+        self._label, self._since = label, time.perf_counter()
+        self.sc.setJobGroup(label, label)
+
+    def stop(self) -> None:
+        if self._label is not None:
+            self.wall[self._label] += time.perf_counter() - self._since
+        self._label = None
+        self.sc.setJobGroup(OVERHEAD, OVERHEAD)
+
+
+def _patches(steps: Steps, validate: Callable | None) -> tuple[list, Callable | None]:
+    """Wrap the private steps of ``correct_hours`` to mark where each one starts."""
+    list_files, read, aggregate, publish = (
+        correct._list_hour_files,
+        correct._read_deduplicated,
+        correct._aggregate_view,
+        correct._publish,
+    )
+
+    def listing(*args, **kwargs):
+        steps.enter("list archive files")
+        return list_files(*args, **kwargs)
+
+    def reading(*args, **kwargs):
+        # Lazy: the jobs of this step are the stats collect that fills the cache.
+        steps.enter("read + dedup + cache build (stats collect)")
+        return read(*args, **kwargs)
+
+    def aggregating(events, view, segments, validate_segment=None):
+        steps.enter(f"{view.name}: plan" + ("" if validate_segment else " + aggregate + collect"))
+        table = aggregate(events, view, segments, validate_segment)
+        steps.enter(f"{view.name}: write segments")
+        return table
+
+    def validating(frame, view):
+        steps.enter(f"{view.name}: aggregate (into the persisted result)")
+        frame.count()  # the profiler's extra job: materialize, so validation is timed alone
+        steps.extra_jobs += 1
+        steps.enter(f"{view.name}: validate (pandera)")
+        validate(frame, view)
+        steps.enter(f"{view.name}: Arrow collect + sort")
+
+    def publishing(store, view, *args, **kwargs):
+        steps.enter(f"{view.name}: write segments")
+        return publish(store, view, *args, **kwargs)
+
+    patched = [
+        mock.patch.object(correct, "_list_hour_files", listing),
+        mock.patch.object(correct, "_read_deduplicated", reading),
+        mock.patch.object(correct, "_aggregate_view", aggregating),
+        mock.patch.object(correct, "_publish", publishing),
+    ]
+    return patched, (validating if validate else None)
+
+
+def profile_run(spark, store, views, hours, validate) -> tuple[Steps, float]:
+    steps = Steps(spark)
+    patches, validating = _patches(steps, validate)
+    with ExitStack() as stack:
+        for patch in patches:
+            stack.enter_context(patch)
+        started = time.perf_counter()
+        correct.correct_hours(spark, store, views, hours, validate_segment=validating)
+        total = time.perf_counter() - started
+        steps.stop()
+    return steps, total
+
+
+# --- components: each aggregator alone ------------------------------------------------------
+
+
+def _components(view: View) -> list[tuple[str, Callable]]:
+    """(label, rows -> DataFrame) for the count-only baseline and each aggregator alone."""
+    from pyspark.sql import functions as F
+
+    keys = [WINDOW_START, *view.grouping_cols]
+    count = F.count(F.lit(1)).alias(correct._EVENTS)
+    out = [("groupBy keys, count only", lambda rows: rows.groupBy(*keys).agg(count))]
+    for agg in view.aggregators:
+        frame = correct._spark_frame(agg)
+        if frame is not None:
+            item = F.col(agg.spec.col_name).cast("string").alias("item")
+            out.append(
+                (
+                    f"{agg.name} stage 1: count per item",
+                    lambda r, i=item: r.groupBy(*keys, i).count(),
+                )
+            )
+            out.append((f"{agg.name} whole (+ window, JSON)", lambda r, f=frame: f(r, keys)))
+            continue
+        cols = agg.spark_columns(F.col("event_time"))
+        if len(cols) > 1:
+            for col, q in zip(cols, agg.quantiles, strict=True):
+                out.append((f"{agg.name} q={q} alone", lambda r, c=col: r.groupBy(*keys).agg(c)))
+        out.append((f"{agg.name} ({agg.out})", lambda r, c=cols: r.groupBy(*keys).agg(count, *c)))
+    return out
+
+
+def profile_components(spark, store, views, hours, repeat: int = 2) -> list[tuple[str, float]]:
+    """Seconds of reading and deduplicating with and without building the cache (once each),
+    then best-of-``repeat`` seconds of each component over the events cached as the
+    correction caches them."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    uris = [spark_uri(store, correct._events_hour_prefix(h)) for h in hours]
+    used = {c for view in views for c in correct._columns_read(view)}
+    keep = [
+        "topic",
+        "event_time",
+        correct._COPIES,
+        correct._HOUR,
+        *sorted(used - {"topic", "event_time"}),
+    ]
+    deduplicated = correct._read_deduplicated(spark, uris).select(*keep)
+    spark.sparkContext.setJobGroup("components", "components")
+    rows_out = []
+    started = time.perf_counter()
+    deduplicated.write.format("noop").mode("overwrite").save()
+    rows_out.append(("read + dedup, no cache (noop write)", time.perf_counter() - started))
+    events = deduplicated.persist(StorageLevel.MEMORY_AND_DISK)
+    started = time.perf_counter()
+    events.count()
+    rows_out.append(("read + dedup + cache build (count)", time.perf_counter() - started))
+    try:
+        for view in views:
+            window = F.col("event_time") - F.col("event_time") % F.lit(view.interval_ms)
+            rows = events.where(F.col("topic") == view.topic).withColumn(WINDOW_START, window)
+            for label, build in _components(view):
+                best = float("inf")
+                for _ in range(repeat):
+                    started = time.perf_counter()
+                    build(rows).toArrow()
+                    best = min(best, time.perf_counter() - started)
+                rows_out.append((f"{view.name}: {label}", best))
+    finally:
+        events.unpersist()
+    return rows_out
+
+
+# --- report ---------------------------------------------------------------------------------
+
+
+def _print(title: str, header: list[str], rows: list[list[str]], markdown: bool) -> None:
+    if markdown:
+        print(f"\n**{title}**\n")
+        print("| " + " | ".join(header) + " |")
+        print("| " + " | ".join("---" for _ in header) + " |")
+        for row in rows:
+            print("| " + " | ".join(row) + " |")
+        return
+    table = Table(title=title)
+    for i, name in enumerate(header):
+        table.add_column(name, justify="left" if i == 0 else "right")
+    for row in rows:
+        table.add_row(*row)
+    Console(width=150).print(table)
+
+
+def report(steps: Steps, total: float, groups: dict[str, GroupStats], markdown: bool) -> None:
+    header = ["step", "jobs", "stages", "tasks", "wall s", "share", "Spark busy s", "task s"]
+    rows, sums = [], GroupStats()
+    for label in steps.order:
+        g = groups.get(label, GroupStats())
+        sums.jobs, sums.stages, sums.tasks = (
+            sums.jobs + g.jobs,
+            sums.stages + g.stages,
+            sums.tasks + g.tasks,
+        )
+        sums.task_seconds += g.task_seconds
+        busy = g.busy_seconds
+        rows.append(
+            [
+                label,
+                str(g.jobs),
+                str(g.stages),
+                str(g.tasks),
+                f"{steps.wall[label]:.2f}",
+                f"{steps.wall[label] / total:.0%}",
+                f"{busy:.2f}",
+                f"{g.task_seconds:.1f}",
+            ]
+        )
+    other = total - sum(steps.wall.values())
+    stray = [groups[g] for g in (OVERHEAD, "") if g in groups]  # jobs no step claimed
+    rows.append(
+        [
+            OVERHEAD,
+            str(sum(g.jobs for g in stray)),
+            str(sum(g.stages for g in stray)),
+            str(sum(g.tasks for g in stray)),
+            f"{other:.2f}",
+            f"{other / total:.0%}",
+            "",
+            "",
+        ]
+    )
+    rows.append(
+        [
+            "total",
+            str(sums.jobs),
+            str(sums.stages),
+            str(sums.tasks),
+            f"{total:.2f}",
+            "100%",
+            "",
+            f"{sums.task_seconds:.1f}",
+        ]
+    )
+    _print("Where the time goes (profiled run)", header, rows, markdown)
+
+    per_view: dict[str, list[float]] = {}
+    for label in steps.order:
+        view = label.split(":", 1)[0] if ":" in label else "shared: list, read, dedup, cache"
+        g = groups.get(label, GroupStats())
+        acc = per_view.setdefault(view, [0, 0, 0, 0.0])
+        acc[0] += g.jobs
+        acc[1] += g.stages
+        acc[2] += g.tasks
+        acc[3] += steps.wall[label]
+    _print(
+        "Per view",
+        ["view", "jobs", "stages", "tasks", "wall s", "share"],
+        [
+            [v, str(a[0]), str(a[1]), str(a[2]), f"{a[3]:.2f}", f"{a[3] / total:.0%}"]
+            for v, a in per_view.items()
+        ],
+        markdown,
+    )
+    print(
+        f"\nSpark jobs launched by the correction: {sums.jobs - steps.extra_jobs} "
+        f"(+{steps.extra_jobs} added by the profiler), {sums.stages} stages run, "
+        f"{sums.tasks} tasks, {sums.task_seconds:.1f} task-seconds in {total:.1f} s wall"
+    )
+    sites = {}
+    for label in steps.order:
+        for site, n in groups.get(label, GroupStats()).call_sites.items():
+            sites[f"{label} <- {site}"] = n
+    print("\nJobs by step and call site:")
+    for site, n in sites.items():
+        print(f"  {n:3d}  {site}")
+    print("\nStages by step (stage id, tasks, task seconds, input records, operators):")
+    for label in steps.order:
+        for stage, tasks, seconds, records, ops in groups.get(label, GroupStats()).stage_detail:
+            print(
+                f"  {label}: stage {stage}, {tasks} tasks, {seconds:.2f} s, {records:,} in: {ops}"
+            )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--hours", type=int, default=4, help="hours of event time")
+    parser.add_argument("--views", default=str(PROJECT_ROOT / "data" / "views.yaml"))
+    parser.add_argument("--no-validate", action="store_true", help="no validate_segment")
+    parser.add_argument("--no-warmup", action="store_true", help="profile a cold JVM")
+    parser.add_argument("--no-components", action="store_true")
+    parser.add_argument("--markdown", action="store_true")
+    parser.add_argument(
+        "--event-log", help="keep Spark's event log in this directory (history server format)"
+    )
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    views = load_views(args.views)
+    validate = None
+    if not args.no_validate:
+        from quality.schemas import validate_spark_segment as validate
+    workdir = Path(tempfile.mkdtemp(prefix="sluice-profile-"))
+    log_dir = Path(args.event_log).resolve() if args.event_log else workdir / "eventlog"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    base = SparkSettings()
+    conf = {
+        **base.conf,
+        "spark.eventLog.enabled": "true",
+        "spark.eventLog.dir": log_dir.as_uri(),
+        "spark.eventLog.compress": "false",
+    }
+    settings = base.model_copy(update={"conf": conf})
+    print(
+        f"machine: {os.cpu_count()} cores, {platform.platform()}, Python "
+        f"{platform.python_version()}; Spark master {settings.master}; "
+        f"load average {os.getloadavg()[0]:.1f}"
+    )
+    spark = None
+    try:
+        root = workdir / "archive"
+        hours = write_archive(root, make_events(args.events, args.hours))
+        store = LocalObjectStore(root)
+        spark = build_spark(settings)
+        print(f"Spark {spark.version}, {args.events:,} events, {len(hours)} hours")
+        if not args.no_warmup:
+            spark.sparkContext.setJobGroup(WARMUP, WARMUP)
+            started = time.perf_counter()
+            correct.correct_hours(spark, store, views, hours, validate_segment=validate)
+            print(f"warm-up correction: {time.perf_counter() - started:.1f} s")
+        steps, total = profile_run(spark, store, views, hours, validate)
+        components = []
+        if not args.no_components:
+            components = profile_components(spark, store, views, hours)
+        print(f"load average after the runs: {os.getloadavg()[0]:.1f}")
+        spark.stop()
+        spark = None
+        report(steps, total, read_event_log(log_dir), args.markdown)
+        if components:
+            _print(
+                "Each component alone (aggregations: over the cached events, best of 2)",
+                ["component", "wall s"],
+                [[label, f"{s:.2f}"] for label, s in components],
+                args.markdown,
+            )
+    finally:
+        if spark is not None:
+            spark.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
