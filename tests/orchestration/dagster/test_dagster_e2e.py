@@ -89,157 +89,6 @@ def test_dagster_home_is_prepared(dagster) -> None:
     assert len(handle.pids) >= 3  # dagster dev, webserver, daemon (and the code server)
 
 
-NODE = """
-query Node($path: [String!]!) {
-  assetNodeOrError(assetKey: {path: $path}) {
-    __typename
-    ... on AssetNode {
-      partitionStats { numMaterialized numFailed numMaterializing }
-      freshnessStatusInfo { freshnessStatus }
-      assetChecksOrError {
-        ... on AssetChecks { checks { name executionForLatestMaterialization { status } } }
-      }
-    }
-  }
-}
-"""
-RUNS = """
-query Runs {
-  runsOrError(limit: 50) {
-    __typename
-    ... on Runs { results { runId status tags { key value } } }
-  }
-}
-"""
-
-
-def _node(handle: DagsterHandle, key) -> dict:
-    answer = handle.graphql(NODE, {"path": key.path})["assetNodeOrError"]
-    assert answer["__typename"] == "AssetNode", answer
-    return answer
-
-
-def test_a_replayed_day_corrects_and_reports_itself(dagster, artifacts_dir: Path) -> None:
-    """Nothing is launched by hand: the fleet's report closes the replay's hours, automation
-    corrects each of them for every view and then reports the day, and the corrected assets
-    are fresh by their freshness policy."""
-    from playwright.sync_api import expect
-
-    handle, settings, hours = dagster
-    day = datetime.fromtimestamp(hours[0] / 1000, tz=UTC).strftime("%Y-%m-%d")
-    views = [v for v in example_views() if not v.disabled]
-
-    def reported():
-        latest = handle.graphql(MATERIALIZATION, {"path": RECONCILIATION_REPORT_KEY.path})
-        found = latest["assetOrError"].get("assetMaterializations") or []
-        return found[0] if found else None
-
-    latest = wait_until(reported, 420, "the day's report, by automation", every_s=2.0)
-    assert latest["partition"] == day
-    entries = {e["label"]: e for e in latest["metadataEntries"]}
-    summary = next(e for e in entries.values() if e["__typename"] == "MarkdownMetadataEntry")
-    assert f"Reconciliation report {day}" in summary["mdStr"]
-    html = next(e for e in entries.values() if e["__typename"] == "PathMetadataEntry")
-    assert "<img" in Path(html["path"]).read_text()
-
-    for view in views:  # the replay's three hours and the day's 21 empty hours before them
-        node = _node(handle, corrected_key(view.name))
-        stats = node["partitionStats"]
-        assert stats["numMaterialized"] == 24, (view.name, stats)
-        assert stats["numFailed"] == 0, (view.name, stats)
-        checks = {
-            c["name"]: (c["executionForLatestMaterialization"] or {}).get("status")
-            for c in node["assetChecksOrError"]["checks"]
-        }
-        assert checks[CORRECTION_CHECK] == "SUCCEEDED", (view.name, checks)
-    store = LocalObjectStore(settings.resolved_storage_root)
-    served = query_view(store, views[0], hours[0], hours[-1] + HOUR_MS)
-    assert set(served.column("source").to_pylist()) == {"batch v1"}
-
-    runs = handle.graphql(RUNS)["runsOrError"]["results"]
-    assert runs and all(r["status"] == "SUCCESS" for r in runs), runs
-    for run in runs:  # every run came from the automation sensor, none from a person
-        tags = {t["key"]: t["value"] for t in run["tags"]}
-        assert tags.get("dagster/sensor_name") == "sluice_automation", tags
-
-    key = corrected_key(views[0].name)
-    wait_until(
-        lambda: _node(handle, key)["freshnessStatusInfo"]["freshnessStatus"] == "HEALTHY",
-        120,
-        f"{key.path[-1]} to be fresh by its policy",
-        every_s=2.0,
-    )
-    overview = artifacts_dir / "dagster-corrected-asset.png"
-    shot = artifacts_dir / "dagster-corrected-asset-checks.png"
-    with chromium_page(1600, 1400, shot) as page:
-        page.goto(f"{handle.url}/assets/{key.path[-1]}")
-        expect(page.get_by_text("Freshness policy").first).to_be_visible(timeout=60_000)
-        expect(page.get_by_text("Passing").first).to_be_visible()
-        page.screenshot(path=str(overview), full_page=True)
-        page.get_by_text("Checks", exact=True).first.click()
-        expect(page.get_by_text(CORRECTION_CHECK).first).to_be_visible(timeout=60_000)
-    assert overview.stat().st_size > 10_000 and shot.stat().st_size > 10_000
-
-
-def test_a_backfill_recorrects_an_hour_as_a_new_version(dagster) -> None:
-    """From the UI's API: a backfill of one already corrected hour is one run and publishes
-    the hour's next batch version, which the serving layer prefers."""
-    handle, settings, hours = dagster
-    view = next(v for v in example_views() if v.name == "traffic_by_org")
-    hour = hours[1]
-    backfill = _backfill(
-        handle, corrected_key(view.name), [partition_key_for(hour)], "e2e: re-correct"
-    )
-    assert backfill["status"] in ("COMPLETED_SUCCESS", "COMPLETED"), backfill
-    assert backfill["numPartitions"] == 1
-    assert [r["status"] for r in backfill["runs"]] == ["SUCCESS"]
-    store = LocalObjectStore(settings.resolved_storage_root)
-    served = query_view(store, view, hour, hour + HOUR_MS)
-    assert served.num_rows > 0
-    assert set(served.column("source").to_pylist()) == {"batch v2"}
-    others = query_view(store, view, hours[0], hours[0] + HOUR_MS)
-    assert set(others.column("source").to_pylist()) == {"batch v1"}
-
-
-MATERIALIZATION = """
-query Latest($path: [String!]!) {
-  assetOrError(assetKey: {path: $path}) {
-    __typename
-    ... on Asset {
-      assetMaterializations(limit: 1) {
-        partition
-        metadataEntries {
-          label
-          __typename
-          ... on MarkdownMetadataEntry { mdStr }
-          ... on PathMetadataEntry { path }
-        }
-      }
-    }
-  }
-}
-"""
-
-
-def _backfill(handle: DagsterHandle, key, partitions: list[str], title: str) -> dict:
-    params = {
-        "partitionNames": partitions,
-        "assetSelection": [{"path": key.path}],
-        "fromFailure": False,
-        "title": title,
-    }
-    launched = handle.graphql(LAUNCH, {"params": params})["launchPartitionBackfill"]
-    assert launched["__typename"] == "LaunchBackfillSuccess", launched
-    backfill_id = launched["backfillId"]
-
-    def finished():
-        answer = handle.graphql(POLL, {"id": backfill_id})["partitionBackfillOrError"]
-        assert answer["__typename"] == "PartitionBackfill", answer
-        return answer if answer["status"] in TERMINAL else None
-
-    return wait_until(finished, 420, f"backfill {backfill_id}", every_s=2.0)
-
-
 def _shown_as(name: str, text: str) -> bool:
     """The node title shows ``name`` whole, or middle-truncated with an ellipsis."""
     if "…" not in text:
@@ -264,22 +113,6 @@ def test_asset_graph_shows_every_view_in_a_browser(dagster, artifacts_dir: Path)
             shown = title.inner_text().strip()
             assert _shown_as(name, shown), f"node of {name} shows {shown!r}"
         expect(page.get_by_text("raw_archive", exact=True).first).to_be_visible()
-    assert shot.stat().st_size > 10_000
-
-
-def test_the_report_summary_shows_on_the_asset_page(dagster, artifacts_dir: Path) -> None:
-    from playwright.sync_api import expect
-
-    handle, _, _ = dagster
-    shot = artifacts_dir / "dagster-reconciliation-report.png"
-    with chromium_page(1600, 1400, shot) as page:
-        page.goto(f"{handle.url}/assets/{RECONCILIATION_REPORT_KEY.path[-1]}")
-        expect(page.get_by_text("summary", exact=True).first).to_be_visible(timeout=60_000)
-        expect(page.get_by_text("open_html", exact=True).first).to_be_visible()
-        show = page.get_by_text("[Show Markdown]")
-        if show.count():  # long summaries sit behind one click, short ones inline
-            show.first.click()
-        expect(page.get_by_text("Causes (day totals)").first).to_be_visible()
     assert shot.stat().st_size > 10_000
 
 
@@ -332,3 +165,172 @@ def test_the_spot_sensor_and_an_evacuation_run_show_in_the_ui(dagster, artifacts
         expect(page.get_by_text("spot_interruption_sensor").first).to_be_visible(timeout=60_000)
         page.goto(f"{handle.url}/runs/{run_id}")
         expect(page.get_by_text("no agent runs on it").first).to_be_visible(timeout=60_000)
+
+
+MATERIALIZATION = """
+query Latest($path: [String!]!) {
+  assetOrError(assetKey: {path: $path}) {
+    __typename
+    ... on Asset {
+      assetMaterializations(limit: 1) {
+        partition
+        metadataEntries {
+          label
+          __typename
+          ... on MarkdownMetadataEntry { mdStr }
+          ... on PathMetadataEntry { path }
+        }
+      }
+    }
+  }
+}
+"""
+
+
+def _backfill(handle: DagsterHandle, key, partitions: list[str], title: str) -> dict:
+    params = {
+        "partitionNames": partitions,
+        "assetSelection": [{"path": key.path}],
+        "fromFailure": False,
+        "title": title,
+    }
+    launched = handle.graphql(LAUNCH, {"params": params})["launchPartitionBackfill"]
+    assert launched["__typename"] == "LaunchBackfillSuccess", launched
+    backfill_id = launched["backfillId"]
+
+    def finished():
+        answer = handle.graphql(POLL, {"id": backfill_id})["partitionBackfillOrError"]
+        assert answer["__typename"] == "PartitionBackfill", answer
+        return answer if answer["status"] in TERMINAL else None
+
+    return wait_until(finished, 420, f"backfill {backfill_id}", every_s=2.0)
+
+
+NODE = """
+query Node($path: [String!]!) {
+  assetNodeOrError(assetKey: {path: $path}) {
+    __typename
+    ... on AssetNode {
+      partitionStats { numMaterialized numFailed numMaterializing }
+      freshnessStatusInfo { freshnessStatus }
+      assetChecksOrError {
+        ... on AssetChecks { checks { name executionForLatestMaterialization { status } } }
+      }
+    }
+  }
+}
+"""
+RUNS = """
+query Runs {
+  runsOrError(limit: 50) {
+    __typename
+    ... on Runs { results { runId status jobName tags { key value } } }
+  }
+}
+"""
+
+
+def _node(handle: DagsterHandle, key) -> dict:
+    answer = handle.graphql(NODE, {"path": key.path})["assetNodeOrError"]
+    assert answer["__typename"] == "AssetNode", answer
+    return answer
+
+
+def test_a_replayed_day_corrects_and_reports_itself(dagster, artifacts_dir: Path) -> None:
+    """Nothing is launched by hand: the fleet's report closes the replay's hours, automation
+    corrects each of them for every view and then reports the day, and the corrected assets
+    are fresh by their freshness policy."""
+    from playwright.sync_api import expect
+
+    handle, settings, hours = dagster
+    day = datetime.fromtimestamp(hours[0] / 1000, tz=UTC).strftime("%Y-%m-%d")
+    views = [v for v in example_views() if not v.disabled]
+
+    def reported():
+        latest = handle.graphql(MATERIALIZATION, {"path": RECONCILIATION_REPORT_KEY.path})
+        found = latest["assetOrError"].get("assetMaterializations") or []
+        return found[0] if found else None
+
+    latest = wait_until(reported, 420, "the day's report, by automation", every_s=2.0)
+    assert latest["partition"] == day
+    entries = {e["label"]: e for e in latest["metadataEntries"]}
+    summary = next(e for e in entries.values() if e["__typename"] == "MarkdownMetadataEntry")
+    assert f"Reconciliation report {day}" in summary["mdStr"]
+    html = next(e for e in entries.values() if e["__typename"] == "PathMetadataEntry")
+    assert "<img" in Path(html["path"]).read_text()
+
+    for view in views:  # the replay's three hours and the day's 21 empty hours before them
+        node = _node(handle, corrected_key(view.name))
+        stats = node["partitionStats"]
+        assert stats["numMaterialized"] == 24, (view.name, stats)
+        assert stats["numFailed"] == 0, (view.name, stats)
+        checks = {
+            c["name"]: (c["executionForLatestMaterialization"] or {}).get("status")
+            for c in node["assetChecksOrError"]["checks"]
+        }
+        assert checks[CORRECTION_CHECK] == "SUCCEEDED", (view.name, checks)
+    store = LocalObjectStore(settings.resolved_storage_root)
+    served = query_view(store, views[0], hours[0], hours[-1] + HOUR_MS)
+    assert set(served.column("source").to_pylist()) == {"batch v1"}
+
+    runs = [  # the asset runs; the spot test's evacuation run is its own job
+        r for r in handle.graphql(RUNS)["runsOrError"]["results"] if r["jobName"] == "__ASSET_JOB"
+    ]
+    assert runs and all(r["status"] == "SUCCESS" for r in runs), runs
+    for run in runs:  # every one came from the automation sensor, none from a person
+        tags = {t["key"]: t["value"] for t in run["tags"]}
+        assert tags.get("dagster/sensor_name") == "sluice_automation", tags
+
+    key = corrected_key(views[0].name)
+    wait_until(
+        lambda: _node(handle, key)["freshnessStatusInfo"]["freshnessStatus"] == "HEALTHY",
+        120,
+        f"{key.path[-1]} to be fresh by its policy",
+        every_s=2.0,
+    )
+    overview = artifacts_dir / "dagster-corrected-asset.png"
+    shot = artifacts_dir / "dagster-corrected-asset-checks.png"
+    with chromium_page(1600, 1400, shot) as page:
+        page.goto(f"{handle.url}/assets/{key.path[-1]}")
+        expect(page.get_by_text("Freshness policy").first).to_be_visible(timeout=60_000)
+        expect(page.get_by_text("Passing").first).to_be_visible()
+        page.screenshot(path=str(overview), full_page=True)
+        page.get_by_text("Checks", exact=True).first.click()
+        expect(page.get_by_text(CORRECTION_CHECK).first).to_be_visible(timeout=60_000)
+    assert overview.stat().st_size > 10_000 and shot.stat().st_size > 10_000
+
+
+def test_the_report_summary_shows_on_the_asset_page(dagster, artifacts_dir: Path) -> None:
+    from playwright.sync_api import expect
+
+    handle, _, _ = dagster
+    shot = artifacts_dir / "dagster-reconciliation-report.png"
+    with chromium_page(1600, 1400, shot) as page:
+        page.goto(f"{handle.url}/assets/{RECONCILIATION_REPORT_KEY.path[-1]}")
+        expect(page.get_by_text("summary", exact=True).first).to_be_visible(timeout=60_000)
+        expect(page.get_by_text("open_html", exact=True).first).to_be_visible()
+        show = page.get_by_text("[Show Markdown]")
+        if show.count():  # long summaries sit behind one click, short ones inline
+            show.first.click()
+        expect(page.get_by_text("Causes (day totals)").first).to_be_visible()
+    assert shot.stat().st_size > 10_000
+
+
+def test_a_backfill_recorrects_an_hour_as_a_new_version(dagster) -> None:
+    """From the UI's API: a backfill of one already corrected hour is one run and publishes
+    the hour's next batch version, which the serving layer prefers."""
+    handle, settings, hours = dagster
+    view = next(v for v in example_views() if v.name == "traffic_by_org")
+    hour = hours[1]
+    backfill = _backfill(
+        handle, corrected_key(view.name), [partition_key_for(hour)], "e2e: re-correct"
+    )
+    assert backfill["status"] in ("COMPLETED_SUCCESS", "COMPLETED"), backfill
+    assert backfill["numPartitions"] == 1
+    assert [r["status"] for r in backfill["runs"]] == ["SUCCESS"]
+    store = LocalObjectStore(settings.resolved_storage_root)
+    served = query_view(store, view, hour, hour + HOUR_MS)
+    assert served.num_rows > 0
+    assert set(served.column("source").to_pylist()) == {"batch v2"}
+    others = query_view(store, view, hours[0], hours[0] + HOUR_MS)
+    assert set(others.column("source").to_pylist()) == {"batch v1"}
