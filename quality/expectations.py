@@ -39,7 +39,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipelines.exceptions import QueryError
-from pipelines.segments import HOUR_MS, hour_label, parse_hour_label, read_range_records
+from pipelines.segments import HOUR_MS, hour_label, hours_with_events
 from pipelines.serving.query import query_view, read_published
 from pipelines.storage import ObjectStore
 from pipelines.views.model import WINDOW_START, View
@@ -110,12 +110,7 @@ def archived_segments(store: ObjectStore, view: View, start_ms: int, end_ms: int
     """Segments covering ``[start_ms, end_ms)`` with archived events of the view's topic: the
     ones a correction publishes (hours without events stay empty, legitimately)."""
     first, end = checked_range(view, start_ms, end_ms)
-    hours = {
-        parse_hour_label(label)
-        for record in read_range_records(store, view.topic)
-        for label, n in record.events.items()
-        if n > 0
-    }
+    hours = hours_with_events(store, view.topic)
     return sorted({view.segment_start(h) for h in hours if first <= h < end})
 
 

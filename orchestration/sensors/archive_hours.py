@@ -28,7 +28,7 @@ from assets.partitions import HOURLY, partition_key_for
 from assets.raw.archive import hour_metadata
 from orchestration.resources import ControlStoreResource, StorageResource
 from pipelines.control import TaskStatus
-from pipelines.segments import HOUR_MS, parse_hour_label, read_range_records
+from pipelines.segments import HOUR_MS, hours_with_events
 from pipelines.views import View
 from quality.completeness import archive_completeness
 
@@ -112,15 +112,10 @@ def make_archive_hours_sensor(
             # a day is complete, and its report due, only when all 24 hours are. The first
             # time, from the start of the first archived hour's day (or the first partition).
             if done is None:
-                archived = [
-                    parse_hour_label(label)
-                    for record in read_range_records(store, topic)
-                    for label, n in record.events.items()
-                    if n > 0
-                ]
+                archived = hours_with_events(store, topic)
                 if not archived:
                     continue  # nothing archived yet: nothing to close
-                first = max(min(archived) // DAY_MS * DAY_MS, FIRST_HOUR_MS)
+                first = max(archived[0] // DAY_MS * DAY_MS, FIRST_HOUR_MS)
             else:
                 first = done + HOUR_MS
             due = list(range(first, until - HOUR_MS + 1, HOUR_MS))

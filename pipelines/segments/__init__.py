@@ -39,7 +39,7 @@ from pipelines.segments.layout import (
     view_prefix,
 )
 from pipelines.segments.parquet import read_parquet, to_parquet
-from pipelines.segments.ranges import RangeRecord, read_range_records
+from pipelines.segments.ranges import RangeRecord, hours_with_events, read_range_records
 from pipelines.segments.time import (
     HOUR_MS,
     hour_label,
@@ -65,6 +65,7 @@ __all__ = [
     "hour_label",
     "hour_start",
     "hours_in_window",
+    "hours_with_events",
     "legacy_checkpoint_key",
     "parse_checkpoint_key",
     "parse_hour_label",

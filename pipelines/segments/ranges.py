@@ -11,9 +11,10 @@ import json
 from dataclasses import asdict, dataclass
 
 from pipelines.segments.layout import RANGES_PREFIX
+from pipelines.segments.time import parse_hour_label
 from pipelines.storage import ObjectStore
 
-__all__ = ["RangeRecord", "read_range_records"]
+__all__ = ["RangeRecord", "hours_with_events", "read_range_records"]
 
 
 @dataclass(frozen=True)
@@ -63,3 +64,15 @@ def read_range_records(store: ObjectStore, topic: str | None = None) -> list[Ran
             continue
     records.sort(key=lambda r: (r.topic, r.partition, r.first))
     return records
+
+
+def hours_with_events(store: ObjectStore, topic: str | None = None) -> list[int]:
+    """Hour starts (epoch ms) the range records say hold at least one archived event."""
+    return sorted(
+        {
+            parse_hour_label(label)
+            for record in read_range_records(store, topic)
+            for label, n in record.events.items()
+            if n > 0
+        }
+    )
