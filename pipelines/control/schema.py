@@ -11,7 +11,6 @@ schema, change the tables and add a revision in ``migrations/versions/`` (the te
 from __future__ import annotations
 
 import contextlib
-import fcntl
 from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
@@ -22,6 +21,8 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection, Engine
+
+from pipelines.control.sql import sqlite_file_lock
 
 __all__ = ["head_revision", "upgrade"]
 
@@ -52,13 +53,8 @@ def _locked(engine: Engine) -> Iterator[Connection]:
             conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": LOCK_KEY})
             yield conn
         return
-    database = engine.url.database
-    lock_path = Path(f"{database}.migrate.lock") if database and database != ":memory:" else None
-    with contextlib.ExitStack() as stack:
-        if lock_path is not None:
-            handle = stack.enter_context(open(lock_path, "a"))
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        conn = stack.enter_context(engine.begin())
+    # connected before locking: a new connection may take the same lock to switch to WAL
+    with engine.connect() as conn, sqlite_file_lock(engine.url.database), conn.begin():
         yield conn
 
 
