@@ -11,6 +11,8 @@ __all__ = [
     "RAW_GROUP",
     "RECONCILIATION_REPORT_KEY",
     "REPORTS_GROUP",
+    "SPARK_POOL",
+    "SPARK_RETRIES",
     "VIEWS_GROUP",
     "corrected_key",
     "realtime_key",
@@ -24,6 +26,14 @@ VIEWS_GROUP = "views"
 
 REPORTS_GROUP = "reports"
 """The daily reconciliation report (HTML with plots, Markdown summary)."""
+
+SPARK_POOL = "spark"
+"""The concurrency pool of Spark corrections: the instance's limit (1 in the dagster.yaml Sluice
+writes) keeps two corrections, e.g. two backfills of the same hours, from running at once."""
+
+SPARK_RETRIES = dg.RetryPolicy(max_retries=2, delay=30, backoff=dg.Backoff.EXPONENTIAL)
+"""A launch that failed (the JVM died, EMR had no capacity) is retried twice, 30 s then 60 s
+later; a broken segment rule is not retried."""
 
 EVENTS_KEY = dg.AssetKey("events")
 RAW_ARCHIVE_KEY = dg.AssetKey("raw_archive")

@@ -43,7 +43,13 @@ log = logging.getLogger(__name__)
 LOCATION_NAME = "sluice"
 """The code location name in ``workspace.yaml``."""
 WORKSPACE = PROJECT_ROOT / "workspace.yaml"
-_DAGSTER_YAML = "telemetry:\n  enabled: false\n"
+_DAGSTER_YAML = """\
+telemetry:
+  enabled: false
+concurrency:
+  pools:
+    default_limit: 1  # the spark pool: one correction at a time on this machine
+"""
 _LOCATION_QUERY = """
 { workspaceOrError { __typename ... on Workspace { locationEntries {
     name loadStatus locationOrLoadError { __typename ... on PythonError { message } } } } } }

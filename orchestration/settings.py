@@ -16,7 +16,13 @@ from pydantic_settings import SettingsConfigDict
 
 from pipelines.settings import SluiceBaseSettings, load_settings
 
-__all__ = ["PARTITION_FORMAT", "DagsterSettings", "SpotSettings", "get_dagster_settings"]
+__all__ = [
+    "PARTITION_FORMAT",
+    "DagsterSettings",
+    "EmrServerlessSettings",
+    "SpotSettings",
+    "get_dagster_settings",
+]
 
 PARTITION_FORMAT = "%Y-%m-%d-%H:%M"
 
@@ -163,6 +169,41 @@ class SpotSettings(SluiceBaseSettings):
         gt=0,
         description="How long an evacuation run waits for the tasks to run elsewhere (AWS "
         "gives two minutes).",
+    )
+
+
+class EmrServerlessSettings(SluiceBaseSettings):
+    """Where production corrections run: an EMR Serverless Spark application (SLUICE_ENV=prod).
+
+    The job file (``orchestration/correction_job.py``) is uploaded to ``entry_point`` with each
+    release, and the application's image has Sluice installed (docs/batch.md)."""
+
+    model_config = SettingsConfigDict(env_prefix="SLUICE_EMR_", extra="ignore")
+
+    application_id: str | None = Field(
+        default=None, description="EMR Serverless application (type Spark) the job runs on."
+    )
+    execution_role_arn: str | None = Field(
+        default=None,
+        description="IAM role the job run assumes (reads the archive, writes "
+        "segments and the Pipes messages).",
+    )
+    entry_point: str | None = Field(
+        default=None, description="s3:// URI of the deployed orchestration/correction_job.py."
+    )
+    messages_bucket: str | None = Field(
+        default=None, description="Bucket the job writes its Dagster Pipes messages to."
+    )
+    spark_submit_parameters: str = Field(
+        default="", description="Extra spark-submit parameters, e.g. --conf spark.executor.cores=4."
+    )
+    region: str | None = Field(default=None, description="AWS region; unset = boto3's default.")
+    endpoint_url: str | None = Field(
+        default=None, description="Endpoint override for EMR Serverless and S3 (moto in tests)."
+    )
+    s3_scheme: str = Field(default="s3", description="s3 (EMRFS) or s3a for s3:// roots.")
+    poll_interval_s: float = Field(
+        default=5.0, gt=0, description="Seconds between polls of a running job run."
     )
 
 

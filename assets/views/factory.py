@@ -4,24 +4,34 @@
 store, which the stream workers follow; its lag and freshness are recorded as observations
 by the ``realtime_lag`` sensor. ``corrected_<view>`` is hourly: Spark recomputes the hours of
 the run's partition range exactly from the raw archive and publishes batch segments that
-overshadow the realtime ones. Its backfill policy is a single run, so a backfill of many
-hours reads the archive once in one Spark job.
+overshadow the realtime ones. All corrected views are one multi-asset launching one Spark job
+through Dagster Pipes (:mod:`orchestration.correction_job`); its backfill policy is a single
+run, so a backfill of many hours of many views reads the archive once, in the ``spark`` pool
+(one correction at a time unless the instance allows more).
 """
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import dagster as dg
 
 from assets.automation import CORRECT_WHEN_ARCHIVED
-from assets.constants import RAW_ARCHIVE_KEY, VIEWS_GROUP, corrected_key, realtime_key
+from assets.constants import (
+    RAW_ARCHIVE_KEY,
+    SPARK_POOL,
+    SPARK_RETRIES,
+    VIEWS_GROUP,
+    corrected_key,
+    realtime_key,
+)
 from assets.partitions import HOURLY, partition_key_for
+from orchestration.correction_job import SEGMENT_RULES_CHECK, CorrectionRequest
 from orchestration.resources import ControlStoreResource, SparkResource, StorageResource
 from pipelines.segments import hours_in_window
 from pipelines.views import View, format_duration, parse_views
 
-__all__ = ["build_corrected_asset", "build_realtime_asset", "build_view_assets"]
+__all__ = ["build_corrected_assets", "build_realtime_asset", "build_view_assets"]
 
 log = logging.getLogger(__name__)
 
@@ -90,69 +100,109 @@ def build_realtime_asset(view: View, definition: Mapping[str, Any]) -> dg.Assets
     return _realtime
 
 
-def build_corrected_asset(view: View) -> dg.AssetsDefinition:
-    """``corrected_<view>``: the exact values of the run's hours, computed by Spark."""
+def _segment_metadata(segment: Mapping[str, Any]) -> dict[str, Any]:
+    rows = int(segment["rows"])
+    return {
+        "version": segment["version"],
+        "dagster/row_count": rows,
+        "rows": rows,
+        "events": segment["events"],
+        "duplicates_dropped": segment["duplicates_dropped"],
+        "files": dg.MetadataValue.json(list(segment["files"])),
+        "seconds": segment["seconds"],
+        "skipped": segment["skipped"],
+        "reason": segment["reason"],
+    }
 
-    @dg.asset(
-        key=corrected_key(view.name),
-        group_name=VIEWS_GROUP,
-        deps=[RAW_ARCHIVE_KEY],
+
+def build_corrected_assets(
+    views: Sequence[View], definitions: Mapping[str, Mapping[str, Any]]
+) -> dg.AssetsDefinition:
+    """``corrected_<view>`` of every view: the exact values of the run's hours, computed by the
+    Spark correction job launched through Pipes (one launch for every view the run selects, so
+    the archive is read once), with each view's segment-rules check reported by the job."""
+    by_key = {corrected_key(v.name): v for v in views}
+    specs = [
+        dg.AssetSpec(
+            key=key,
+            group_name=VIEWS_GROUP,
+            deps=[RAW_ARCHIVE_KEY],
+            automation_condition=CORRECT_WHEN_ARCHIVED,
+            code_version=view.fingerprint,
+            kinds={"spark", "parquet"},
+            description=f"{view.name} recomputed exactly from the raw archive per hour and "
+            "published as a batch segment version that overshadows the realtime values.",
+            metadata=_view_metadata(view),
+        )
+        for key, view in by_key.items()
+    ]
+    rules = [
+        dg.AssetCheckSpec(
+            SEGMENT_RULES_CHECK,
+            asset=key,
+            blocking=True,
+            description="Every corrected segment held the view's value rules before it was "
+            "published (not-null, ranges, sets, window grid); reported by the Spark job.",
+        )
+        for key in by_key
+    ]
+
+    @dg.multi_asset(
+        name="corrected_views",
+        specs=specs,
+        check_specs=rules,
         partitions_def=HOURLY,
         backfill_policy=dg.BackfillPolicy.single_run(),
-        automation_condition=CORRECT_WHEN_ARCHIVED,
-        code_version=view.fingerprint,
-        kinds={"spark", "parquet"},
-        description=f"{view.name} recomputed exactly from the raw archive per hour and "
-        "published as a batch segment version that overshadows the realtime values.",
-        metadata=_view_metadata(view),
+        can_subset=True,
+        pool=SPARK_POOL,
+        retry_policy=SPARK_RETRIES,
     )
     def _corrected(
         context: dg.AssetExecutionContext, spark: SparkResource, storage: StorageResource
-    ) -> dg.MaterializeResult:
-        from pipelines.batch import correct_hours
-        from quality.schemas import validate_spark_segment
-
+    ) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
+        selected = [view for key, view in by_key.items() if key in context.selected_asset_keys]
         hours = hours_in_window(*context.partition_time_window)
-        context.log.info("correcting %s for %d hour(s)", view.name, len(hours))
-        results = correct_hours(
-            spark.get_session(),
-            storage.open(),
-            [view],
-            hours,
-            s3_scheme=spark.s3_scheme(),
-            validate_segment=validate_spark_segment,  # a violation fails the run, unpublished
+        context.log.info(
+            "correcting %s for %d hour(s)", ", ".join(v.name for v in selected), len(hours)
         )
-        for result in results:
-            context.add_asset_metadata(
-                {
-                    "version": result.version,
-                    "dagster/row_count": result.rows,
-                    "rows": result.rows,
-                    "events": result.events,
-                    "duplicates_dropped": result.duplicates_dropped,
-                    "files": dg.MetadataValue.json(list(result.files)),
-                    "seconds": round(result.seconds, 3),
-                    "skipped": result.skipped,
-                    "reason": result.reason,
-                },
-                partition_key=partition_key_for(result.segment_start_ms),
+        request = CorrectionRequest(
+            definitions=[dict(definitions[v.name]) for v in selected],
+            hours=list(hours),
+            storage_root=storage.location(),
+            asset_keys={v.name: corrected_key(v.name).to_user_string() for v in selected},
+        )
+        reported = spark.run_correction(context, request).get_results()
+        checks = [r for r in reported if isinstance(r, dg.AssetCheckResult)]
+        selected_checks = context.selected_asset_check_keys
+        yield from (
+            c for c in checks if dg.AssetCheckKey(c.asset_key, c.check_name) in selected_checks
+        )
+        done = [r for r in reported if isinstance(r, dg.MaterializeResult)]
+        missing = [
+            v.name for v in selected if corrected_key(v.name) not in {r.asset_key for r in done}
+        ]
+        if missing:
+            broken = [c for c in checks if not c.passed]
+            why = "; ".join(str(c.metadata.get("violation", "")) for c in broken)
+            raise dg.Failure(
+                f"not corrected: {', '.join(missing)}"
+                + (f" (segment rules broken: {why})" if why else ""),
+                allow_retries=False,
             )
-        # Hours without archived events (a closed night with no traffic, the hours of a day
-        # before its stream began) are complete and stay realtime-only: nothing is published
-        # and the materialization says so, so the day's report can follow.
-        skipped = [r for r in results if r.skipped]
-        for result in skipped:
-            context.log.warning("%s: %s", partition_key_for(result.segment_start_ms), result.reason)
-        return dg.MaterializeResult(
-            metadata={
-                "segments_published": len(results) - len(skipped),
-                "segments_skipped": len(skipped),
-                "dagster/row_count": sum(r.rows for r in results),
-                "rows": sum(r.rows for r in results),
-                "events": sum(r.events for r in results),
-                "duplicates_dropped": sum(r.duplicates_dropped for r in results),
-            }
-        )
+        for result in done:
+            segments = result.metadata.get("segments") if result.metadata else None
+            for segment in getattr(segments, "value", segments) or []:
+                hour = partition_key_for(segment["segment_start_ms"])
+                context.add_asset_metadata(
+                    _segment_metadata(segment), asset_key=result.asset_key, partition_key=hour
+                )
+                if segment["skipped"]:
+                    # Hours without archived events (a closed night, the hours of a day before
+                    # its stream began) are complete and stay realtime-only; said, not failed.
+                    context.log.warning(
+                        "%s %s: %s", result.asset_key.to_user_string(), hour, segment["reason"]
+                    )
+            yield result
 
     return _corrected
 
@@ -163,5 +213,5 @@ def build_view_assets(
     """Realtime and corrected assets of every enabled view."""
     enabled = [v for v in views if not v.disabled]
     realtime = [build_realtime_asset(v, definitions[v.name]) for v in enabled]
-    corrected = [build_corrected_asset(v) for v in enabled]
+    corrected = [build_corrected_assets(enabled, definitions)] if enabled else []
     return realtime, corrected

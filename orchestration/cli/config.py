@@ -26,6 +26,7 @@ SETTINGS_MODELS: tuple[tuple[str, str, str], ...] = (
     ("quality.config", "ExpectationSettings", "expectation suites"),
     ("orchestration.settings", "DagsterSettings", "the Dagster code location"),
     ("orchestration.settings", "SpotSettings", "the spot-interruption sensor"),
+    ("orchestration.settings", "EmrServerlessSettings", "production Spark (EMR Serverless)"),
     ("orchestration.autoscaling.config", "AutoscaleSettings", "autoscaling"),
 )
 """(module, model, what it configures), in the order `sluice config` lists them."""

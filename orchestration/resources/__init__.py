@@ -14,7 +14,6 @@ from typing import Any
 
 import dagster as dg
 from dagster_aws.s3 import S3Resource
-from dagster_pyspark import PySparkResource
 
 from orchestration.resources.control import (
     ControlStoreResource,
@@ -27,7 +26,11 @@ from orchestration.resources.kafka import (
     EmbeddedKafkaResource,
     KafkaResource,
 )
-from orchestration.resources.spark import ClusterSparkResource, LocalSparkResource, SparkResource
+from orchestration.resources.spark import (
+    EmrServerlessSparkResource,
+    LocalSparkResource,
+    SparkResource,
+)
 from orchestration.resources.storage import (
     LocalStorageResource,
     S3StorageResource,
@@ -85,16 +88,7 @@ RESOURCES_BY_ENV: dict[str, dict[str, Any]] = {
             sasl_username=dg.EnvVar("SLUICE_KAFKA_SASL_USERNAME"),
             sasl_password=dg.EnvVar("SLUICE_KAFKA_SASL_PASSWORD"),
         ),
-        "spark": ClusterSparkResource(
-            pyspark=PySparkResource(
-                spark_config={
-                    "spark.master": "yarn",
-                    "spark.submit.deployMode": "client",
-                    "spark.sql.session.timeZone": "UTC",
-                    "spark.dynamicAllocation.enabled": "true",
-                }
-            )
-        ),
+        "spark": EmrServerlessSparkResource(),
         "storage": S3StorageResource(
             root=dg.EnvVar("SLUICE_STORAGE_ROOT"),
             s3=S3Resource(region_name=dg.EnvVar("AWS_REGION")),
@@ -119,4 +113,8 @@ def get_resources(env: str | None = None) -> dict[str, Any]:
     env = env or get_env()
     if env == "local":
         return local_resources()
-    return {**RESOURCES_BY_ENV[env], "fleet": AwsFleetResource.from_settings()}
+    return {
+        **RESOURCES_BY_ENV[env],
+        "spark": EmrServerlessSparkResource.from_settings(),
+        "fleet": AwsFleetResource.from_settings(),
+    }

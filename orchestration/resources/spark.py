@@ -1,40 +1,54 @@
-"""Spark as a Dagster resource: the session the hourly correction runs in.
+"""Spark as a Dagster resource: where the correction job runs, launched through Dagster Pipes.
 
-Locally a ``local[2]`` session built from the ``SLUICE_SPARK_*`` settings by the data plane;
-on a cluster (EMR, standalone, Kubernetes) dagster-pyspark's ``PySparkResource`` with the
-cluster's Spark configuration. Either way one session per run process, so a backfill of
-many hours (one run, see ``BackfillPolicy.single_run``) pays Spark's start-up once.
+The run worker does not start Spark. It launches ``orchestration/correction_job.py`` and reads
+what the job reports: locally with ``spark-submit`` (:class:`LocalSparkResource`, Pipes'
+subprocess client), in production as an EMR Serverless job run
+(:class:`EmrServerlessSparkResource`, dagster-aws' Pipes client, messages through S3). The
+same file runs in both places; a backfill of many hours is one run and one launch
+(``BackfillPolicy.single_run``), so Spark starts once for all of them.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import shutil
+import sys
 from abc import abstractmethod
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import dagster as dg
-from dagster_pyspark import PySparkResource
 from pydantic import Field
 
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+from orchestration.correction_job import CorrectionRequest
+from orchestration.settings import EmrServerlessSettings
+from pipelines.settings import load_settings
 
-__all__ = ["ClusterSparkResource", "LocalSparkResource", "SparkResource"]
+if TYPE_CHECKING:
+    from pipelines.batch.config import SparkSettings
+
+__all__ = ["EmrServerlessSparkResource", "LocalSparkResource", "SparkResource", "job_file"]
+
+
+def job_file() -> Path:
+    """The correction job's file, as ``spark-submit`` and EMR are given it."""
+    spec = importlib.util.find_spec("orchestration.correction_job")
+    assert spec is not None and spec.origin is not None
+    return Path(spec.origin)
 
 
 class SparkResource(dg.ConfigurableResource):
-    """Hands out the run's SparkSession."""
+    """Runs the correction job for a request and hands back what it reported."""
 
     @abstractmethod
-    def get_session(self) -> SparkSession:
-        """The (shared) session of this process."""
-
-    def s3_scheme(self) -> str:
-        """How this Spark reads ``s3://`` storage roots: ``s3a`` (hadoop-aws) or ``s3`` (EMRFS)."""
-        return "s3a"
+    def run_correction(
+        self, context: dg.AssetExecutionContext, request: CorrectionRequest
+    ) -> dg.PipesClientCompletedInvocation:
+        """Launch the job through a Pipes client and wait for it."""
 
 
 class LocalSparkResource(SparkResource):
-    """A session on this machine. Unset fields fall back to ``SLUICE_SPARK_*``; the code
+    """``spark-submit`` on this machine. Unset fields fall back to ``SLUICE_SPARK_*``; the code
     location fills them from those settings so the resources page shows what runs use."""
 
     master: str | None = Field(default=None, description="Spark master, e.g. local[2].")
@@ -44,6 +58,9 @@ class LocalSparkResource(SparkResource):
     )
     s3_read_scheme: str | None = Field(
         default=None, description="s3a (hadoop-aws) or s3 (EMRFS) for s3:// storage roots."
+    )
+    spark_submit: str | None = Field(
+        default=None, description="The spark-submit to run; default: the one beside Python."
     )
 
     @classmethod
@@ -58,7 +75,7 @@ class LocalSparkResource(SparkResource):
             s3_read_scheme=spark.s3_scheme,
         )
 
-    def _spark_settings(self):
+    def _spark_settings(self) -> SparkSettings:
         from pipelines.batch.config import SparkSettings
 
         fields = {
@@ -69,32 +86,124 @@ class LocalSparkResource(SparkResource):
         }
         return SparkSettings().model_copy(update={k: v for k, v in fields.items() if v is not None})
 
-    def get_session(self) -> SparkSession:
-        from pipelines.batch.spark import build_spark
-        from pipelines.config import get_settings
+    def _spark_submit(self) -> str:
+        if self.spark_submit:
+            return self.spark_submit
+        beside = Path(sys.executable).parent / "spark-submit"
+        if beside.exists():
+            return str(beside)
+        found = shutil.which("spark-submit")
+        if found is None:
+            raise dg.Failure("spark-submit not found: install pyspark or set spark_submit")
+        return found
 
-        return build_spark(self._spark_settings(), s3_endpoint_url=get_settings().s3_endpoint_url)
+    def command(self) -> list[str]:
+        """The ``spark-submit`` command line that runs the correction job."""
+        settings = self._spark_settings()
+        command = [self._spark_submit(), "--master", settings.master]
+        if settings.driver_memory:
+            command += ["--driver-memory", settings.driver_memory]
+        if settings.is_local:
+            command += ["--conf", f"spark.driver.host={settings.driver_host or '127.0.0.1'}"]
+        if settings.shuffle_partitions:
+            command += ["--conf", f"spark.sql.shuffle.partitions={settings.shuffle_partitions}"]
+        return [*command, str(job_file())]
 
-    def s3_scheme(self) -> str:
-        return self._spark_settings().s3_scheme
+    def run_correction(
+        self, context: dg.AssetExecutionContext, request: CorrectionRequest
+    ) -> dg.PipesClientCompletedInvocation:
+        settings = self._spark_settings()
+        env = {
+            "PYSPARK_PYTHON": settings.python or sys.executable,
+            "PYSPARK_DRIVER_PYTHON": sys.executable,
+            "SLUICE_SPARK_S3_SCHEME": settings.s3_scheme,
+        }
+        client = dg.PipesSubprocessClient(forward_termination=True)
+        return client.run(context=context, command=self.command(), extras=request.extras(), env=env)
 
 
-class ClusterSparkResource(SparkResource):
-    """A cluster session through dagster-pyspark (EMR: ``spark.master=yarn``)."""
+class EmrServerlessSparkResource(SparkResource):
+    """An EMR Serverless job run per launch; the job's messages come back through S3. Unset
+    fields come from ``SLUICE_EMR_*`` (:class:`~orchestration.settings.EmrServerlessSettings`)."""
 
-    pyspark: PySparkResource = Field(
-        default_factory=lambda: PySparkResource(spark_config={}),
-        description="dagster-pyspark resource holding the cluster's spark_config.",
+    application_id: str | None = Field(default=None, description="EMR Serverless application.")
+    execution_role_arn: str | None = Field(default=None, description="IAM role of the job run.")
+    entry_point: str | None = Field(
+        default=None, description="s3:// URI of the deployed orchestration/correction_job.py."
     )
-    s3_read_scheme: str = Field(default="s3", description="s3 (EMRFS) or s3a (hadoop-aws).")
+    messages_bucket: str | None = Field(
+        default=None, description="Bucket the job writes its Pipes messages to."
+    )
+    region: str | None = Field(default=None, description="AWS region; unset = boto3's default.")
 
-    def s3_scheme(self) -> str:
-        return self.s3_read_scheme
+    @classmethod
+    def from_settings(cls) -> EmrServerlessSparkResource:
+        emr = load_settings(EmrServerlessSettings)
+        return cls(
+            application_id=emr.application_id,
+            execution_role_arn=emr.execution_role_arn,
+            entry_point=emr.entry_point,
+            messages_bucket=emr.messages_bucket,
+            region=emr.region,
+        )
 
-    def get_session(self) -> SparkSession:
-        session: Any = self.pyspark.spark_session
-        if session is None:  # not set up by Dagster (e.g. called outside a run)
-            from dagster_pyspark.resources import spark_session_from_config
+    def settings(self) -> EmrServerlessSettings:
+        """The settings with this resource's fields over them; a clear error if one is missing."""
+        fields = {
+            "application_id": self.application_id,
+            "execution_role_arn": self.execution_role_arn,
+            "entry_point": self.entry_point,
+            "messages_bucket": self.messages_bucket,
+            "region": self.region,
+        }
+        emr = load_settings(EmrServerlessSettings).model_copy(
+            update={k: v for k, v in fields.items() if v is not None}
+        )
+        missing = [k for k in fields if getattr(emr, k) is None and k != "region"]
+        if missing:
+            names = ", ".join(f"SLUICE_EMR_{k.upper()}" for k in missing)
+            raise dg.Failure(f"EMR Serverless is not configured: set {names} (docs/batch.md)")
+        return emr
 
-            session = spark_session_from_config(self.pyspark.spark_config)
-        return session
+    def start_job_run_params(self, context: dg.AssetExecutionContext) -> dict:
+        """EMR Serverless' ``start_job_run`` request, before Pipes adds its bootstrap values."""
+        emr = self.settings()
+        submit = f"{emr.spark_submit_parameters} --conf spark.emr-serverless.driverEnv."
+        submit += f"SLUICE_SPARK_S3_SCHEME={emr.s3_scheme}"
+        return {
+            "applicationId": emr.application_id,
+            "executionRoleArn": emr.execution_role_arn,
+            "name": f"sluice-correction-{context.run_id[:8]}",
+            "clientToken": f"{context.run_id}-{context.retry_number}",
+            "jobDriver": {
+                "sparkSubmit": {"entryPoint": emr.entry_point, "sparkSubmitParameters": submit}
+            },
+        }
+
+    def run_correction(
+        self, context: dg.AssetExecutionContext, request: CorrectionRequest
+    ) -> dg.PipesClientCompletedInvocation:
+        import boto3
+        from dagster_aws.pipes import PipesEMRServerlessClient, PipesS3MessageReader
+
+        class _MessagesThroughS3(PipesEMRServerlessClient):
+            def _read_messages(self, *args: object, **kwargs: object) -> None:
+                """The job's messages arrive through S3 while it runs; dagster-aws would read
+                CloudWatch afterwards (and only warn that it cannot)."""
+
+        emr = self.settings()
+        session = boto3.session.Session(region_name=emr.region)
+        client = _MessagesThroughS3(
+            client=session.client("emr-serverless", endpoint_url=emr.endpoint_url),
+            message_reader=PipesS3MessageReader(
+                bucket=str(emr.messages_bucket),
+                client=session.client("s3", endpoint_url=emr.endpoint_url),
+                interval=2,
+            ),
+            poll_interval=emr.poll_interval_s,
+        )
+        return client.run(
+            context=context,
+            start_job_run_params=self.start_job_run_params(context),  # type: ignore[arg-type]
+            extras=request.extras(),
+        )

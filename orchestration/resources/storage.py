@@ -25,6 +25,10 @@ class StorageResource(dg.ConfigurableResource):
     def open(self) -> ObjectStore:
         """An object store over the storage root."""
 
+    @abstractmethod
+    def location(self) -> str:
+        """The storage root as a path or ``s3://`` URI, for jobs that open it themselves."""
+
 
 class LocalStorageResource(StorageResource):
     """A directory; unset means the settings' storage root (``<state_dir>/storage``)."""
@@ -34,8 +38,10 @@ class LocalStorageResource(StorageResource):
     )
 
     def open(self) -> ObjectStore:
-        settings = get_settings()
-        return open_store(self.root or settings.resolved_storage_root, settings.s3_endpoint_url)
+        return open_store(self.location(), get_settings().s3_endpoint_url)
+
+    def location(self) -> str:
+        return self.root or get_settings().resolved_storage_root
 
 
 class S3StorageResource(StorageResource):
@@ -50,3 +56,6 @@ class S3StorageResource(StorageResource):
         store = S3ObjectStore(self.root, endpoint_url=self.s3.endpoint_url)
         store.client = self.s3.get_client()  # the resource's credentials, region and retries
         return store
+
+    def location(self) -> str:
+        return self.root

@@ -1,18 +1,29 @@
 """The Spark batch correction: exact views from the raw archive, published as new versions.
 
+The names that need pyspark (the correction itself) are imported when first used, so reading
+the Spark settings (``pipelines.batch.config``) does not load Spark's Python side: Dagster's
+run workers launch the correction through Pipes and never import pyspark.
+
 May import: the rest of ``pipelines`` (views, aggregators, archive, segments, serving, storage).
 """
 
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
 from pipelines.batch.config import SparkSettings
-from pipelines.batch.correct import (
-    CorrectionResult,
-    archive_hours,
-    batch_schema,
-    correct_hours,
-    segment_hours,
-)
 from pipelines.batch.exceptions import ArchiveMissing, BatchError, InvalidHour, UnknownView
-from pipelines.batch.spark import build_spark, spark_conf, spark_uri
+
+if TYPE_CHECKING:
+    from pipelines.batch.correct import (
+        CorrectionResult,
+        archive_hours,
+        batch_schema,
+        correct_hours,
+        segment_hours,
+    )
+    from pipelines.batch.spark import build_spark, spark_conf, spark_uri
 
 __all__ = [
     "ArchiveMissing",
@@ -29,3 +40,20 @@ __all__ = [
     "spark_conf",
     "spark_uri",
 ]
+
+_LAZY = {
+    "CorrectionResult": "pipelines.batch.correct",
+    "archive_hours": "pipelines.batch.correct",
+    "batch_schema": "pipelines.batch.correct",
+    "correct_hours": "pipelines.batch.correct",
+    "segment_hours": "pipelines.batch.correct",
+    "build_spark": "pipelines.batch.spark",
+    "spark_conf": "pipelines.batch.spark",
+    "spark_uri": "pipelines.batch.spark",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

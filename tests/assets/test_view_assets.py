@@ -17,11 +17,8 @@ from assets.partitions import partition_key_for
 from assets.raw import raw_archive
 from assets.views import corrected_assets, realtime_assets
 from assets.views.checks import CORRECTION_CHECK, build_correction_check, evaluate_correction
-from orchestration.resources import (
-    LocalControlStoreResource,
-    LocalSparkResource,
-    LocalStorageResource,
-)
+from orchestration.correction_job import SEGMENT_RULES_CHECK
+from orchestration.resources import LocalControlStoreResource, LocalStorageResource
 from pipelines.control import ControlStore
 from pipelines.segments import HOUR_MS, realtime_prefix
 from pipelines.serving.query import query_view
@@ -29,6 +26,7 @@ from pipelines.storage import LocalObjectStore, ObjectStore
 from pipelines.views import View
 from quality.compare import Tolerance
 from tests.fixtures.dagster_fixture import build_archive, copy_storage, example_views
+from tests.fixtures.pipes import InProcessSparkResource
 from tests.fixtures.segments import publish_batch_version, published_table
 from tests.fixtures.spark import spark  # noqa: F401  (session-scoped SparkSession)
 
@@ -63,7 +61,11 @@ def _range_tags(hours: list[int]) -> dict[str, str]:
 
 
 def _asset(assets: list[dg.AssetsDefinition], key: dg.AssetKey) -> dg.AssetsDefinition:
-    return next(a for a in assets if a.key == key)
+    return next(a for a in assets if key in a.keys)
+
+
+def _corrected(names: list[str]) -> dg.AssetSelection:
+    return dg.AssetSelection.assets(*(corrected_key(n) for n in names))
 
 
 def test_raw_archive_records_completeness_per_hour(archive, storage_root: Path) -> None:
@@ -115,14 +117,15 @@ def test_corrected_assets_and_blocking_checks_for_a_range_in_one_run(
 ) -> None:
     _, hours = archive
     names = ["traffic_by_org", "top_clients_hourly"]
-    assets = [_asset(corrected_assets, corrected_key(n)) for n in names]
+    (asset,) = corrected_assets  # one multi-asset: every view in one Spark job
     checks = [build_correction_check(VIEWS[n]) for n in names]
     empty = hours[0] - HOUR_MS  # closed, no events: materialized, nothing published
     result = dg.materialize(
-        [*assets, *checks],
+        [asset, *checks],
+        selection=_corrected(names),
         resources={
             "storage": LocalStorageResource(root=str(storage_root)),
-            "spark": LocalSparkResource(),
+            "spark": InProcessSparkResource(),
         },
         tags=_range_tags([empty, *hours]),
     )
@@ -138,8 +141,14 @@ def test_corrected_assets_and_blocking_checks_for_a_range_in_one_run(
         skipped = materialized.pop((corrected_key(name), partition_key_for(empty)))
         assert skipped["skipped"].value is True and skipped["dagster/row_count"].value == 0
     evaluations = result.get_asset_check_evaluations()
-    assert {e.asset_key for e in evaluations} == {corrected_key(n) for n in names}
-    assert all(e.passed and e.check_name == CORRECTION_CHECK for e in evaluations)
+    assert {(e.asset_key, e.check_name) for e in evaluations} == {
+        (corrected_key(n), check)
+        for n in names
+        for check in (CORRECTION_CHECK, SEGMENT_RULES_CHECK)
+    }
+    assert all(e.passed for e in evaluations)
+    rules = [e for e in evaluations if e.check_name == SEGMENT_RULES_CHECK]
+    assert all(e.metadata["segments_validated"].value == len(hours) for e in rules)
     store = LocalObjectStore(str(storage_root))
     for name in names:
         served = query_view(store, VIEWS[name], hours[0], hours[-1] + HOUR_MS)
@@ -154,7 +163,7 @@ def test_corrected_assets_and_blocking_checks_for_a_range_in_one_run(
         hour = next(h for h in hours if partition_key_for(h) == m.partition)
         published = query_view(store, view, hour, hour + HOUR_MS).num_rows
         assert m.metadata["dagster/row_count"].value == published
-    spec = assets[0].specs_by_key[corrected_key(names[0])]
+    spec = asset.specs_by_key[corrected_key(names[0])]
     schema = spec.metadata["dagster/column_schema"]
     columns = [c.name for c in getattr(schema, "schema", schema).columns]  # value or wrapper
     assert columns == VIEWS[names[0]].output_schema().names
@@ -200,16 +209,20 @@ def test_check_passes_when_realtime_agrees_and_fails_beyond_tolerance(
 
 
 def _materialize_with_check(storage_root: Path, view: View, check, hours: list[int]):
-    asset = _asset(corrected_assets, corrected_key(view.name))
     return dg.materialize(
-        [asset, check],
+        [*corrected_assets, check],
+        selection=_corrected([view.name]),
         resources={
             "storage": LocalStorageResource(root=str(storage_root)),
-            "spark": LocalSparkResource(),
+            "spark": InProcessSparkResource(),
         },
         tags=_range_tags(hours),
         raise_on_error=False,
     )
+
+
+def _correction_checks(result) -> list:
+    return [e for e in result.get_asset_check_evaluations() if e.check_name == CORRECTION_CHECK]
 
 
 @pytest.mark.usefixtures("spark")
@@ -220,7 +233,7 @@ def test_explained_error_beyond_the_target_warns_without_blocking(
     view = VIEWS["traffic_by_org"]
     zero = build_correction_check(view, Tolerance(relative=0.0, statistic="max"))
     result = _materialize_with_check(storage_root, view, zero, hours[1:2])
-    (evaluation,) = result.get_asset_check_evaluations()
+    (evaluation,) = _correction_checks(result)
     # duplicates and late events make realtime inexact, but they explain all of it
     assert not evaluation.passed and evaluation.severity == dg.AssetCheckSeverity.WARN
     assert evaluation.metadata["duplicates"].value + evaluation.metadata["late_dropped"].value > 0
@@ -239,7 +252,7 @@ def test_unexplained_difference_fails_the_blocking_check_and_the_run(
     lost = sorted(store.list(realtime_prefix(view.name, hours[1])))[0]
     store.delete(lost)
     result = _materialize_with_check(storage_root, view, build_correction_check(view), hours[1:2])
-    (evaluation,) = result.get_asset_check_evaluations()
+    (evaluation,) = _correction_checks(result)
     assert not evaluation.passed and evaluation.severity == dg.AssetCheckSeverity.ERROR
     assert evaluation.metadata["hours_unexplained"].value == 1
     assert "missing from realtime" in evaluation.description

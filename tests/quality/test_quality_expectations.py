@@ -22,8 +22,9 @@ from assets.views.expectation_checks import (
     build_expectation_checks,
     evaluate_expectations,
 )
-from assets.views.factory import build_corrected_asset
-from orchestration.resources import LocalSparkResource, LocalStorageResource
+from assets.views.factory import build_corrected_assets
+from orchestration.correction_job import SEGMENT_RULES_CHECK
+from orchestration.resources import LocalStorageResource
 from pipelines.batch import archive_hours, correct_hours
 from pipelines.exceptions import ConfigError, QueryError
 from pipelines.generator import GeneratorOptions
@@ -44,6 +45,7 @@ from quality.expectations import (
     validate_view,
 )
 from tests.fixtures.dagster_fixture import copy_storage, example_views
+from tests.fixtures.pipes import InProcessSparkResource
 from tests.fixtures.segments import publish_batch_version, published_table
 from tests.fixtures.spark import spark  # noqa: F401  (session-scoped SparkSession)
 
@@ -350,10 +352,13 @@ def test_the_check_runs_after_the_correction_and_records_the_suite(
     view = VIEWS["clients_5m"]
     root = copy_storage(Path(corrected.store.root), tmp_path / "storage")
     result = dg.materialize(
-        [build_corrected_asset(view), build_expectation_check(view, SETTINGS)],
+        [
+            build_corrected_assets([view], {d["name"]: d for d in TEST_VIEWS}),
+            build_expectation_check(view, SETTINGS),
+        ],
         resources={
             "storage": LocalStorageResource(root=str(root)),
-            "spark": LocalSparkResource(),
+            "spark": InProcessSparkResource(),
         },
         tags={
             "dagster/asset_partition_range_start": partition_key_for(hours[6]),
@@ -361,8 +366,10 @@ def test_the_check_runs_after_the_correction_and_records_the_suite(
         },
     )
     assert result.success
-    (evaluation,) = result.get_asset_check_evaluations()
-    assert evaluation.check_name == EXPECTATIONS_CHECK and evaluation.passed
+    checks = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    assert checks[SEGMENT_RULES_CHECK].passed  # the Spark job's, reported through Pipes
+    evaluation = checks[EXPECTATIONS_CHECK]
+    assert evaluation.passed
     metadata = {k: v.value for k, v in evaluation.metadata.items()}
     assert metadata["expectations_failed"] == 0 and metadata["failed"] == []
     assert metadata["segments"] == "2015-02-27T03 .. 2015-02-27T03"

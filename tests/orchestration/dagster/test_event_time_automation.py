@@ -16,6 +16,7 @@ from assets.raw import raw_archive
 from assets.reports import reconciliation_report
 from assets.views import corrected_assets
 from assets.views.checks import CORRECTION_CHECK, build_correction_checks
+from orchestration.correction_job import SEGMENT_RULES_CHECK
 from orchestration.resources import (
     LocalControlStoreResource,
     LocalSparkResource,
@@ -106,7 +107,7 @@ def test_a_closed_hour_is_corrected_and_a_corrected_checked_day_is_reported(
         asset_checks=build_correction_checks(VIEWS),
         resources={  # never used: conditions are evaluated, nothing runs
             "storage": LocalStorageResource(root=str(tmp_path / "storage")),
-            "spark": LocalSparkResource(),
+            "spark": LocalSparkResource(),  # never launched here
             "control_store": LocalControlStoreResource(
                 sqlite_url=f"sqlite:///{tmp_path / 'control.db'}"
             ),
@@ -138,11 +139,12 @@ def test_a_closed_hour_is_corrected_and_a_corrected_checked_day_is_reported(
             )
     third = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=second.cursor)
     assert third.get_num_requested(RECONCILIATION_REPORT_KEY) == 0  # checks not passed yet
-    for name in views:
-        instance.report_runless_asset_event(
-            dg.AssetCheckEvaluation(
-                asset_key=corrected_key(name), check_name=CORRECTION_CHECK, passed=True
+    for name in views:  # both blocking checks: the Spark job's segment rules, the comparison
+        for check in (SEGMENT_RULES_CHECK, CORRECTION_CHECK):
+            instance.report_runless_asset_event(
+                dg.AssetCheckEvaluation(
+                    asset_key=corrected_key(name), check_name=check, passed=True
+                )
             )
-        )
     fourth = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=third.cursor)
     assert fourth.get_requested_partitions(RECONCILIATION_REPORT_KEY) == {"2015-02-26"}

@@ -1,0 +1,170 @@
+"""The corrected assets launch the Spark job through Dagster Pipes: with a real ``spark-submit``
+on this machine, and as an EMR Serverless job run (moto's server stands in for the EMR API and
+S3; the test plays EMR and runs the submitted job with the parameters moto received)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import boto3
+import dagster as dg
+import pytest
+from dagster_pipes import PipesMappingParamsLoader
+
+from assets.constants import corrected_key
+from assets.partitions import partition_key_for
+from assets.views import corrected_assets
+from orchestration.correction_job import SEGMENT_RULES_CHECK, main
+from orchestration.resources import LocalStorageResource
+from orchestration.resources.spark import (
+    EmrServerlessSparkResource,
+    LocalSparkResource,
+    job_file,
+)
+from pipelines.config import get_settings
+from pipelines.segments import HOUR_MS
+from pipelines.serving.query import query_view
+from pipelines.storage import LocalObjectStore
+from tests.fixtures.dagster_fixture import build_archive, example_views
+from tests.fixtures.moto import aws_test_credentials, moto_endpoint  # noqa: F401
+from tests.fixtures.processes import wait_until
+from tests.fixtures.spark import spark  # noqa: F401  (session-scoped SparkSession)
+
+pytestmark = [pytest.mark.spark, pytest.mark.filterwarnings("ignore::dagster.BetaWarning")]
+
+VIEW = next(v for v in example_views() if v.name == "traffic_by_org")
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[int]]:
+    root = tmp_path_factory.mktemp("launch") / "storage"
+    return root, build_archive(root).event_hours()
+
+
+def _one_hour(hour: int) -> dict[str, str]:
+    key = partition_key_for(hour)
+    return {"dagster/asset_partition_range_start": key, "dagster/asset_partition_range_end": key}
+
+
+def test_a_correction_runs_through_spark_submit_and_reports_through_pipes(archive) -> None:
+    root, hours = archive
+    hour = hours[1]
+    submit = LocalSparkResource(master="local[1]", driver_memory="768m", shuffle_partitions=2)
+    assert submit.command()[-1] == str(job_file()) and "--master" in submit.command()
+    result = dg.materialize(
+        corrected_assets,
+        selection=dg.AssetSelection.assets(corrected_key(VIEW.name)),
+        resources={"storage": LocalStorageResource(root=str(root)), "spark": submit},
+        tags=_one_hour(hour),
+    )
+    assert result.success
+    (event,) = result.get_asset_materialization_events()
+    metadata = {k: v.value for k, v in event.materialization.metadata.items()}
+    served = query_view(LocalObjectStore(str(root)), VIEW, hour, hour + HOUR_MS)
+    assert set(served.column("source").to_pylist()) == {"batch v1"}
+    assert event.materialization.partition == partition_key_for(hour)
+    assert metadata["version"] == 1 and metadata["skipped"] is False
+    assert metadata["dagster/row_count"] == metadata["rows"] == served.num_rows > 0
+    assert metadata["events"] > 0 and metadata["files"]
+    (check,) = result.get_asset_check_evaluations()
+    assert check.check_name == SEGMENT_RULES_CHECK and check.passed
+    assert check.metadata["segments_validated"].value == 1
+
+
+def test_the_code_location_does_not_import_pyspark() -> None:
+    """What a run worker loads: definitions and resources, without Spark's Python side."""
+    probe = (
+        "import sys, orchestration.definitions, orchestration.resources.spark;"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_the_job_started_by_hand_says_what_to_run_instead() -> None:
+    done = subprocess.run(
+        [sys.executable, str(job_file())], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 2
+    assert "sluice batch correct" in done.stderr
+
+
+DRIVER_ENV = re.compile(r"--conf spark\.emr-serverless\.driverEnv\.(\w+)=(\S+)")
+
+
+def _play_emr(endpoint: str, application_id: str, errors: list[BaseException]) -> None:
+    """EMR's part: take the job run moto recorded and run its entry point with the driver
+    environment it was submitted with (Pipes' bootstrap values among them)."""
+    emr = boto3.client("emr-serverless", endpoint_url=endpoint, region_name="us-east-1")
+    try:
+
+        def submitted():
+            try:
+                runs = emr.list_job_runs(applicationId=application_id)["jobRuns"]
+            except emr.exceptions.ResourceNotFoundException:  # moto's answer before the first
+                return None
+            return runs[0]["id"] if runs else None
+
+        run_id = wait_until(submitted, 60, "a job run on the application", every_s=0.1)
+        run = emr.get_job_run(applicationId=application_id, jobRunId=run_id)["jobRun"]
+        submit = run["jobDriver"]["sparkSubmit"]
+        env = dict(DRIVER_ENV.findall(submit["sparkSubmitParameters"]))
+        assert submit["entryPoint"] == "s3://sluice-code/correction_job.py"
+        assert env["SLUICE_SPARK_S3_SCHEME"] == "s3"
+        assert main(params_loader=PipesMappingParamsLoader(env)) == 0
+    except BaseException as exc:
+        errors.append(exc)
+
+
+@pytest.mark.usefixtures("spark")
+def test_a_correction_runs_as_an_emr_serverless_job_run(
+    archive,
+    moto_endpoint: str,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+) -> None:
+    root, hours = archive
+    aws_test_credentials(monkeypatch)
+    monkeypatch.setenv("SLUICE_EMR_ENDPOINT_URL", moto_endpoint)
+    monkeypatch.setenv("SLUICE_EMR_POLL_INTERVAL_S", "0.2")
+    monkeypatch.setenv("SLUICE_S3_ENDPOINT_URL", moto_endpoint)  # the job's Pipes messages
+    get_settings.cache_clear()
+    request.addfinalizer(get_settings.cache_clear)
+    boto3.client("s3", endpoint_url=moto_endpoint).create_bucket(Bucket="sluice-pipes")
+    emr = boto3.client("emr-serverless", endpoint_url=moto_endpoint, region_name="us-east-1")
+    application_id = emr.create_application(name="sluice", releaseLabel="emr-7.5.0", type="SPARK")[
+        "applicationId"
+    ]
+    # an hour the archive does not hold: the job answers at once and says it skipped it
+    empty = hours[0] - HOUR_MS
+    errors: list[BaseException] = []
+    player = threading.Thread(target=_play_emr, args=(moto_endpoint, application_id, errors))
+    player.start()
+    resource = EmrServerlessSparkResource(
+        application_id=application_id,
+        execution_role_arn="arn:aws:iam::123456789012:role/sluice-correction",
+        entry_point="s3://sluice-code/correction_job.py",
+        messages_bucket="sluice-pipes",
+        region="us-east-1",
+    )
+    result = dg.materialize(
+        corrected_assets,
+        selection=dg.AssetSelection.assets(corrected_key(VIEW.name)),
+        resources={"storage": LocalStorageResource(root=str(root)), "spark": resource},
+        tags=_one_hour(empty),
+        raise_on_error=False,
+    )
+    player.join(timeout=60)
+    assert errors == []
+    assert result.success, result.all_events
+    (event,) = result.get_asset_materialization_events()
+    metadata = {k: v.value for k, v in event.materialization.metadata.items()}
+    assert metadata["skipped"] is True and metadata["reason"]
+    (check,) = result.get_asset_check_evaluations()
+    assert check.check_name == SEGMENT_RULES_CHECK and check.passed
