@@ -294,14 +294,18 @@ class Quantiles(Aggregator[Any]):
         return [pa.field(self.column_for(q), pa.float64()) for q in self.quantiles]
 
     def spark_columns(self, event_time):
+        """All quantiles from one ``percentile_disc`` over an array of percentages.
+
+        The same function as one ``percentile_disc(q)`` per quantile (same inclusive rank,
+        same values), but its buffer of the group's values is built once: three separate
+        aggregates kept three buffers, which made the quantiles ~20% of a correction.
+        Spark plans the identical aggregate once for all the columns picked from it.
+        """
         F = _F()
         col = f"CAST(`{self.spec.col_name}` AS DOUBLE)"
-        return [
-            F.expr(f"percentile_disc({q!r}) WITHIN GROUP (ORDER BY {col})").alias(
-                self.column_for(q)
-            )
-            for q in self.quantiles
-        ]
+        percentages = ", ".join(repr(q) for q in self.quantiles)
+        every = F.expr(f"percentile_disc(array({percentages})) WITHIN GROUP (ORDER BY {col})")
+        return [every[i].alias(self.column_for(q)) for i, q in enumerate(self.quantiles)]
 
 
 @register

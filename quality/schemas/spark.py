@@ -2,11 +2,13 @@
 
 Each pandera.pyspark column check is a Spark job of its own: with one per rule and column, a
 view of a dozen metrics cost ~30 jobs, tripling the correction's wall time in measurements.
-So the Spark schema keeps to pandera what costs no job (types, no other columns) or one job
-(uniqueness), and folds every value rule of the spec, not-null included, into a single
-frame-level check: one aggregation counting each rule's violations in one pass. When it
-fails, this module asks Spark for the counts and a few failing values per broken rule, so
-messages read like the pandas ones. Callers should cache the frame (the correction does).
+So the Spark schema keeps to pandera what costs no job (types, no other columns) and folds
+every value rule of the spec, not-null included, and the key's uniqueness into a single
+frame-level check: one aggregation per key counting each rule's violations, then one over
+those rows, in one Spark job (pandera's own ``unique`` was a second one). When it fails,
+this module asks Spark for the counts and a few failing values per broken rule, so messages
+read like the pandas ones. Callers should pass a small or cached frame (the correction
+passes its collected rows as a local frame).
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ if TYPE_CHECKING:
 
 __all__ = ["RULES_CHECK", "spark_schema", "validate_spark", "validate_spark_segment", "violating"]
 
-RULES_CHECK = "value rules (not-null, ranges, sets, patterns, window grid and width)"
-"""The frame-level check holding every value rule of a spec."""
+RULES_CHECK = "value rules (not-null, ranges, sets, patterns, window grid and width), unique key"
+"""The frame-level check holding every value rule of a spec and its key's uniqueness."""
 NOT_NULL = "not-null"
 
 
@@ -79,20 +81,38 @@ def _rules(spec: FrameSpec, frame: DataFrame) -> Iterator[tuple[tuple[str, ...],
         yield (width.start, width.end), width.label, span != F.lit(width.interval_ms)
 
 
-def _violation_counts(spec: FrameSpec, frame: DataFrame) -> list[int]:
-    """How many rows break each rule of :func:`_rules`, in one Spark job."""
+def _unique_key(spec: FrameSpec, frame: DataFrame) -> list[str]:
+    """The key that must be unique, if the frame has all its columns (else pandera reports)."""
+    return list(spec.unique) if set(spec.unique) <= set(frame.columns) else []
+
+
+def _violation_counts(spec: FrameSpec, frame: DataFrame) -> tuple[list[int], int]:
+    """How many rows break each rule of :func:`_rules`, and how many keys repeat, in one job.
+
+    With a unique key, the rules are counted per key in the same aggregation that counts
+    each key's rows; a second, global aggregation over those (few) rows sums them up.
+    """
     from pyspark.sql import functions as F
 
     rules = list(_rules(spec, frame))
-    if not rules:
-        return []
+    keys = _unique_key(spec, frame)
     counts = [F.count(F.when(p, 1)).alias(f"r{i}") for i, (_, _, p) in enumerate(rules)]
-    row = frame.agg(*counts).first()
-    return [int(row[i]) for i in range(len(rules))]
+    if not keys:
+        if not rules:
+            return [], 0
+        row = frame.agg(*counts).first()
+        return [int(row[i]) for i in range(len(rules))], 0
+    rows = F.count(F.lit(1)).alias("__rows")
+    per_key = frame.groupBy(*keys).agg(rows, *counts)
+    totals = [F.sum(f"r{i}").alias(f"r{i}") for i in range(len(rules))]
+    row = per_key.agg(F.count(F.when(F.col("__rows") > 1, 1)).alias("__repeated"), *totals)
+    row = row.first()
+    return [int(row[i + 1] or 0) for i in range(len(rules))], int(row[0])
 
 
 def _rules_hold(frame: DataFrame, *, spec: FrameSpec) -> bool:
-    return not any(_violation_counts(spec, frame))
+    counts, repeated = _violation_counts(spec, frame)
+    return not any(counts) and not repeated
 
 
 @lru_cache(maxsize=128)
@@ -104,9 +124,8 @@ def spark_schema(spec: FrameSpec) -> ps.DataFrameSchema:
     # nullable=True: not-null is one of the folded rules, not a job per column
     columns = {c.name: ps.Column(from_arrow_type(c.type), nullable=True) for c in spec.columns}
     rules = ps.Check(partial(_rules_hold, spec=spec), error=RULES_CHECK)
-    return ps.DataFrameSchema(
-        columns, checks=[rules], unique=list(spec.unique) or None, strict=True, name=spec.name
-    )
+    # no unique=: pandera's check is a job of its own; the folded check counts repeated keys
+    return ps.DataFrameSchema(columns, checks=[rules], strict=True, name=spec.name)
 
 
 def _examples(rows: list[Any]) -> str:
@@ -118,7 +137,10 @@ def _examples(rows: list[Any]) -> str:
 def _rule_problems(spec: FrameSpec, frame: DataFrame) -> list[str]:
     problems = []
     rules = list(_rules(spec, frame))
-    for (shown, label, predicate), count in zip(rules, _violation_counts(spec, frame), strict=True):
+    counts, repeated = _violation_counts(spec, frame)
+    if repeated:
+        problems.append(_repeated_keys(spec, frame, repeated))
+    for (shown, label, predicate), count in zip(rules, counts, strict=True):
         if not count:
             continue
         what = f"column {shown[0]!r}" if len(shown) == 1 else f"columns ({', '.join(shown)})"
@@ -130,20 +152,19 @@ def _rule_problems(spec: FrameSpec, frame: DataFrame) -> list[str]:
     return problems
 
 
-def _problem(spec: FrameSpec, frame: DataFrame, reason: str, error: dict[str, Any]) -> list[str]:
+def _repeated_keys(spec: FrameSpec, frame: DataFrame, count: int) -> str:
     from pyspark.sql import functions as F
 
+    keys = list(spec.unique)
+    shared = frame.groupBy(*keys).count().where(F.col("count") > 1)
+    examples = _examples(shared.select(*keys).limit(MAX_EXAMPLES + 1).collect())
+    return f"columns ({', '.join(keys)}) fail 'unique': {count} key(s) repeat, e.g. {examples}"
+
+
+def _problem(spec: FrameSpec, frame: DataFrame, reason: str, error: dict[str, Any]) -> list[str]:
     name, check = str(error.get("column")), str(error.get("check"))
     if check == RULES_CHECK:
         return _rule_problems(spec, frame)
-    if reason == "DUPLICATES":
-        keys = list(spec.unique)
-        shared = frame.groupBy(*keys).count().where(F.col("count") > 1)
-        examples = _examples(shared.select(*keys).limit(MAX_EXAMPLES + 1).collect())
-        count = shared.count()
-        return [
-            f"columns ({', '.join(keys)}) fail 'unique': {count} key(s) repeat, e.g. {examples}"
-        ]
     return [f"column {name!r} fails {check}: {error.get('error')}"]
 
 
