@@ -12,14 +12,13 @@ profiled, as the CLI and the Dagster assets run it (``validate_segment`` =
 Nothing in ``pipelines/`` is changed: the profiled run patches private functions of
 ``pipelines.batch.correct`` in this process only, to time each step and put its Spark jobs
 in a job group (``SparkContext.setJobGroup``); the event log, read after ``spark.stop()``,
-gives each group's jobs, stages, tasks and task time. One addition: before the
-validation of each view the profiler counts the (persisted) result, so that the aggregation
-is timed apart from the pandera checks; this is one extra, cheap job per view, shown as
-the "aggregate" steps and subtracted from the job count of the correction.
+gives each group's jobs, stages, tasks and task time. The correction collects each view's
+rows through Arrow before it validates them (as a local frame), so the aggregation and the
+collect are one step, timed apart from the pandera checks without any extra job.
 
-Then (unless ``--no-components``) each aggregator of each view, each quantile and each
-stage of ``top_k`` is run alone over the same cached, deduplicated events, to split the
-cost of a view's single ``groupBy`` by aggregator (the event log cannot: it is one stage).
+Then (unless ``--no-components``) each aggregator of each view and each stage of ``top_k``
+is run alone over the same cached, deduplicated events, to split the cost of a view's
+``groupBy`` by aggregator (the event log cannot: it is one stage).
 
 ``--markdown`` prints the tables as Markdown (for docs/batch.md) instead of rich tables.
 """
@@ -99,18 +98,15 @@ def _patches(steps: Steps, validate: Callable | None) -> tuple[list, Callable | 
         return read(*args, **kwargs)
 
     def aggregating(events, view, segments, validate_segment=None):
-        steps.enter(f"{view.name}: plan" + ("" if validate_segment else " + aggregate + collect"))
+        steps.enter(f"{view.name}: plan + aggregate + Arrow collect")
         table = aggregate(events, view, segments, validate_segment)
         steps.enter(f"{view.name}: write segments")
         return table
 
     def validating(frame, view):
-        steps.enter(f"{view.name}: aggregate (into the persisted result)")
-        frame.count()  # the profiler's extra job: materialize, so validation is timed alone
-        steps.extra_jobs += 1
         steps.enter(f"{view.name}: validate (pandera)")
         validate(frame, view)
-        steps.enter(f"{view.name}: Arrow collect + sort")
+        steps.enter(f"{view.name}: cast + sort")
 
     def publishing(store, view, *args, **kwargs):
         steps.enter(f"{view.name}: write segments")
@@ -150,7 +146,7 @@ def _components(view: View) -> list[tuple[str, Callable]]:
     out = [("groupBy keys, count only", lambda rows: rows.groupBy(*keys).agg(count))]
     for agg in view.aggregators:
         frame = correct._spark_frame(agg)
-        if frame is not None:
+        if frame is not None and agg.name == "top_k":
             item = F.col(agg.spec.col_name).cast("string").alias("item")
             out.append(
                 (
@@ -158,12 +154,10 @@ def _components(view: View) -> list[tuple[str, Callable]]:
                     lambda r, i=item: r.groupBy(*keys, i).count(),
                 )
             )
-            out.append((f"{agg.name} whole (+ window, JSON)", lambda r, f=frame: f(r, keys)))
+        if frame is not None:
+            out.append((f"{agg.name} ({agg.out}), its own frame", lambda r, f=frame: f(r, keys)))
             continue
         cols = agg.spark_columns(F.col("event_time"))
-        if len(cols) > 1:
-            for col, q in zip(cols, agg.quantiles, strict=True):
-                out.append((f"{agg.name} q={q} alone", lambda r, c=col: r.groupBy(*keys).agg(c)))
         out.append((f"{agg.name} ({agg.out})", lambda r, c=cols: r.groupBy(*keys).agg(count, *c)))
     return out
 
