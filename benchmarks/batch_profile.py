@@ -224,7 +224,17 @@ def _print(title: str, header: list[str], rows: list[list[str]], markdown: bool)
 
 
 def report(steps: Steps, total: float, groups: dict[str, GroupStats], markdown: bool) -> None:
-    header = ["step", "jobs", "stages", "tasks", "wall s", "share", "Spark busy s", "task s"]
+    header = [
+        "step",
+        "jobs",
+        "stages",
+        "tasks",
+        "wall s",
+        "share",
+        "Spark busy s",
+        "task s",
+        "task CPU s",
+    ]
     rows, sums = [], GroupStats()
     for label in steps.order:
         g = groups.get(label, GroupStats())
@@ -234,6 +244,7 @@ def report(steps: Steps, total: float, groups: dict[str, GroupStats], markdown: 
             sums.tasks + g.tasks,
         )
         sums.task_seconds += g.task_seconds
+        sums.task_cpu_seconds += g.task_cpu_seconds
         busy = g.busy_seconds
         rows.append(
             [
@@ -245,6 +256,7 @@ def report(steps: Steps, total: float, groups: dict[str, GroupStats], markdown: 
                 f"{steps.wall[label] / total:.0%}",
                 f"{busy:.2f}",
                 f"{g.task_seconds:.1f}",
+                f"{g.task_cpu_seconds:.1f}",
             ]
         )
     other = total - sum(steps.wall.values())
@@ -259,6 +271,7 @@ def report(steps: Steps, total: float, groups: dict[str, GroupStats], markdown: 
             f"{other / total:.0%}",
             "",
             "",
+            "",
         ]
     )
     rows.append(
@@ -271,6 +284,7 @@ def report(steps: Steps, total: float, groups: dict[str, GroupStats], markdown: 
             "100%",
             "",
             f"{sums.task_seconds:.1f}",
+            f"{sums.task_cpu_seconds:.1f}",
         ]
     )
     _print("Where the time goes (profiled run)", header, rows, markdown)
@@ -296,7 +310,8 @@ def report(steps: Steps, total: float, groups: dict[str, GroupStats], markdown: 
     print(
         f"\nSpark jobs launched by the correction: {sums.jobs - steps.extra_jobs} "
         f"(+{steps.extra_jobs} added by the profiler), {sums.stages} stages run, "
-        f"{sums.tasks} tasks, {sums.task_seconds:.1f} task-seconds in {total:.1f} s wall"
+        f"{sums.tasks} tasks, {sums.task_seconds:.1f} task-seconds ({sums.task_cpu_seconds:.1f} "
+        f"of task CPU) in {total:.1f} s wall"
     )
     sites = {}
     for label in steps.order:

@@ -33,6 +33,8 @@ class GroupStats:
     tasks: int = 0
     task_seconds: float = 0.0
     """Sum of the tasks' executor run time: work done, whatever the parallelism."""
+    task_cpu_seconds: float = 0.0
+    """Sum of the tasks' executor CPU time: on a shared machine, steadier than run time."""
     intervals: list[tuple[float, float]] = field(default_factory=list)
     """(submitted, completed) epoch seconds of each job."""
     call_sites: dict[str, int] = field(default_factory=dict)
@@ -125,6 +127,7 @@ def read_event_log(directory: str | Path) -> dict[str, GroupStats]:
             g.tasks += 1
             metrics = event.get("Task Metrics") or {}
             g.task_seconds += metrics.get("Executor Run Time", 0) / 1000
+            g.task_cpu_seconds += metrics.get("Executor CPU Time", 0) / 1e9
             per_stage[event["Stage ID"]][0] += 1
             per_stage[event["Stage ID"]][1] += metrics.get("Executor Run Time", 0) / 1000
             per_stage[event["Stage ID"]][2] += metrics.get("Input Metrics", {}).get(

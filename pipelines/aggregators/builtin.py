@@ -422,28 +422,6 @@ class _ByEventTime(_JsonState):
         agg = F.min(pair) if self.pick is min else F.max(pair)
         return [agg.getField("v").alias(self.out)]
 
-    def spark_frame(self, events, keys: list[str]):
-        """The same value as :meth:`spark_columns`, without sorting every event.
-
-        ``min``/``max`` of a struct holding a string cannot use hash aggregation, so in the
-        view's ``groupBy`` it turned the whole aggregation into a sort of every event. Here:
-
-        1. the first (last) event time per key, a hash aggregation;
-        2. the events at that time (a hash semi-join on keys and time, null keys matching);
-        3. ``spark_columns``' own expression over those few rows (ties broken by value).
-
-        Returns a DataFrame of ``keys`` plus the output column, to be joined on ``keys``.
-        """
-        F = _F()
-        bound = (F.min if self.pick is min else F.max)("event_time").alias("__t")
-        edges = events.groupBy(*keys).agg(bound)
-        edges = edges.select(*(F.col(k).alias(f"__k{i}") for i, k in enumerate(keys)), "__t")
-        on = [events[k].eqNullSafe(edges[f"__k{i}"]) for i, k in enumerate(keys)]
-        at_edge = events.join(
-            edges, on=[*on, events["event_time"] == edges["__t"]], how="left_semi"
-        )
-        return at_edge.groupBy(*keys).agg(*self.spark_columns(F.col("event_time")))
-
 
 @register
 class First(_ByEventTime):

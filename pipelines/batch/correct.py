@@ -198,8 +198,7 @@ def _columns_read(view: View) -> set[str]:
 
 
 def _spark_frame(agg: Aggregator) -> Callable[[DataFrame, list[str]], DataFrame] | None:
-    """An aggregator whose exact result needs more than one aggregate (``top_k``), or whose
-    aggregate would keep the view's ``groupBy`` from hashing (``first``/``last``), provides
+    """An aggregator whose exact result needs more than one aggregate (``top_k``) provides
     ``spark_frame(events, keys) -> DataFrame`` of keys plus its output columns."""
     frame = getattr(agg, "spark_frame", None)
     return frame if callable(frame) else None
@@ -227,12 +226,7 @@ def _aggregate_view(
             columns += agg.spark_columns(F.col("event_time"))
     result = rows.groupBy(*keys).agg(*columns)
     for frame in frames:
-        # Every key of the view is in each frame; null group values match (<=>).
-        renamed = [F.col(k).alias(f"__k{i}") for i, k in enumerate(keys)]
-        frame = frame.select(*renamed, "*").drop(*keys)
-        on = [result[k].eqNullSafe(frame[f"__k{i}"]) for i, k in enumerate(keys)]
-        result = result.join(frame, on=on, how="inner")
-        result = result.drop(*(f"__k{i}" for i in range(len(keys))))
+        result = result.join(frame, on=keys, how="inner")
     schema = batch_schema(view)
     output = result.select(*schema.names)
     collected = output.toArrow()
