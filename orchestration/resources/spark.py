@@ -107,6 +107,8 @@ class LocalSparkResource(SparkResource):
             command += ["--conf", f"spark.driver.host={settings.driver_host or '127.0.0.1'}"]
         if settings.shuffle_partitions:
             command += ["--conf", f"spark.sql.shuffle.partitions={settings.shuffle_partitions}"]
+        for key, value in settings.conf.items():  # SLUICE_SPARK_CONF, e.g. JVM options
+            command += ["--conf", f"{key}={value}"]
         return [*command, str(job_file())]
 
     def run_correction(

@@ -99,10 +99,8 @@ def test_hours_close_as_the_watermark_passes_them_and_the_last_when_the_stream_s
     assert json.loads(cursor)["events"]["closed"] == H23
 
 
-def test_a_closed_hour_is_corrected_and_a_corrected_checked_day_is_reported(
-    tmp_path: Path,
-) -> None:
-    defs = dg.Definitions(
+def _defs(tmp_path: Path) -> dg.Definitions:
+    return dg.Definitions(
         assets=[raw_archive, *corrected_assets, reconciliation_report],
         asset_checks=build_correction_checks(VIEWS),
         resources={  # never used: conditions are evaluated, nothing runs
@@ -113,6 +111,33 @@ def test_a_closed_hour_is_corrected_and_a_corrected_checked_day_is_reported(
             ),
         },
     )
+
+
+def test_hours_closed_before_a_tick_saw_them_are_still_corrected(tmp_path: Path) -> None:
+    """Due is a state (never corrected, archive recorded), not an event a tick must catch: hours
+    recorded before the first evaluation (automation was off, or a tick came between the
+    sensor's events) are requested, all of them."""
+    defs, instance = _defs(tmp_path), dg.DagsterInstance.ephemeral()
+    hours = [H21, H22, H23]
+    for hour in hours:
+        instance.report_runless_asset_event(
+            dg.AssetMaterialization(asset_key=RAW_ARCHIVE_KEY, partition=partition_key_for(hour))
+        )
+    first = dg.evaluate_automation_conditions(defs=defs, instance=instance)
+    key = corrected_key(VIEWS[0].name)
+    assert first.get_requested_partitions(key) == {partition_key_for(h) for h in hours}
+    for hour in hours:  # the run did it
+        instance.report_runless_asset_event(
+            dg.AssetMaterialization(asset_key=key, partition=partition_key_for(hour))
+        )
+    again = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=first.cursor)
+    assert again.get_requested_partitions(key) == set()
+
+
+def test_a_closed_hour_is_corrected_and_a_corrected_checked_day_is_reported(
+    tmp_path: Path,
+) -> None:
+    defs = _defs(tmp_path)
     instance = dg.DagsterInstance.ephemeral()
     views = [v.name for v in VIEWS if not v.disabled]
 
