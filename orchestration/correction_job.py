@@ -116,6 +116,7 @@ def run_correction(pipes: PipesContext, spark: Any = None) -> None:
     from pipelines.config import get_settings
     from pipelines.storage import open_store
     from pipelines.views import parse_views
+    from quality.exceptions import SchemaViolation
     from quality.schemas import validate_spark_segment
 
     request = CorrectionRequest.from_extras(pipes.extras)
@@ -131,7 +132,7 @@ def run_correction(pipes: PipesContext, spark: Any = None) -> None:
     def validate(frame: Any, view: Any) -> None:
         try:
             validate_spark_segment(frame, view)
-        except Exception as exc:  # the quality library's violation, or a check that broke
+        except SchemaViolation as exc:  # a Spark failure is not a broken rule: it is retried
             raise _RulesBroken(view.name, exc) from exc
 
     def progress(result: Any) -> None:

@@ -171,24 +171,30 @@ def build_corrected_assets(
             storage_root=storage.location(),
             asset_keys={v.name: corrected_key(v.name).to_user_string() for v in selected},
         )
-        reported = spark.run_correction(context, request).get_results()
+        invocation = spark.run_correction(context, request)
+        reported = invocation.get_results(implicit_materializations=False)  # only what it said
         checks = [r for r in reported if isinstance(r, dg.AssetCheckResult)]
+        done = [r for r in reported if isinstance(r, dg.MaterializeResult)]
+        corrected = {r.asset_key for r in done}
+        missing = [v.name for v in selected if corrected_key(v.name) not in corrected]
+        if missing:
+            # Fail without a materialization: a failed blocking check would still record one,
+            # and the hour would look corrected. The job published nothing of these views.
+            broken = {
+                c.asset_key.to_user_string(): str(c.metadata["violation"].value)
+                for c in checks
+                if not c.passed and "violation" in c.metadata
+            }
+            raise dg.Failure(
+                description=f"not corrected: {', '.join(missing)}"
+                + "".join(f"\n{key}: segment rules broken: {why}" for key, why in broken.items()),
+                metadata={"not_corrected": dg.MetadataValue.json(missing)},
+                allow_retries=not broken,
+            )
         selected_checks = context.selected_asset_check_keys
         yield from (
             c for c in checks if dg.AssetCheckKey(c.asset_key, c.check_name) in selected_checks
         )
-        done = [r for r in reported if isinstance(r, dg.MaterializeResult)]
-        missing = [
-            v.name for v in selected if corrected_key(v.name) not in {r.asset_key for r in done}
-        ]
-        if missing:
-            broken = [c for c in checks if not c.passed]
-            why = "; ".join(str(c.metadata.get("violation", "")) for c in broken)
-            raise dg.Failure(
-                f"not corrected: {', '.join(missing)}"
-                + (f" (segment rules broken: {why})" if why else ""),
-                allow_retries=False,
-            )
         for result in done:
             segments = result.metadata.get("segments") if result.metadata else None
             for segment in getattr(segments, "value", segments) or []:

@@ -58,9 +58,16 @@ def test_a_closed_hour_without_gaps_is_complete(tmp_path: Path) -> None:
 
 
 def test_dagster_home_is_absolute_with_telemetry_off_and_nux_seen(tmp_path: Path) -> None:
+    import dagster as dg
+
     home = prepare_dagster_home(tmp_path / "state")
     assert home.is_absolute() and home == (tmp_path / "state" / "dagster").resolve()
-    assert (home / "dagster.yaml").read_text() == "telemetry:\n  enabled: false\n"
+    assert "telemetry:\n  enabled: false\n" in (home / "dagster.yaml").read_text()
+    instance = dg.DagsterInstance.from_config(str(home))
+    try:  # one Spark correction at a time: the spark pool's limit
+        assert instance.get_concurrency_config().pool_config.default_pool_limit == 1
+    finally:
+        instance.dispose()
     assert (home / ".nux" / "nux.yaml").read_text() == "seen: 1\n"
     (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n# user edit\n")
     prepare_dagster_home(tmp_path / "state")  # idempotent, keeps the user's config

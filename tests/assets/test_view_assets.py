@@ -257,3 +257,29 @@ def test_unexplained_difference_fails_the_blocking_check_and_the_run(
     assert evaluation.metadata["hours_unexplained"].value == 1
     assert "missing from realtime" in evaluation.description
     assert not result.success
+
+
+@pytest.mark.usefixtures("spark")
+def test_a_broken_segment_rule_fails_the_run_unpublished_without_retrying(
+    archive, storage_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import quality.schemas
+    from quality.exceptions import SchemaViolation
+
+    _, hours = archive
+    view = VIEWS["traffic_by_org"]
+
+    def broken(frame, checked: View) -> None:
+        raise SchemaViolation(f"{checked.name}: column 'events' fails '>= 0' in 1 row(s)")
+
+    monkeypatch.setattr(quality.schemas, "validate_spark_segment", broken)
+    result = _materialize_with_check(storage_root, view, build_correction_check(view), hours[1:2])
+    assert not result.success
+    (failure,) = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    message = failure.step_failure_data.user_failure_data.description
+    assert "segment rules broken" in message and "fails '>= 0'" in message
+    assert result.get_asset_materialization_events() == []  # the hour is not shown as corrected
+    served = query_view(LocalObjectStore(str(storage_root)), view, hours[1], hours[1] + HOUR_MS)
+    assert "batch v1" not in set(served.column("source").to_pylist())
+    retried = [e for e in result.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"]
+    assert retried == []
