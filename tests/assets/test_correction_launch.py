@@ -50,11 +50,19 @@ def _one_hour(hour: int) -> dict[str, str]:
     return {"dagster/asset_partition_range_start": key, "dagster/asset_partition_range_end": key}
 
 
-def test_a_correction_runs_through_spark_submit_and_reports_through_pipes(archive) -> None:
+def test_a_correction_runs_through_spark_submit_and_reports_through_pipes(
+    archive, monkeypatch: pytest.MonkeyPatch
+) -> None:
     root, hours = archive
     hour = hours[1]
+    # a short-lived JVM: C1 only (SLUICE_SPARK_CONF reaches spark-submit as --conf)
+    java = "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1"
+    monkeypatch.setenv(
+        "SLUICE_SPARK_CONF", '{"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"}'
+    )
     submit = LocalSparkResource(master="local[1]", driver_memory="768m", shuffle_partitions=2)
-    assert submit.command()[-1] == str(job_file()) and "--master" in submit.command()
+    command = submit.command()
+    assert command[-1] == str(job_file()) and command[command.index(java) - 1] == "--conf"
     result = dg.materialize(
         corrected_assets,
         selection=dg.AssetSelection.assets(corrected_key(VIEW.name)),
