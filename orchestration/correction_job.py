@@ -22,7 +22,7 @@ import logging
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from dagster_pipes import (
@@ -53,16 +53,11 @@ class CorrectionRequest:
     asset_keys: dict[str, str]
 
     def extras(self) -> dict[str, Any]:
-        return {
-            "definitions": self.definitions,
-            "hours": self.hours,
-            "storage_root": self.storage_root,
-            "asset_keys": self.asset_keys,
-        }
+        return asdict(self)
 
     @classmethod
     def from_extras(cls, extras: Mapping[str, Any]) -> CorrectionRequest:
-        missing = {"definitions", "hours", "storage_root", "asset_keys"} - set(extras)
+        missing = {f.name for f in fields(cls)} - set(extras)
         if missing:
             raise ValueError(f"the correction request lacks {sorted(missing)}")
         return cls(

@@ -18,7 +18,7 @@ from dagster_pipes import PipesMappingParamsLoader
 from assets.constants import corrected_key
 from assets.partitions import partition_key_for
 from assets.views import corrected_assets
-from orchestration.correction_job import SEGMENT_RULES_CHECK, main
+from orchestration.correction_job import SEGMENT_RULES_CHECK, CorrectionRequest, main
 from orchestration.resources import LocalStorageResource
 from orchestration.resources.spark import (
     EmrServerlessSparkResource,
@@ -176,3 +176,10 @@ def test_a_correction_runs_as_an_emr_serverless_job_run(
     assert metadata["skipped"] is True and metadata["reason"]
     (check,) = result.get_asset_check_evaluations()
     assert check.check_name == SEGMENT_RULES_CHECK and check.passed
+
+
+def test_a_request_travels_whole_and_an_incomplete_one_is_named() -> None:
+    request = CorrectionRequest([{"name": "v"}], [HOUR_MS], "/storage", {"v": "corrected_v"})
+    assert CorrectionRequest.from_extras(request.extras()) == request
+    with pytest.raises(ValueError, match=r"lacks \['asset_keys', 'storage_root'\]"):
+        CorrectionRequest.from_extras({"definitions": [], "hours": []})
