@@ -4,6 +4,7 @@ S3; the test plays EMR and runs the submitted job with the parameters moto recei
 
 from __future__ import annotations
 
+import itertools
 import re
 import subprocess
 import sys
@@ -27,8 +28,6 @@ from orchestration.resources.spark import (
 )
 from pipelines.config import get_settings
 from pipelines.segments import HOUR_MS
-from pipelines.serving.query import query_view
-from pipelines.storage import LocalObjectStore
 from tests.fixtures.dagster_fixture import build_archive, example_views
 from tests.fixtures.moto import aws_test_credentials, moto_endpoint  # noqa: F401
 from tests.fixtures.processes import wait_until
@@ -50,37 +49,20 @@ def _one_hour(hour: int) -> dict[str, str]:
     return {"dagster/asset_partition_range_start": key, "dagster/asset_partition_range_end": key}
 
 
-def test_a_correction_runs_through_spark_submit_and_reports_through_pipes(
-    archive, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    root, hours = archive
-    hour = hours[1]
-    # a short-lived JVM: C1 only (SLUICE_SPARK_CONF reaches spark-submit as --conf)
-    java = "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1"
-    monkeypatch.setenv(
-        "SLUICE_SPARK_CONF", '{"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"}'
-    )
+def test_the_spark_submit_command_carries_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The launch itself runs in the Dagster e2e (real run workers, real spark-submit, the
+    reported metadata checked against the store); here, what it is given."""
+    monkeypatch.setenv("SLUICE_SPARK_CONF", '{"spark.driver.extraJavaOptions": "-XX:+UseSerialGC"}')
     submit = LocalSparkResource(master="local[1]", driver_memory="768m", shuffle_partitions=2)
     command = submit.command()
-    assert command[-1] == str(job_file()) and command[command.index(java) - 1] == "--conf"
-    result = dg.materialize(
-        corrected_assets,
-        selection=dg.AssetSelection.assets(corrected_key(VIEW.name)),
-        resources={"storage": LocalStorageResource(root=str(root)), "spark": submit},
-        tags=_one_hour(hour),
-    )
-    assert result.success
-    (event,) = result.get_asset_materialization_events()
-    metadata = {k: v.value for k, v in event.materialization.metadata.items()}
-    served = query_view(LocalObjectStore(str(root)), VIEW, hour, hour + HOUR_MS)
-    assert set(served.column("source").to_pylist()) == {"batch v1"}
-    assert event.materialization.partition == partition_key_for(hour)
-    assert metadata["version"] == 1 and metadata["skipped"] is False
-    assert metadata["dagster/row_count"] == metadata["rows"] == served.num_rows > 0
-    assert metadata["events"] > 0 and metadata["files"]
-    (check,) = result.get_asset_check_evaluations()
-    assert check.check_name == SEGMENT_RULES_CHECK and check.passed
-    assert check.metadata["segments_validated"].value == 1
+    assert Path(command[0]).name == "spark-submit" and Path(command[0]).exists()
+    assert command[-1] == str(job_file())
+    pairs = dict(zip(command[1:-1:2], command[2:-1:2], strict=True))
+    assert pairs["--master"] == "local[1]" and pairs["--driver-memory"] == "768m"
+    confs = [c for flag, c in itertools.pairwise(command) if flag == "--conf"]
+    assert "spark.sql.shuffle.partitions=2" in confs
+    assert "spark.driver.host=127.0.0.1" in confs
+    assert "spark.driver.extraJavaOptions=-XX:+UseSerialGC" in confs
 
 
 def test_the_code_location_does_not_import_pyspark() -> None:

@@ -72,10 +72,13 @@ def test_the_live_policy_is_given_a_day_and_more_of_history(
     resource = LocalControlStoreResource(sqlite_url=url)
     cursor = None
     start = clock["now"]
+    instance = dg.DagsterInstance.ephemeral()  # one for every tick, as the daemon has
     while clock["now"] < start + 1.5 * DAY:  # a tick every 30 minutes for a day and a half
         _report(store, clock["now"], rate=1000.0)
         result = sensor.evaluate_tick(
-            dg.build_sensor_context(cursor=cursor, resources={"control_store": resource})
+            dg.build_sensor_context(
+                cursor=cursor, instance=instance, resources={"control_store": resource}
+            )
         )
         cursor = result.cursor
         clock["now"] += 1800.0

@@ -123,12 +123,15 @@ def test_the_sensor_decides_as_the_simulator_does(autoscale_settings: AutoscaleS
     )
     cursor = None
     requested = []
+    instance = dg.DagsterInstance.ephemeral()  # one for every tick, as the daemon has
     for step, metrics in enumerate(seen):
         FAKE.statuses, FAKE.workers = reports(metrics), metrics.workers
         clock["now"] = metrics.time
         outcome = sensor.evaluate_tick(
             dg.build_sensor_context(
-                cursor=cursor, resources={"control_store": FakeControlStoreResource()}
+                cursor=cursor,
+                instance=instance,
+                resources={"control_store": FakeControlStoreResource()},
             )
         )
         cursor = outcome.cursor

@@ -208,6 +208,36 @@ def _backfill(handle: DagsterHandle, key, partitions: list[str], title: str) -> 
     return wait_until(finished, 420, f"backfill {backfill_id}", every_s=2.0)
 
 
+HOUR_METADATA = """
+query Hour($path: [String!]!, $partition: String!) {
+  assetOrError(assetKey: {path: $path}) {
+    ... on Asset {
+      assetMaterializations(partitions: [$partition], limit: 1) {
+        runId
+        metadataEntries {
+          label
+          ... on IntMetadataEntry { intValue }
+          ... on FloatMetadataEntry { floatValue }
+          ... on BoolMetadataEntry { boolValue }
+        }
+      }
+    }
+  }
+}
+"""
+
+
+def _hour_metadata(handle: DagsterHandle, key, hour: int) -> dict:
+    variables = {"path": key.path, "partition": partition_key_for(hour)}
+    answer = handle.graphql(HOUR_METADATA, variables)["assetOrError"]
+    (event,) = answer["assetMaterializations"]
+    values = {}
+    for entry in event["metadataEntries"]:
+        found = [entry.get(k) for k in ("intValue", "floatValue", "boolValue") if k in entry]
+        values[entry["label"]] = found[0] if found else None
+    return values
+
+
 NODE = """
 query Node($path: [String!]!) {
   assetNodeOrError(assetKey: {path: $path}) {
@@ -274,6 +304,13 @@ def test_a_replayed_day_corrects_and_reports_itself(dagster, artifacts_dir: Path
     store = LocalObjectStore(settings.resolved_storage_root)
     served = query_view(store, views[0], hours[0], hours[-1] + HOUR_MS)
     assert set(served.column("source").to_pylist()) == {"batch v1"}
+    # what the spark-submitted job reported through Pipes, per hour, agrees with the store
+    hour = hours[1]
+    reported = _hour_metadata(handle, corrected_key(views[0].name), hour)
+    published = query_view(store, views[0], hour, hour + HOUR_MS).num_rows
+    assert reported["version"] == 1 and reported["skipped"] is False, reported
+    assert reported["dagster/row_count"] == reported["rows"] == published > 0, reported
+    assert reported["events"] > 0 and reported["spark_seconds"] > 0, reported
 
     runs = [  # the asset runs; the spot test's evacuation run is its own job
         r for r in handle.graphql(RUNS)["runsOrError"]["results"] if r["jobName"] == "__ASSET_JOB"
