@@ -173,3 +173,15 @@ def test_a_closed_hour_is_corrected_and_a_corrected_checked_day_is_reported(
             )
     fourth = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=third.cursor)
     assert fourth.get_requested_partitions(RECONCILIATION_REPORT_KEY) == {"2015-02-26"}
+
+    # the day reported; then a backfill re-corrects one of its hours: reported again
+    instance.report_runless_asset_event(
+        dg.AssetMaterialization(asset_key=RECONCILIATION_REPORT_KEY, partition="2015-02-26")
+    )
+    fifth = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=fourth.cursor)
+    assert fifth.get_num_requested(RECONCILIATION_REPORT_KEY) == 0
+    instance.report_runless_asset_event(
+        dg.AssetMaterialization(asset_key=corrected_key(views[0]), partition=partition_key_for(H22))
+    )
+    sixth = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=fifth.cursor)
+    assert sixth.get_requested_partitions(RECONCILIATION_REPORT_KEY) == {"2015-02-26"}
