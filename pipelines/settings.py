@@ -47,6 +47,7 @@ __all__ = [
     "describe_validation_error",
     "load_settings",
     "option_rows",
+    "overridden",
     "settings_file",
 ]
 
@@ -56,6 +57,13 @@ MASK = "**********"
 
 _MODELS: dict[str, type[SluiceBaseSettings]] = {}
 SettingsT = TypeVar("SettingsT", bound="SluiceBaseSettings")
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+def overridden(model: ModelT, **fields: Any) -> ModelT:
+    """``model`` with the given fields that are set (not None) over it: a Dagster resource's
+    fields over the settings they default to."""
+    return model.model_copy(update={k: v for k, v in fields.items() if v is not None})
 
 
 def settings_file() -> Path | None:

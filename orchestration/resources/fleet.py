@@ -21,7 +21,7 @@ from orchestration.autoscaling.realizers import (
 )
 from pipelines.config import get_settings
 from pipelines.control import ControlStore
-from pipelines.settings import load_settings
+from pipelines.settings import load_settings, overridden
 
 __all__ = ["AwsFleetResource", "EcsFleetResource", "FleetResource", "LocalFleetResource"]
 
@@ -68,9 +68,9 @@ class AwsFleetResource(FleetResource):
         return cls(group_name=aws.group_name, region=aws.region)
 
     def realizer(self, policy: str) -> Realizer:
-        aws = load_settings(AutoscaleSettings).aws
-        fields = {"group_name": self.group_name, "region": self.region}
-        aws = aws.model_copy(update={k: v for k, v in fields.items() if v is not None})
+        aws = overridden(
+            load_settings(AutoscaleSettings).aws, group_name=self.group_name, region=self.region
+        )
         return AwsAutoScalingRealizer(aws, jobs=_jobs())
 
 
@@ -89,7 +89,10 @@ class EcsFleetResource(FleetResource):
         return cls(cluster=ecs.cluster, service=ecs.service, region=ecs.region)
 
     def realizer(self, policy: str) -> Realizer:
-        ecs = load_settings(AutoscaleSettings).ecs
-        fields = {"cluster": self.cluster, "service": self.service, "region": self.region}
-        ecs = ecs.model_copy(update={k: v for k, v in fields.items() if v is not None})
+        ecs = overridden(
+            load_settings(AutoscaleSettings).ecs,
+            cluster=self.cluster,
+            service=self.service,
+            region=self.region,
+        )
         return EcsServiceRealizer(ecs, jobs=_jobs())

@@ -22,7 +22,7 @@ from pydantic import Field
 
 from orchestration.correction_job import CorrectionRequest
 from orchestration.settings import EmrServerlessSettings
-from pipelines.settings import load_settings
+from pipelines.settings import load_settings, overridden
 
 if TYPE_CHECKING:
     from pipelines.batch.config import SparkSettings
@@ -78,13 +78,13 @@ class LocalSparkResource(SparkResource):
     def _spark_settings(self) -> SparkSettings:
         from pipelines.batch.config import SparkSettings
 
-        fields = {
-            "master": self.master,
-            "driver_memory": self.driver_memory,
-            "shuffle_partitions": self.shuffle_partitions,
-            "s3_scheme": self.s3_read_scheme,
-        }
-        return SparkSettings().model_copy(update={k: v for k, v in fields.items() if v is not None})
+        return overridden(
+            SparkSettings(),
+            master=self.master,
+            driver_memory=self.driver_memory,
+            shuffle_partitions=self.shuffle_partitions,
+            s3_scheme=self.s3_read_scheme,
+        )
 
     def _spark_submit(self) -> str:
         if self.spark_submit:
@@ -151,17 +151,16 @@ class EmrServerlessSparkResource(SparkResource):
 
     def settings(self) -> EmrServerlessSettings:
         """The settings with this resource's fields over them; a clear error if one is missing."""
-        fields = {
-            "application_id": self.application_id,
-            "execution_role_arn": self.execution_role_arn,
-            "entry_point": self.entry_point,
-            "messages_bucket": self.messages_bucket,
-            "region": self.region,
-        }
-        emr = load_settings(EmrServerlessSettings).model_copy(
-            update={k: v for k, v in fields.items() if v is not None}
+        emr = overridden(
+            load_settings(EmrServerlessSettings),
+            application_id=self.application_id,
+            execution_role_arn=self.execution_role_arn,
+            entry_point=self.entry_point,
+            messages_bucket=self.messages_bucket,
+            region=self.region,
         )
-        missing = [k for k in fields if getattr(emr, k) is None and k != "region"]
+        required = ("application_id", "execution_role_arn", "entry_point", "messages_bucket")
+        missing = [k for k in required if getattr(emr, k) is None]
         if missing:
             names = ", ".join(f"SLUICE_EMR_{k.upper()}" for k in missing)
             raise dg.Failure(f"EMR Serverless is not configured: set {names} (docs/batch.md)")

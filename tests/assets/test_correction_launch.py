@@ -165,3 +165,18 @@ def test_a_request_travels_whole_and_an_incomplete_one_is_named() -> None:
     assert CorrectionRequest.from_extras(request.extras()) == request
     with pytest.raises(ValueError, match=r"lacks \['asset_keys', 'storage_root'\]"):
         CorrectionRequest.from_extras({"definitions": [], "hours": []})
+
+
+def test_emr_settings_come_from_the_resource_over_the_environment(monkeypatch) -> None:
+    for name in ("APPLICATION_ID", "EXECUTION_ROLE_ARN", "ENTRY_POINT", "MESSAGES_BUCKET"):
+        monkeypatch.delenv(f"SLUICE_EMR_{name}", raising=False)
+    monkeypatch.setenv("SLUICE_EMR_APPLICATION_ID", "from-env")
+    with pytest.raises(dg.Failure, match="set SLUICE_EMR_EXECUTION_ROLE_ARN, SLUICE_EMR_ENTRY"):
+        EmrServerlessSparkResource().settings()
+    resource = EmrServerlessSparkResource(
+        execution_role_arn="arn:aws:iam::123456789012:role/r",
+        entry_point="s3://code/correction_job.py",
+        messages_bucket="pipes",
+    )
+    emr = resource.settings()
+    assert (emr.application_id, emr.messages_bucket) == ("from-env", "pipes")
