@@ -84,7 +84,7 @@ def _patches(steps: Steps, validate: Callable | None) -> tuple[list, Callable | 
     list_files, read, aggregate, publish = (
         correct._list_hour_files,
         correct._read_deduplicated,
-        correct._aggregate_view,
+        correct._aggregate_views,
         correct._publish,
     )
 
@@ -97,11 +97,12 @@ def _patches(steps: Steps, validate: Callable | None) -> tuple[list, Callable | 
         steps.enter("read + dedup + cache build (stats collect)")
         return read(*args, **kwargs)
 
-    def aggregating(events, view, segments, validate_segment=None):
-        steps.enter(f"{view.name}: plan + aggregate + Arrow collect")
-        table = aggregate(events, view, segments, validate_segment)
-        steps.enter(f"{view.name}: write segments")
-        return table
+    def aggregating(events, views, segments, validate_segment=None):
+        names = " + ".join(view.name for view in views)
+        steps.enter(f"{names}: plan + aggregate + Arrow collect")
+        tables = aggregate(events, views, segments, validate_segment)
+        steps.enter(f"{names}: write segments")
+        return tables
 
     def validating(frame, view):
         steps.enter(f"{view.name}: validate (pandera)")
@@ -115,7 +116,7 @@ def _patches(steps: Steps, validate: Callable | None) -> tuple[list, Callable | 
     patched = [
         mock.patch.object(correct, "_list_hour_files", listing),
         mock.patch.object(correct, "_read_deduplicated", reading),
-        mock.patch.object(correct, "_aggregate_view", aggregating),
+        mock.patch.object(correct, "_aggregate_views", aggregating),
         mock.patch.object(correct, "_publish", publishing),
     ]
     return patched, (validating if validate else None)

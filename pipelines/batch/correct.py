@@ -12,9 +12,10 @@ Per (view, segment), :func:`correct_hours`:
    is skipped, never published (an empty version would hide the realtime values);
 2. reads the files of all segments of all views in one Spark read, drops duplicates and
    caches the result, so every view is computed from the same events;
-3. aggregates each view in one pass (plus one two-stage pass per ``top_k``), checks the
-   result with ``validate_segment`` if given (its error stops the run before anything of
-   that view is published) and collects the small result through Arrow;
+3. aggregates the views that share a window and grouping in one pass (plus one two-stage
+   pass per ``top_k``), collects the small result through Arrow and checks each view's
+   rows with ``validate_segment`` if given (its error stops the run before anything of
+   those views is published);
 4. writes ``batch/v<N+1>/part-00000.parquet`` through the ObjectStore (so S3 works
    without Hadoop committers), then, last, publishes ``_published.json`` atomically.
 
@@ -204,13 +205,25 @@ def _spark_frame(agg: Aggregator) -> Callable[[DataFrame, list[str]], DataFrame]
     return frame if callable(frame) else None
 
 
-def _aggregate_view(
+def _aggregation_key(view: View) -> tuple:
+    """Views with equal keys aggregate the same rows into the same groups."""
+    return (view.topic, view.interval_ms, view.segment_ms, tuple(view.grouping_cols))
+
+
+def _aggregate_views(
     events: DataFrame,
-    view: View,
+    views: Sequence[View],
     segments: Sequence[int],
     validate: Callable[[DataFrame, View], None] | None = None,
-) -> pa.Table:
-    """Exact values of every window of ``segments``, one row per (window, group), sorted."""
+) -> list[pa.Table]:
+    """Exact values of every window of ``segments`` for views sharing one
+    :func:`_aggregation_key`: one row per (window, group) and view, sorted.
+
+    The views share one ``groupBy`` (one read of the cached events, one shuffle, one
+    collect) instead of one each; each view's columns are prefixed inside it so two views
+    may name an output alike.
+    """
+    view = views[0]
     window = F.col("event_time") - F.col("event_time") % F.lit(view.interval_ms)
     rows = events.where(F.col("topic") == view.topic).withColumn(WINDOW_START, window)
     segment = F.col(WINDOW_START) - F.col(WINDOW_START) % F.lit(view.segment_ms)
@@ -218,25 +231,42 @@ def _aggregate_view(
     keys = [WINDOW_START, *view.grouping_cols]
     columns: list[Column] = [F.count(F.lit(1)).alias(_EVENTS)]
     frames: list[DataFrame] = []
-    for agg in view.aggregators:
-        frame = _spark_frame(agg)
-        if frame is not None:
-            frames.append(frame(rows, keys))
-        else:
-            columns += agg.spark_columns(F.col("event_time"))
+    outputs: list[tuple[pa.Schema, dict[str, str]]] = []
+    for i, member in enumerate(views):
+        prefix = f"__v{i}_"
+        schema = batch_schema(member)
+        names = {name: f"{prefix}{name}" for name in schema.names if name not in keys}
+        outputs.append((schema, names))
+        for agg in member.aggregators:
+            frame = _spark_frame(agg)
+            if frame is not None:
+                out = frame(rows, keys)
+                renamed = [F.col(c).alias(f"{prefix}{c}") for c in out.columns if c not in keys]
+                frames.append(out.select(*keys, *renamed))
+            else:
+                exprs = agg.spark_columns(F.col("event_time"))
+                fields = agg.output_fields()
+                columns += [
+                    c.alias(f"{prefix}{f.name}") for c, f in zip(exprs, fields, strict=True)
+                ]
     result = rows.groupBy(*keys).agg(*columns)
     for frame in frames:
         result = result.join(frame, on=keys, how="inner")
-    schema = batch_schema(view)
-    output = result.select(*schema.names)
-    collected = output.toArrow()
-    if validate is not None:
-        # The checks run on the collected rows, as a local frame with the same Spark types:
-        # their jobs then read a few hundred rows in the driver, not the cached events
-        # again through the aggregation's plan (persisting the result cost more jobs).
-        validate(output.sparkSession.createDataFrame(collected, schema=output.schema), view)
-    table = collected.cast(schema) if collected.num_rows else schema.empty_table()
-    return table.sort_by([(name, "ascending") for name in keys])
+    collected = result.toArrow()
+    tables = []
+    for member, (schema, names) in zip(views, outputs, strict=True):
+        own = [F.col(names[n]).alias(n) if n in names else F.col(n) for n in schema.names]
+        table = collected.select([names.get(n, n) for n in schema.names])
+        table = table.rename_columns(schema.names)
+        if validate is not None:
+            # The checks run on the collected rows, as a local frame with the same Spark
+            # types: their jobs then read a few hundred rows in the driver, not the cached
+            # events again through the aggregation's plan (persisting it cost more jobs).
+            output = result.select(*own)
+            validate(output.sparkSession.createDataFrame(table, schema=output.schema), member)
+        table = table.cast(schema) if table.num_rows else schema.empty_table()
+        tables.append(table.sort_by([(name, "ascending") for name in keys]))
+    return tables
 
 
 def _publish(
@@ -338,59 +368,75 @@ def correct_hours(
             sum(c[1] for c in counts.values()),
             time.monotonic() - started,
         )
+        groups: dict[tuple, list[View]] = defaultdict(list)
         for view in views:
-            segments = todo.get(view.name)
-            if not segments:
-                continue
-            view_started = time.monotonic()
-            table = _aggregate_view(events, view, segments, validate_segment)  # 3
-            share = (time.monotonic() - view_started) / len(segments)
-            starts = table.column(WINDOW_START).to_numpy()
-            for segment in segments:
-                write_started = time.monotonic()
-                in_segment = (starts >= segment) & (starts < segment + view.segment_ms)
-                part = table.filter(pa.array(in_segment))
-                seg_hours = segment_hours(view, segment)
-                read = [hour_label(h) for h in seg_hours if h in files]
-                missing = tuple(hour_label(h) for h in seg_hours if h not in files)
-                n_events = sum(counts[(view.topic, h)][0] for h in seg_hours)
-                duplicates = sum(counts[(view.topic, h)][1] for h in seg_hours)
-                if missing:
-                    log.warning(
-                        "%s %s: no archive for hour(s) %s; publishing what the others hold",
-                        view.name,
-                        hour_label(segment),
-                        ", ".join(missing),
-                    )
-                version, keys = _publish(  # 4
-                    store, view, segment, part, n_events, duplicates, read
-                )
-                seconds = share + time.monotonic() - write_started
-                log.info(
-                    "%s %s: published batch v%d, %d rows from %d events (%d duplicates)",
-                    view.name,
-                    hour_label(segment),
-                    version,
-                    part.num_rows,
-                    n_events,
-                    duplicates,
-                )
-                emit(
-                    CorrectionResult(
-                        view.name,
-                        segment,
-                        version,
-                        part.num_rows,
-                        n_events,
-                        duplicates,
-                        tuple(keys),
-                        round(seconds, 3),
-                        hours=tuple(read),
-                        hours_missing=missing,
-                    )
-                )
+            if view.name in todo:
+                groups[(_aggregation_key(view), tuple(todo[view.name]))].append(view)
+        for (_, segments), members in groups.items():
+            group_started = time.monotonic()
+            tables = _aggregate_views(events, members, segments, validate_segment)  # 3
+            share = (time.monotonic() - group_started) / (len(segments) * len(members))
+            for view, table in zip(members, tables, strict=True):
+                _publish_view(store, view, segments, table, share, files, counts, emit)
     finally:
         events.unpersist()
     order = {name: i for i, name in enumerate(by_name)}
     results.sort(key=lambda r: (order[r.view], r.segment_start_ms))
     return results
+
+
+def _publish_view(
+    store: ObjectStore,
+    view: View,
+    segments: Sequence[int],
+    table: pa.Table,
+    share: float,
+    files: dict[int, list[str]],
+    counts: dict[tuple[str, int], tuple[int, int]],
+    emit: Callable[[CorrectionResult], None],
+) -> None:
+    """Publish each segment's rows of ``table`` (step 4) and report it."""
+    starts = table.column(WINDOW_START).to_numpy()
+    for segment in segments:
+        write_started = time.monotonic()
+        in_segment = (starts >= segment) & (starts < segment + view.segment_ms)
+        part = table.filter(pa.array(in_segment))
+        seg_hours = segment_hours(view, segment)
+        read = [hour_label(h) for h in seg_hours if h in files]
+        missing = tuple(hour_label(h) for h in seg_hours if h not in files)
+        n_events = sum(counts[(view.topic, h)][0] for h in seg_hours)
+        duplicates = sum(counts[(view.topic, h)][1] for h in seg_hours)
+        if missing:
+            log.warning(
+                "%s %s: no archive for hour(s) %s; publishing what the others hold",
+                view.name,
+                hour_label(segment),
+                ", ".join(missing),
+            )
+        version, keys = _publish(  # 4
+            store, view, segment, part, n_events, duplicates, read
+        )
+        seconds = share + time.monotonic() - write_started
+        log.info(
+            "%s %s: published batch v%d, %d rows from %d events (%d duplicates)",
+            view.name,
+            hour_label(segment),
+            version,
+            part.num_rows,
+            n_events,
+            duplicates,
+        )
+        emit(
+            CorrectionResult(
+                view.name,
+                segment,
+                version,
+                part.num_rows,
+                n_events,
+                duplicates,
+                tuple(keys),
+                round(seconds, 3),
+                hours=tuple(read),
+                hours_missing=missing,
+            )
+        )

@@ -63,6 +63,30 @@ TEST_VIEWS = [
         ],
     },
     {
+        # The same window and grouping as traffic_10m, so the correction aggregates both in
+        # one pass; "clients" is named like traffic_10m's distinct clients but counts
+        # sessions, so mixing up the two views' columns shows; and a top_k joined in.
+        "name": "clients_10m",
+        "topic": "events",
+        "grouping_cols": ["org", "event_type"],
+        "interval": "10m",
+        "allowed_lateness": "2m",
+        "aggregation_info": [
+            {"aggregation": "count", "aggregated_col_name": "events"},
+            {
+                "aggregation": "count_distinct",
+                "col_name": "session_id",
+                "aggregated_col_name": "clients",
+            },
+            {
+                "aggregation": "top_k",
+                "col_name": "client",
+                "aggregated_col_name": "top_clients",
+                "params": {"k": 2},
+            },
+        ],
+    },
+    {
         # No grouping column, a 2h window (segments of two hours), int first/last and a
         # top_k on a high-cardinality int column, so ties are broken by the item as a string.
         "name": "all_2h",
@@ -92,7 +116,7 @@ TEST_VIEWS = [
 
 
 def load_test_views() -> list[View]:
-    """Three views covering every aggregation: two above, plus the shipped hourly top_k view."""
+    """Views covering every aggregation: those above, plus the shipped hourly top_k view."""
     document = yaml.safe_load((PROJECT_ROOT / "data" / "views.yaml").read_text())
     shipped = [v for v in document["views"] if v["name"] == "top_clients_hourly"]
     return parse_views(TEST_VIEWS + shipped)

@@ -17,6 +17,8 @@ def test_local_defaults_follow_facts_md():
     assert conf["spark.driver.host"] == "127.0.0.1"
     assert conf["spark.sql.shuffle.partitions"] == "8"
     assert conf["spark.pyspark.python"] == sys.executable
+    # Small local archive files pack into one task per core instead of one per 4 MB.
+    assert int(conf["spark.sql.files.openCostInBytes"]) < 4 * 1024 * 1024
 
 
 def test_cluster_masters_keep_sparks_own_choices():
@@ -24,6 +26,7 @@ def test_cluster_masters_keep_sparks_own_choices():
     assert conf["spark.master"] == "yarn"
     assert "spark.driver.host" not in conf
     assert "spark.sql.shuffle.partitions" not in conf
+    assert "spark.sql.files.openCostInBytes" not in conf  # opening an S3 object is not cheap
 
 
 def test_under_spark_submit_only_explicit_settings_override(monkeypatch):
@@ -31,6 +34,8 @@ def test_under_spark_submit_only_explicit_settings_override(monkeypatch):
     conf = spark_conf(SparkSettings(), under_submit=True)
     for key in ("spark.master", "spark.driver.host", "spark.driver.memory", "spark.app.name"):
         assert key not in conf
+    # Never conflicts with a cluster's setup, and a warm session then stops recompiling.
+    assert int(conf["spark.sql.codegen.cache.maxEntries"]) >= 1000
     explicit = spark_conf(SparkSettings(shuffle_partitions=64, app_name="x"), under_submit=True)
     assert explicit["spark.sql.shuffle.partitions"] == "64"
     assert explicit["spark.app.name"] == "x"
