@@ -98,16 +98,18 @@ class LocalSparkResource(SparkResource):
         return found
 
     def command(self) -> list[str]:
-        """The ``spark-submit`` command line that runs the correction job."""
+        """The ``spark-submit`` command line that runs the correction job.
+
+        Every entry of the session Sluice would build itself (:func:`spark_conf`: the local
+        defaults and ``SLUICE_SPARK_CONF``) goes on the command line, so the job under
+        spark-submit runs with the same configuration as ``sluice batch correct``.
+        """
+        from pipelines.batch.spark import spark_conf
+
         settings = self._spark_settings()
-        command = [self._spark_submit(), "--master", settings.master]
-        if settings.driver_memory:
-            command += ["--driver-memory", settings.driver_memory]
-        if settings.is_local:
-            command += ["--conf", f"spark.driver.host={settings.driver_host or '127.0.0.1'}"]
-        if settings.shuffle_partitions:
-            command += ["--conf", f"spark.sql.shuffle.partitions={settings.shuffle_partitions}"]
-        for key, value in settings.conf.items():  # SLUICE_SPARK_CONF, e.g. JVM options
+        conf = spark_conf(settings)
+        command = [self._spark_submit(), "--master", conf.pop("spark.master")]
+        for key, value in conf.items():
             command += ["--conf", f"{key}={value}"]
         return [*command, str(job_file())]
 

@@ -26,6 +26,7 @@ from orchestration.resources.spark import (
     LocalSparkResource,
     job_file,
 )
+from pipelines.batch import SparkSettings, spark_conf
 from pipelines.config import get_settings
 from pipelines.segments import HOUR_MS
 from tests.fixtures.dagster_fixture import build_archive, example_views
@@ -58,11 +59,17 @@ def test_the_spark_submit_command_carries_the_settings(monkeypatch: pytest.Monke
     assert Path(command[0]).name == "spark-submit" and Path(command[0]).exists()
     assert command[-1] == str(job_file())
     pairs = dict(zip(command[1:-1:2], command[2:-1:2], strict=True))
-    assert pairs["--master"] == "local[1]" and pairs["--driver-memory"] == "768m"
+    assert pairs["--master"] == "local[1]"
     confs = [c for flag, c in itertools.pairwise(command) if flag == "--conf"]
+    assert "spark.driver.memory=768m" in confs
     assert "spark.sql.shuffle.partitions=2" in confs
     assert "spark.driver.host=127.0.0.1" in confs
     assert "spark.driver.extraJavaOptions=-XX:+UseSerialGC" in confs
+    # The same session as `sluice batch correct` builds: its local defaults come along.
+    settings = SparkSettings(master="local[1]", driver_memory="768m", shuffle_partitions=2)
+    assert set(confs) == {f"{k}={v}" for k, v in spark_conf(settings).items()} - {
+        "spark.master=local[1]"
+    }
 
 
 def test_the_code_location_does_not_import_pyspark() -> None:
