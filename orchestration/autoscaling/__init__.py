@@ -10,7 +10,7 @@ May import: ``orchestration.lag`` and ``pipelines``; no Dagster (the sensor that
 from __future__ import annotations
 
 from orchestration.autoscaling.capacity import efficient_count, fleet_capacity, workers_for_rate
-from orchestration.autoscaling.config import AutoscaleSettings, settings_table
+from orchestration.autoscaling.config import AutoscaleSettings
 from orchestration.autoscaling.decision import ScalingDecision
 from orchestration.autoscaling.exceptions import (
     AutoscalingError,
@@ -88,7 +88,6 @@ __all__ = [
     "fleet_capacity",
     "load_trace",
     "make_policy",
-    "settings_table",
     "simulate",
     "summarise",
     "workers_for_rate",

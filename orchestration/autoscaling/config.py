@@ -1,8 +1,9 @@
 """Every autoscaling option, typed, with its default and what it means: the documented place.
 
 Settings load from ``SLUICE_AUTOSCALE_*`` environment variables; nested groups use ``__``
-(``SLUICE_AUTOSCALE_MCTS__SAMPLES=128``). `settings_table()` renders this module for the docs,
-so the table there can never drift from the code.
+(``SLUICE_AUTOSCALE_MCTS__SAMPLES=128``). ``sluice config --defaults --format markdown``
+renders them (with every other setting) into docs/settings.md, so the table there can never
+drift from the code.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ __all__ = [
     "SpotCostSettings",
     "StaticSettings",
     "ThresholdSettings",
-    "settings_table",
 ]
 
 ENV_PREFIX = "SLUICE_AUTOSCALE_"
@@ -203,6 +203,12 @@ class ForecastSettings(BaseModel):
     skill_window_s: float = Field(
         43200.0, gt=0, description="Window over which the season's recent skill is measured, s."
     )
+    noise_window_s: float = Field(
+        7200.0,
+        ge=0,
+        description="What the season does not explain is noise: the current rate and level are "
+        "blended, by (1 - the season's trust), towards the mean of this window, s (0: off).",
+    )
     skill_lead_s: float = Field(
         3600.0, gt=0, description="Lead of the persistence forecast the season is compared with, s."
     )
@@ -235,7 +241,61 @@ class MctsSettings(BaseModel):
         description="Cost of one minute with lag beyond the SLA (in worker-hour prices).",
     )
     rescale_cost: float = Field(
-        0.25, ge=0, description="Cost of one rescale on top of its modelled processing pause."
+        0.25,
+        ge=0,
+        description="Fixed part of the penalty per rescale (worker-hour prices), on top of the "
+        "capacity its pause loses (workers x pause); the backlog the pause leaves is modelled.",
+    )
+    rescale_penalty_s: float = Field(
+        900.0,
+        ge=0,
+        description="Part of the penalty that grows with the fleet: seconds of the new fleet's "
+        "work per rescale (more tasks to stop, hand over and restart).",
+    )
+    rescale_budget_per_h: float = Field(
+        1.0,
+        ge=0,
+        description="Rescales per hour the planner aims at: above it the penalty is scaled by "
+        "e^(gain x (rescales in the window / budget - 1)) (0: a fixed penalty).",
+    )
+    rescale_budget_window_s: float = Field(
+        86400.0, gt=0, description="Window over which the fleet's rescales are counted, s."
+    )
+    rescale_budget_min_span_s: float = Field(
+        10800.0,
+        gt=0,
+        description="Shortest span the count is spread over, s (a young fleet's first rescales "
+        "do not price the next ones out).",
+    )
+    rescale_budget_gain: float = Field(
+        3.0, ge=0, description="How steeply the penalty follows the budget (the gain above)."
+    )
+    down_floor_window_s: float = Field(
+        3600.0,
+        ge=0,
+        description="The plan never scales down below the count that carries the mean input "
+        "rate of this window, s (0: no floor): noise dips are not worth a rescale.",
+    )
+    min_dwell_s: float = Field(
+        0.0,
+        ge=0,
+        description="Least time a count reached by a rescale holds before the plan may take it "
+        "down, s (ups are always allowed).",
+    )
+    dwell_per_cost_s: float = Field(
+        0.0,
+        ge=0,
+        description="Dwell added per worker-hour price of a rescale's cost (penalty + lost "
+        "capacity), s: a count holds min_dwell_s + this x cost before going down. Off by "
+        "default: in the simulator holding after a burst cost more worker-hours than the "
+        "rescales it saved.",
+    )
+    hysteresis: float = Field(
+        0.0,
+        ge=0,
+        description="The first move must beat holding the count to the horizon by this share "
+        "of holding's predicted cost (0: any saving; 0.03 cost 5-20% more worker-hours in the "
+        "simulator).",
     )
     sla_safety: float = Field(
         0.6, gt=0, le=1, description="Plan against this fraction of the SLA (forecast error room)."
@@ -369,14 +429,3 @@ class AutoscaleSettings(SluiceBaseSettings):
         for group, values in groups.items():
             data[group].update({k: v for k, v in values.items() if v is not None})
         return type(self).model_validate(data)
-
-
-def settings_table() -> list[tuple[str, str, str]]:
-    """(environment variable, default, description) for every option, for the docs."""
-    rows = []
-    for group, field in AutoscaleSettings.model_fields.items():
-        model = field.annotation
-        for name, sub in model.model_fields.items():  # type: ignore[union-attr]
-            env = f"{ENV_PREFIX}{group.upper()}__{name.upper()}"
-            rows.append((env, repr(sub.default), sub.description or ""))
-    return rows

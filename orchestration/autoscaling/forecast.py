@@ -7,6 +7,12 @@ decision): the last season's profile, smoothed so a one-off spike yesterday is n
 replayed today, shifted by how far today's level is from yesterday's at the same time, and
 blended towards the current level at short lead times. Without a full season of history it
 falls back to the current level plus a damped linear trend.
+
+What the season does not explain is noise: where the season earns little trust (news-driven
+bursts), the current rate and level are read as the mean of the last `noise_window_s`, so the
+planner sizes the fleet for what the traffic does over hours rather than for its last five
+minutes, and does not rescale up and down with every burst (the burst itself is in the measured
+backlog, which the planner drains).
 """
 
 from __future__ import annotations
@@ -58,6 +64,49 @@ class SeasonalTrendForecaster:
             return 1.0
         return e_persist**2 / (e_season**2 + e_persist**2)
 
+    @classmethod
+    def _persistence(
+        cls, times: np.ndarray, rates: np.ndarray, lo: float, hi: float
+    ) -> tuple[float, float]:
+        """(lag-one autocorrelation in [0, 1], centre at `hi`) of the rates in (lo, hi]
+        around their trend (a line where noise could not have drawn it, else their mean):
+        about 1 for a smooth curve, about 0 for noise around a level."""
+        mask = (times > lo) & (times <= hi)
+        t, x = times[mask] - hi, rates[mask]
+        if x.size < 4:
+            return 1.0, float(rates[-1])
+        slope = cls._significant_slope(t, x)
+        centre = x.mean() - slope * t.mean()  # the line (or the mean) at `hi`
+        d = x - (centre + slope * t)
+        var = float(np.dot(d, d))
+        rho = (
+            float(np.dot(d[1:], d[:-1])) / var
+            if var > 1e-9 * max(float(np.dot(x, x)), 1.0)
+            else 1.0
+        )
+        return min(max(rho, 0.0), 1.0), float(centre)
+
+    @staticmethod
+    def _significant_slope(t: np.ndarray, y: np.ndarray) -> float:
+        """The least-squares slope, or 0 where noise alone could have drawn it (under two
+        standard errors): a trend fitted to noise would move the forecast by the noise."""
+        if t.size < 3:
+            return 0.0
+        slope, intercept = np.polyfit(t, y, 1)
+        resid = y - (slope * t + intercept)
+        spread = float(np.sum((t - t.mean()) ** 2))
+        if spread <= 0:
+            return 0.0
+        se = math.sqrt(float(np.dot(resid, resid)) / max(t.size - 2, 1) / spread)
+        return float(slope) if abs(slope) > 3.0 * se else 0.0
+
+    @staticmethod
+    def _window_mean(times: np.ndarray, rates: np.ndarray, lo: float, hi: float) -> float:
+        mask = (times > lo) & (times <= hi)
+        if not mask.any():
+            return float(np.interp(hi, times, rates))
+        return float(np.mean(rates[mask]))
+
     @staticmethod
     def _window_median(times: np.ndarray, rates: np.ndarray, lo: float, hi: float) -> float:
         mask = (times > lo) & (times <= hi)
@@ -87,19 +136,30 @@ class SeasonalTrendForecaster:
         weight = np.exp(-lead / s.persistence_tau_s)
         season = s.season_s
         if times[0] <= now - season + step_s:
+            trust = self.season_trust(times, rates, now)
+            if s.noise_window_s > 0:
+                # what the season does not explain is noise: read the present as its mean
+                calm = self._window_mean(times, rates, now - s.noise_window_s, now)
+                last = trust * last + (1 - trust) * calm
+                level = trust * level + (1 - trust) * calm
             half = s.smoothing_s / 2
             offsets = np.linspace(-half, half, 7) if half > 0 else np.zeros(1)
             grid = (ends - season)[:, None] + offsets[None, :]
             profile = np.median(np.interp(grid, times, rates), axis=1)
             then = self._window_median(times, rates, now - season - s.level_window_s, now - season)
             seasonal = profile + (level - then)
-            trust = self.season_trust(times, rates, now)
             out = weight * last + (1 - weight) * (trust * seasonal + (1 - trust) * level)
         else:
+            rho = 1.0
+            if s.noise_window_s > 0:
+                # no season to tell noise from news: the next rate of an AR(1) process is the
+                # mean plus the lag-one autocorrelation times the last deviation from it, and
+                # a slope drawn through noise is worth as little
+                rho, calm = self._persistence(times, rates, now - s.noise_window_s, now)
+                last = calm + rho * (last - calm)
+                level = calm + rho * (level - calm)
             recent = times > now - s.trend_window_s
-            slope = 0.0
-            if recent.sum() >= 3:
-                slope = float(np.polyfit(times[recent] - now, rates[recent], 1)[0])
+            slope = rho * self._significant_slope(times[recent] - now, rates[recent])
             # damped trend from the level: the slope fades out over the persistence time
             damped = s.persistence_tau_s * (1 - np.exp(-lead / s.persistence_tau_s))
             out = weight * last + (1 - weight) * level + slope * damped

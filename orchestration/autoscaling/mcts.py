@@ -4,9 +4,18 @@ A node is "run n workers for a while"; the children of n are n, n+-1, n+-k, n+-k
 [min, max] (plus the next capacity level up and down), and a node at depth d lasts c*m^d, so
 the tree looks far ahead with few, coarse moves and near with many, fine ones. Every new node is
 a leaf that keeps its count to the common horizon; its cost is hardware (worker-hours, billed in
-a granularity) + SLA penalty (time with lag beyond the SLA, priced far above hardware) + a cost
-per rescale, on a fluid model of the backlog under the forecast input rate. A node's value is
-the minimum over its subtree, since the planner will pick the best continuation.
+a granularity) + SLA penalty (time with lag beyond the SLA, priced far above hardware) + the
+cost of each rescale (a penalty plus the worker-hours its pause pays for nothing; the backlog
+the pause leaves is in the fluid model), on a fluid model of the backlog under the forecast
+input rate. A node's value is the minimum over its subtree, since the planner will pick the
+best continuation.
+
+Fewer, better moves: the penalty is set per decision (the policy raises it while the fleet
+rescales faster than its budget), no plan goes down below the count that carries the recent
+mean rate (a floor the policy measures), a node reached by a rescale may have to dwell before
+its children can go down (the dwell grows with the rescale's cost), and the first move can be
+made to beat staying by a margin (hysteresis). Ups are never blocked: lag beyond the SLA costs
+more than any rescale.
 
 Worker counts are snapped to "efficient" counts (see `capacity.efficient_count`): with 288
 partitions, 25 workers carry exactly what 24 carry, so 25 is never worth paying for.
@@ -22,7 +31,7 @@ import math
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 import numpy as np
@@ -48,6 +57,9 @@ class CostModel:
     billing_granularity_s: float = 60.0
     sla_cost_per_minute: float = 50.0
     rescale_cost: float = 0.25
+    """The fixed part of the penalty per rescale."""
+    rescale_penalty_s: float = 900.0
+    """The part of the penalty that grows with the fleet: seconds of the new fleet's work."""
 
     @classmethod
     def from_settings(cls, s: MctsSettings) -> CostModel:
@@ -56,7 +68,30 @@ class CostModel:
             billing_granularity_s=s.billing_granularity_s,
             sla_cost_per_minute=s.sla_cost_per_minute,
             rescale_cost=s.rescale_cost,
+            rescale_penalty_s=s.rescale_penalty_s,
         )
+
+    def scaled(self, factor: float) -> CostModel:
+        """The same prices with the rescale penalty multiplied by `factor`."""
+        if factor == 1.0:
+            return self
+        return replace(
+            self,
+            rescale_cost=self.rescale_cost * factor,
+            rescale_penalty_s=self.rescale_penalty_s * factor,
+        )
+
+    def per_worker_rescale(self, pause_s: float) -> float:
+        """What one worker of the new fleet adds to a rescale's cost: the capacity the pause
+        takes from it (real lost capacity) plus its share of the penalty."""
+        return (pause_s + self.rescale_penalty_s) / 3600.0 * self.worker_hour_price
+
+    def rescale(self, workers: int | np.ndarray, pause_s: float) -> float | np.ndarray:
+        """Cost of one rescale to `workers`: the penalty (fixed, plus `rescale_penalty_s` of the
+        new fleet's work, since stopping, handing over and restarting more tasks costs more)
+        plus the worker-hours paid while the pause stops them all; the backlog the pause leaves
+        is modelled apart."""
+        return self.rescale_cost + workers * self.per_worker_rescale(pause_s)
 
 
 @dataclass(frozen=True)
@@ -78,6 +113,14 @@ class PlanningProblem:
     min_workers: int = 1
     max_workers: int | None = None
     rescale_pause_s: float = 60.0
+    dwell_left_s: float = 0.0
+    """How long the current count must still hold before a scale-down: what is left of the
+    dwell of the rescale that set it (0: the fleet may scale down now)."""
+    penalty_factor: float = 1.0
+    """How much the rescale penalty is raised for this decision (the policy's budget)."""
+    down_floor: int = 0
+    """No plan goes down below this count (or the current one, if lower): what carries the
+    recent mean rate. A dip of a noisy rate is not a reason to rescale."""
 
     @property
     def steps(self) -> int:
@@ -187,9 +230,11 @@ class _Context:
     pause_loss: np.ndarray  # seconds of processing lost per step after a rescale
     just_in_time: np.ndarray  # fewest workers covering each step's forecast rate
     hw_per_step: float
-    rescale_cost: float
+    rescale_cost: float  # the fixed part of a rescale's cost
+    per_worker_rescale: float  # and its part per worker of the new fleet
     sla_per_step: float
     drain_cost: float  # cost per message left at the horizon
+    cost: CostModel
 
     @classmethod
     def build(cls, p: PlanningProblem, cost: CostModel) -> _Context:
@@ -212,8 +257,10 @@ class _Context:
             just_in_time=_just_in_time(capacity, rates, p.min_workers, p.upper),
             hw_per_step=dt / 3600.0 * cost.worker_hour_price,
             rescale_cost=cost.rescale_cost,
+            per_worker_rescale=cost.per_worker_rescale(p.rescale_pause_s),
             sla_per_step=cost.sla_cost_per_minute * dt / 60.0,
             drain_cost=cost.worker_hour_price / p.worker_rate / 3600.0,
+            cost=cost,
         )
 
 
@@ -226,6 +273,7 @@ class _Node:
         "cost_end",
         "depth",
         "exhausted",
+        "hold_until",
         "j_end",
         "j_start",
         "own",
@@ -246,6 +294,7 @@ class _Node:
         self.children: list[_Node] | None = None
         self.exhausted = False
         self.billing: tuple[tuple[int, float], ...] = ()
+        self.hold_until = 0  # plan step before which this count may not go down (its dwell)
 
 
 class MctsPlanner:
@@ -268,6 +317,25 @@ class MctsPlanner:
     def _duration_steps(self, depth: int, step_s: float) -> int:
         s = self.settings
         return max(1, round(s.c_s * s.m**depth / step_s))
+
+    def costs_for(self, p: PlanningProblem) -> CostModel:
+        """The cost model of one problem: the planner's, its penalty raised by the problem's."""
+        return self.cost.scaled(p.penalty_factor)
+
+    def dwell_s(self, workers: int, pause_s: float, cost: CostModel | None = None) -> float:
+        """How long a count reached by a rescale must hold before it may go down again.
+
+        It grows with what the rescale cost (penalty plus the capacity its pause loses), so a
+        rescale is only planned where the new count pays for itself over that time, and the
+        plan cannot follow every dip of a noisy rate down and back up. Scale-ups stay allowed:
+        an SLA breach is never the price of a dwell.
+        """
+        s = self.settings
+        rescale = float((cost or self.cost).rescale(workers, pause_s))
+        return s.min_dwell_s + s.dwell_per_cost_s * rescale
+
+    def _dwell_steps(self, workers: int, p: PlanningProblem, cost: CostModel) -> int:
+        return math.ceil(self.dwell_s(workers, p.rescale_pause_s, cost) / p.step_s - 1e-9)
 
     # -- evaluation -------------------------------------------------------------------------
     def _rows(
@@ -297,7 +365,9 @@ class MctsPlanner:
         excess = backlog - ctx.sla_arrivals[None, j0:]
         step_cost = w * ctx.hw_per_step
         if any_change:
-            step_cost[:, 1:] += np.where(changes, ctx.rescale_cost, 0.0)
+            step_cost[:, 1:] += np.where(
+                changes, ctx.rescale_cost + w[:, 1:] * ctx.per_worker_rescale, 0.0
+            )
         if (excess > 0).any():
             over = np.clip(excess * ctx.inv_window[None, j0:], 0.0, 10.0)
             step_cost = step_cost + np.where(excess > 0, ctx.sla_per_step * (1.0 + over), 0.0)
@@ -345,6 +415,11 @@ class MctsPlanner:
         counts = _children(node.workers, p.min_workers, p.upper, p.partitions, self.settings.k)
         depth = node.depth + 1
         j0 = node.j_end
+        if j0 < node.hold_until:  # within the dwell: hold or go up, never down
+            counts = tuple(n for n in counts if n >= node.workers)
+        if p.down_floor > 0:  # never below what carries the recent mean rate
+            floor = min(node.workers, p.down_floor)
+            counts = tuple(n for n in counts if n >= floor)
         j1 = min(p.steps, j0 + self._duration_steps(depth, p.step_s))
         arr = np.array(counts, dtype=np.int64)
         paused = arr != node.workers
@@ -358,14 +433,18 @@ class MctsPlanner:
             child = _Node(n, depth, j0, j1)
             extra = 0.0
             billing = node.billing
+            hold_until = node.hold_until
             if n != node.workers:
-                extra = self.cost.rescale_cost
+                extra = float(ctx.cost.rescale(n, p.rescale_pause_s))
+                # an up move never shortens a dwell: it is no way round one
+                hold_until = max(hold_until, j0 + self._dwell_steps(n, p, ctx.cost))
                 if self.cost.billing_granularity_s > p.step_s:
                     secs, billing = self._billing_extra(
                         node.billing, node.workers, n, j0 * p.step_s
                     )
                     extra += secs / 3600.0 * price
             child.billing = billing
+            child.hold_until = hold_until
             child.backlog_end = b_end[i]
             child.cost_end = base + extra + c_end[i]
             child.own = child.best = base + extra + total[i]
@@ -380,7 +459,7 @@ class MctsPlanner:
             raise ValueError("planning problem has no steps")
         rng = random.Random(self.settings.seed * 1_000_003 + salt)
         deadline = time.perf_counter() + self.settings.max_decision_s
-        ctx = _Context.build(p, self.cost)
+        ctx = _Context.build(p, self.costs_for(p))
         if self._hold_is_optimal(p, ctx):
             w = np.full((1, p.steps), p.workers)
             cost = float(self._rows(ctx, w, 0, p.backlog, np.array([False]), 1)[2][0])
@@ -389,6 +468,7 @@ class MctsPlanner:
         root = _Node(p.workers, -1, 0, 0)
         root.backlog_end = p.backlog
         root.billing = ((p.workers, 0.0),)
+        root.hold_until = math.ceil(max(p.dwell_left_s, 0.0) / p.step_s - 1e-9)
         expl = self.settings.exploration
         expansions = 0
         for i in range(self.settings.samples):
@@ -423,6 +503,12 @@ class MctsPlanner:
                     n.exhausted = n.exhausted or all(c.exhausted for c in n.children)
         return self._extract(p, ctx, root, expansions)
 
+    def _margin(self, hold_cost: float) -> float:
+        """How much a move must save against holding the count to the horizon: a share of
+        holding's cost, so the forecast's noise (which scales with the traffic) does not
+        decide a rescale."""
+        return self.settings.hysteresis * max(hold_cost, 0.0)
+
     @staticmethod
     def _hold_is_optimal(p: PlanningProblem, ctx: _Context) -> bool:
         """At the fewest workers, with no backlog and room for every forecast rate, staying
@@ -438,6 +524,10 @@ class MctsPlanner:
         first_costs = {c.workers: c.best for c in root.children}
         schedule: list[int] = []
         node = min(root.children, key=lambda c: (c.best, c.workers))
+        stay = next(c for c in root.children if c.workers == p.workers)
+        if node is not stay and node.best > stay.own - self._margin(stay.own):
+            node = stay  # hysteresis: a move must beat holding the count by the margin
+        cost = node.best
         while True:
             schedule.extend([node.workers] * (node.j_end - node.j_start))
             kids = node.children or []
@@ -454,18 +544,18 @@ class MctsPlanner:
                 segments[-1] = PlanSegment(last.start_s, last.duration_s + p.step_s, n)
             else:
                 segments.append(PlanSegment(j * p.step_s, p.step_s, n))
-        return Plan(tuple(segments), root.best, first_costs, expansions)
+        return Plan(tuple(segments), cost, first_costs, expansions)
 
     def evaluate(self, p: PlanningProblem, schedule: Sequence[int]) -> float:
         """Cost of a given per-step schedule of worker counts (e.g. a steady 32), same model."""
         if len(schedule) != p.steps:
             raise ValueError(f"schedule has {len(schedule)} steps, problem has {p.steps}")
-        ctx = _Context.build(p, self.cost)
+        ctx = _Context.build(p, self.costs_for(p))
         w = np.array([list(schedule)], dtype=np.int64)
         first = np.array([schedule[0] != p.workers])
         total = float(self._rows(ctx, w, 0, p.backlog, first, 1)[2][0])
         if first[0]:
-            total += self.cost.rescale_cost
+            total += float(ctx.cost.rescale(schedule[0], p.rescale_pause_s))
         if self.cost.billing_granularity_s > p.step_s:
             billing: tuple[tuple[int, float], ...] = ((p.workers, 0.0),)
             prev = p.workers

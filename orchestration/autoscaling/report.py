@@ -32,6 +32,8 @@ def summary_table(summaries: Sequence[PolicySummary], title: str | None = None) 
         ("SLA viol. min", "right"),
         ("max lag s", "right"),
         ("rescales", "right"),
+        ("rescales/day", "right"),
+        ("pause min", "right"),
         ("decision ms mean/p99", "right"),
     ):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
@@ -57,6 +59,8 @@ def summary_table(summaries: Sequence[PolicySummary], title: str | None = None) 
             f"{s.sla_violation_minutes:,.1f}",
             f"{s.max_lag_s:,.0f}",
             f"{s.rescales:,}",
+            f"{s.rescales_per_day:.1f}",
+            f"{s.pause_minutes:,.0f}",
             f"{s.decision_mean_ms:.2f} / {s.decision_p99_ms:.2f}",
             *spot_cells,
         )
@@ -66,7 +70,7 @@ def summary_table(summaries: Sequence[PolicySummary], title: str | None = None) 
 def print_table(
     summaries: Sequence[PolicySummary], title: str | None = None, console: Console | None = None
 ) -> None:
-    (console or Console(width=max(Console().width, 120))).print(summary_table(summaries, title))
+    (console or Console(width=max(Console().width, 150))).print(summary_table(summaries, title))
 
 
 def summaries_json(summaries: Sequence[PolicySummary], **extra: object) -> str:

@@ -67,6 +67,8 @@ class StepRecord:
     interruptions: int = 0
     """Spot interruptions in the step (each moves one worker's tasks)."""
     tasks_moved: int = 0
+    paused_s: float = 0.0
+    """Seconds of the step the fleet stood still: a rescale's pause, tasks moving."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,10 @@ class PolicySummary:
     sla_violation_minutes: float
     max_lag_s: float
     rescales: int
+    rescales_per_day: float
+    """Rescales over the replayed days: the churn a fleet's users see."""
+    pause_minutes: float
+    """Minutes the fleet stood still (rescale pauses and moved tasks)."""
     decision_mean_ms: float
     decision_p99_ms: float
     mean_workers: float
@@ -120,6 +126,8 @@ class SimulationResult:
         capacity = float(workers.sum() * dt * self.worker_rate)
         decisions = np.array([r.decision_s for r in recs]) * 1000.0
         base = static_worker_hours if static_worker_hours is not None else worker_hours
+        days = len(recs) * dt / 86400.0
+        rescales = sum(r.rescaled for r in recs)
         return PolicySummary(
             policy=self.policy,
             trace=self.trace,
@@ -128,7 +136,9 @@ class SimulationResult:
             mean_utilisation=processed / capacity if capacity > 0 else math.nan,
             sla_violation_minutes=sum(r.violation_s for r in recs) / 60.0,
             max_lag_s=max((r.max_time_lag for r in recs), default=0.0),
-            rescales=sum(r.rescaled for r in recs),
+            rescales=rescales,
+            rescales_per_day=rescales / days if days > 0 else 0.0,
+            pause_minutes=sum(r.paused_s for r in recs) / 60.0,
             decision_mean_ms=float(decisions.mean()) if decisions.size else 0.0,
             decision_p99_ms=float(np.percentile(decisions, 99)) if decisions.size else 0.0,
             mean_workers=float(workers.mean()) if workers.size else 0.0,
@@ -296,6 +306,7 @@ class Simulator:
             cap = fleet_capacity(workers, fleet.partitions, fleet.worker_rate)
             rel = np.arange(1, ticks + 1) * dt
             tau = np.maximum(rel - pause_left, 0.0)
+            paused = min(pause_left, self.step_s)
             idx = np.arange(i0 + 1, i0 + ticks + 1)
             arr = self.arrived[idx]
             done_ticks = cap * tau + np.minimum(done, np.minimum.accumulate(arr - cap * tau))
@@ -321,6 +332,7 @@ class Simulator:
                     reason=decision.reason,
                     interruptions=interruptions,
                     tasks_moved=moved,
+                    paused_s=paused,
                 )
             )
         return result

@@ -3,6 +3,13 @@
 Every decision re-plans from the measured backlog (a receding horizon), so forecast errors are
 corrected one step later; the forecast is what lets the plan scale up before a daily ramp
 instead of after the lag has built up.
+
+A receding horizon re-plans every few minutes, so a plan that rescales once can be replaced by
+one that rescales back before the first has paid off. Three things read from the fleet's own
+history keep that in check: the rescale penalty rises while the fleet has rescaled faster than
+its budget over the last day, the plan never goes down below the count that carries the last
+hour's mean rate, and a count reached by a rescale keeps what is left of its dwell (off by
+default).
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from orchestration.autoscaling.capacity import workers_for_rate
 from orchestration.autoscaling.config import AutoscaleSettings
 from orchestration.autoscaling.decision import ScalingDecision
 from orchestration.autoscaling.forecast import SeasonalTrendForecaster
@@ -24,6 +32,8 @@ from orchestration.autoscaling.metrics import FleetMetrics, Metric
 from orchestration.autoscaling.policies.base import last_finite, missing_decision
 
 __all__ = ["MctsPolicy"]
+
+_MAX_PENALTY_EXPONENT = 5.0  # the budget multiplies the penalty by at most e^5 (about 150)
 
 
 class MctsPolicy:
@@ -54,6 +64,61 @@ class MctsPolicy:
             rates.append(past.input_rate)
         return np.array(times[::-1], dtype=float), np.array(rates[::-1], dtype=float)
 
+    def penalty_factor(self, metrics: FleetMetrics, history: Sequence[FleetMetrics]) -> float:
+        """How much the rescale penalty is raised for this decision: 1 while the fleet's
+        rescales over the budget window stayed within the budget, e^(gain * (used / allowed -
+        1)) above it.
+
+        A fixed penalty cannot fit every traffic: one high enough to stop noisy traffic from
+        rescaling every few minutes makes a smooth daily curve hold idle workers for hours.
+        Above the budget, a rescale is priced by what the budget has left. The penalty never
+        falls below the configured one: a cheap rescale is what has a plan dip for five
+        minutes and come back. Rescales are counted from the snapshots (a change of worker
+        count), so the live sensor gets the same penalty.
+        """
+        m = self.settings.mcts
+        if m.rescale_budget_per_h <= 0:
+            return 1.0
+        start = metrics.time - m.rescale_budget_window_s
+        used, newer, first = 0, metrics.workers, metrics.time
+        for past in reversed(history):
+            if past.time < start:
+                break
+            used += past.workers != newer
+            newer, first = past.workers, past.time
+        hours = max(metrics.time - first, m.rescale_budget_min_span_s) / 3600.0
+        excess = max(used / (m.rescale_budget_per_h * hours) - 1.0, 0.0)
+        return math.exp(min(m.rescale_budget_gain * excess, _MAX_PENALTY_EXPONENT))
+
+    def dwell_left_s(self, metrics: FleetMetrics, history: Sequence[FleetMetrics]) -> float:
+        """What is left of the dwell of the rescale that set the current count, from the
+        snapshots (the last one still reporting another count is when it was decided), so the
+        live sensor, which keeps no planner between ticks, honours it too."""
+        dwell = self.planner.dwell_s(metrics.workers, self.settings.fleet.rescale_pause_s)
+        if dwell <= 0:
+            return 0.0
+        for past in reversed(history):
+            if metrics.time - past.time >= dwell:
+                break
+            if past.workers != metrics.workers:
+                return dwell - (metrics.time - past.time)
+        return 0.0
+
+    def down_floor(
+        self, metrics: FleetMetrics, times: np.ndarray, rates: np.ndarray, worker_rate: float
+    ) -> int:
+        """Fewest workers that carry the mean input rate of the last `down_floor_window_s`
+        (0: no floor): the plan never scales down below it, so a forecast that dips with the
+        noise cannot take the fleet down to a count the traffic will need back within the
+        hour."""
+        window = self.settings.mcts.down_floor_window_s
+        recent = rates[(times > metrics.time - window) & np.isfinite(rates)]
+        if window <= 0 or recent.size == 0:
+            return 0
+        fleet = self.settings.fleet
+        mean = float(np.mean(recent))
+        return workers_for_rate(mean, metrics.partitions, worker_rate, fleet.upper)
+
     def problem(self, metrics: FleetMetrics, history: Sequence[FleetMetrics]) -> PlanningProblem:
         """The planning problem for this snapshot (exposed for tests and reports)."""
         s = self.settings
@@ -75,6 +140,7 @@ class MctsPolicy:
         past_needed = math.ceil(sla_plan / step) + 1
         past = np.interp(metrics.time - (np.arange(past_needed)[::-1]) * step, times, rates)
         arrivals = sla_window_arrivals(past, future, step, sla_plan)
+        factor = self.penalty_factor(metrics, history)
         return PlanningProblem(
             workers=metrics.workers,
             partitions=metrics.partitions,
@@ -86,6 +152,9 @@ class MctsPolicy:
             min_workers=s.fleet.min_workers,
             max_workers=s.fleet.upper,
             rescale_pause_s=s.fleet.rescale_pause_s,
+            dwell_left_s=self.dwell_left_s(metrics, history),
+            penalty_factor=factor,
+            down_floor=self.down_floor(metrics, times, rates, worker_rate),
         )
 
     def decide(self, metrics: FleetMetrics, history: Sequence[FleetMetrics]) -> ScalingDecision:

@@ -1,15 +1,21 @@
-"""The Metamarkets planner on the seed's situations, and its speed and determinism."""
+"""The Metamarkets planner on the seed's situations, its rescale costs, and its speed and
+determinism."""
 
 from __future__ import annotations
 
+import math
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
+from autoscale_builders import snapshot
 
 from orchestration.autoscaling.capacity import efficient_count
-from orchestration.autoscaling.config import MctsSettings
+from orchestration.autoscaling.config import AutoscaleSettings, MctsSettings
 from orchestration.autoscaling.mcts import MctsPlanner, PlanningProblem, sla_window_arrivals
+from orchestration.autoscaling.metrics import FleetMetrics
+from orchestration.autoscaling.policies import MctsPolicy
 
 
 def problem(
@@ -147,3 +153,126 @@ def test_an_exhausted_time_budget_still_gives_a_plan() -> None:
     plan = planner.plan(seed_example(sla_s=600.0))
     assert plan.first in (1, 2, 3)
     assert plan.expansions == 1
+
+
+def test_a_rescale_costs_its_penalty_plus_the_capacity_its_pause_loses() -> None:
+    def planner(fixed: float, per_worker_s: float) -> MctsPlanner:
+        return MctsPlanner(
+            MctsSettings(sla_safety=1.0, rescale_cost=fixed, rescale_penalty_s=per_worker_s)
+        )
+
+    p = seed_example(sla_s=600.0)
+    three, two = [3] * p.steps, [2] * p.steps
+    free = planner(0.0, 0.0)
+    # moving to 3 workers: the fixed penalty ...
+    assert planner(5.0, 0.0).evaluate(p, three) - free.evaluate(p, three) == pytest.approx(5.0)
+    # ... 600 s of the new fleet's work ...
+    assert planner(0.0, 600.0).evaluate(p, three) - free.evaluate(p, three) == pytest.approx(
+        3 * 600 / 3600
+    )
+    # ... and 3 workers paid through a 60 s pause (its backlog drains well inside the SLA)
+    no_pause = replace(p, rescale_pause_s=0.0)
+    lost = free.evaluate(p, three) - free.evaluate(no_pause, three)
+    assert lost == pytest.approx(3 * 60 / 3600)
+    # the budget's factor multiplies the penalty, not the lost capacity
+    raised = replace(p, penalty_factor=3.0)
+    assert planner(5.0, 600.0).evaluate(raised, three) - free.evaluate(p, three) == pytest.approx(
+        3 * (5.0 + 3 * 600 / 3600)
+    )
+    # holding costs no rescale at any penalty
+    assert planner(5.0, 600.0).evaluate(raised, two) == free.evaluate(p, two)
+
+
+def test_seed_example_beyond_the_sla_still_drains_whatever_the_penalty_or_dwell() -> None:
+    planner = MctsPlanner(MctsSettings(sla_safety=1.0))
+    p = replace(seed_example(sla_s=180.0), penalty_factor=20.0, dwell_left_s=7200.0)
+    # lag is past the SLA: every minute of it costs more than a rescale; a dwell never
+    # blocks a scale-up
+    assert planner.plan(p).first == 3
+
+
+def test_288_partitions_near_26_hold_32_while_the_dwell_lasts() -> None:
+    planner = MctsPlanner(MctsSettings(sla_safety=1.0, forecast_margin=0.0))
+    p = problem(workers=32, partitions=288, rate=26000.0, backlog=0.0, sla_s=600.0)
+    assert planner.plan(p).first < 32  # no dwell: 27 carries 26000 msg/s for less
+    held = planner.plan(replace(p, dwell_left_s=p.steps * p.step_s))
+    assert held.first == 32
+    assert all(s.workers >= 32 for s in held.segments)
+    # an hour left: 32 holds through it (going up first is no way round a dwell)
+    half = planner.plan(replace(p, dwell_left_s=3600.0))
+    assert half.first == 32
+    assert all(s.workers >= 32 for s in half.segments if s.start_s < 3600.0)
+
+
+def test_288_partitions_near_26_a_penalty_above_the_saving_keeps_32() -> None:
+    planner = MctsPlanner(MctsSettings(sla_safety=1.0, forecast_margin=0.0))
+    p = problem(workers=32, partitions=288, rate=26000.0, backlog=0.0, sla_s=600.0)
+    steady_32 = planner.evaluate(p, [32] * p.steps)
+    # 27 workers for 2 h save 5 x 2 worker-hours; a rescale to 27 costs 0.25 + 27 x 900 s of
+    # penalty (7 worker-hours) + its pause: worth it, but not at twice the penalty
+    moved = planner.plan(p)
+    assert moved.first == 27
+    assert moved.cost < steady_32
+    assert planner.plan(replace(p, penalty_factor=2.0)).first == 32
+
+
+def test_hysteresis_a_move_must_beat_staying_by_the_margin() -> None:
+    p = problem(workers=32, partitions=288, rate=26000.0, backlog=0.0, sla_s=600.0)
+    base = {"sla_safety": 1.0, "forecast_margin": 0.0, "rescale_penalty_s": 0.0}
+    holding = MctsPlanner(MctsSettings(**base)).evaluate(p, [32] * p.steps)
+    moved = MctsPlanner(MctsSettings(**base, hysteresis=0.05)).plan(p)
+    assert moved.first == 27  # 27 for 2 h saves more than 5% of holding 32
+    assert moved.cost < 0.95 * holding
+    stay = MctsPlanner(MctsSettings(**base, hysteresis=0.5)).plan(p)
+    assert stay.first == 32  # but not half of it
+    assert stay.cost == pytest.approx(stay.first_costs[32])
+
+
+def test_dwell_grows_with_the_rescale_cost() -> None:
+    planner = MctsPlanner(MctsSettings(min_dwell_s=300.0, dwell_per_cost_s=1800.0))
+    small, large = planner.dwell_s(2, 60.0), planner.dwell_s(40, 60.0)
+    assert small == pytest.approx(300.0 + 1800.0 * (0.25 + 2 * (60 + 900) / 3600))
+    assert large > small
+    assert MctsPlanner().dwell_s(40, 60.0) == 0.0  # off by default
+
+
+def test_288_partitions_near_26_no_plan_goes_below_the_down_floor() -> None:
+    planner = MctsPlanner(MctsSettings(sla_safety=1.0, forecast_margin=0.0, rescale_penalty_s=0))
+    p = problem(workers=32, partitions=288, rate=26000.0, backlog=0.0, sla_s=600.0)
+    # the last hour averaged what 29 workers carry: 27 would be a dip, 29 is the floor
+    plan = planner.plan(replace(p, down_floor=29))
+    assert plan.first == 29
+    assert all(s.workers >= 29 for s in plan.segments)
+    # a floor above the current count does not force a scale-up
+    assert planner.plan(replace(p, workers=24, down_floor=29)).first <= 27
+
+
+def test_the_rescale_penalty_rises_only_above_the_budget(settings: AutoscaleSettings) -> None:
+    settings = settings.updated(mcts={"rescale_budget_per_h": 1.0, "rescale_budget_gain": 3.0})
+    policy = MctsPolicy(settings)
+
+    def fleet_with(changes: int, hours: int = 6) -> tuple[FleetMetrics, list[FleetMetrics]]:
+        # one snapshot every 5 minutes; the first `changes` of them alternate 4 and 5 workers
+        snaps = [
+            snapshot(time=300.0 * k, workers=4 + (k % 2 if k <= changes else changes % 2))
+            for k in range(hours * 12 + 1)
+        ]
+        return snaps[-1], snaps[:-1]
+
+    assert policy.penalty_factor(*fleet_with(0)) == 1.0
+    assert policy.penalty_factor(*fleet_with(3)) == 1.0  # under the budget: not cheaper
+    assert policy.penalty_factor(*fleet_with(6)) == pytest.approx(1.0)  # at the budget
+    # 12 rescales in 6 h: twice the budget, e^(3 x 1)
+    assert policy.penalty_factor(*fleet_with(12)) == pytest.approx(math.e**3)
+    off = MctsPolicy(settings.updated(mcts={"rescale_budget_per_h": 0.0}))
+    assert off.penalty_factor(*fleet_with(12)) == 1.0
+
+
+def test_the_down_floor_carries_the_last_hours_mean_rate(settings: AutoscaleSettings) -> None:
+    policy = MctsPolicy(settings.updated(mcts={"down_floor_window_s": 3600.0}))
+    times = np.arange(0.0, 7200.0 + 1, 300.0)
+    # an hour at 26000 msg/s, then an hour at 20000: the floor follows the last hour's mean
+    rates = np.where(times <= 3600.0, 26000.0, 20000.0)
+    now = snapshot(time=7200.0, workers=32, partitions=288)
+    assert policy.down_floor(now, times, rates, 1000.0) == 21  # 20000 msg/s: 14 partitions each
+    assert policy.down_floor(now, times, np.full(times.size, 26000.0), 1000.0) == 27

@@ -16,7 +16,7 @@ from orchestration.autoscaling.exceptions import (
     TraceNotFound,
 )
 from orchestration.autoscaling.metrics import FleetMetrics
-from orchestration.autoscaling.policies import POLICIES, StaticPolicy
+from orchestration.autoscaling.policies import POLICIES, StaticPolicy, make_policy
 from orchestration.autoscaling.realizers import SimulatedRealizer
 from orchestration.autoscaling.simulator import (
     TRACES_DIR,
@@ -168,3 +168,27 @@ def test_missing_trace_and_bad_parameters(tmp_path: Path, settings: AutoscaleSet
         trace.scaled(-5.0)
     with pytest.raises(InvalidTraceParameter, match="days"):
         trace.cut(0.0)
+
+
+def test_mcts_holds_a_noisy_flat_load_without_rescaling(settings: AutoscaleSettings) -> None:
+    # 30 h of 5-minute rates within +-15% of a flat 10000 msg/s: noise, not a trend
+    rng = np.random.default_rng(7)
+    rates = list(10_000.0 * (1.0 + rng.uniform(-0.15, 0.15, 12 * 30)))
+    s = fleet(settings, partitions=288, peak=max(rates))
+    # start where the plan's 10% forecast margin puts 10000 msg/s: 12 workers (11 carry 10667)
+    realizer = SimulatedRealizer(12, clock=lambda: 0.0)
+    result = Simulator(trace_of(rates), s).run(make_policy("mcts", s), realizer=realizer)
+    summary = result.summary()
+    assert summary.rescales == 0, [r.reason for r in result.records if r.rescaled]
+    assert summary.pause_minutes == 0.0
+    assert summary.sla_violation_minutes == 0.0
+
+
+def test_mcts_rescales_at_most_about_once_an_hour_on_a_shipped_trace(
+    settings: AutoscaleSettings,
+) -> None:
+    s = settings.updated(simulation={"days": 2.0})
+    summary = Simulator(load_trace("nyc_taxi"), s).run(make_policy("mcts", s)).summary()
+    assert summary.sla_violation_minutes == 0.0
+    assert summary.rescales_per_day <= 24.0
+    assert summary.pause_minutes == pytest.approx(summary.rescales * s.fleet.rescale_pause_s / 60.0)
