@@ -94,4 +94,5 @@ class Aggregator(ABC, Generic[S]):
 
     @abstractmethod
     def spark_columns(self, event_time: Column) -> list[Column]:
-        """Spark aggregate expressions computing the exact output columns, aliased."""
+        """Spark aggregate expressions computing the exact output columns, aliased: one per
+        :meth:`output_fields`, in that order (views sharing a pass rename them by position)."""
