@@ -88,7 +88,7 @@ class SeasonalTrendForecaster:
 
     @staticmethod
     def _significant_slope(t: np.ndarray, y: np.ndarray) -> float:
-        """The least-squares slope, or 0 where noise alone could have drawn it (under two
+        """The least-squares slope, or 0 where noise alone could have drawn it (within three
         standard errors): a trend fitted to noise would move the forecast by the noise."""
         if t.size < 3:
             return 0.0
@@ -101,18 +101,14 @@ class SeasonalTrendForecaster:
         return float(slope) if abs(slope) > 3.0 * se else 0.0
 
     @staticmethod
-    def _window_mean(times: np.ndarray, rates: np.ndarray, lo: float, hi: float) -> float:
+    def _window(
+        times: np.ndarray, rates: np.ndarray, lo: float, hi: float, reduce=np.median
+    ) -> float:
+        """``reduce`` of the rates in (lo, hi]; the rate interpolated at ``hi`` if none."""
         mask = (times > lo) & (times <= hi)
         if not mask.any():
             return float(np.interp(hi, times, rates))
-        return float(np.mean(rates[mask]))
-
-    @staticmethod
-    def _window_median(times: np.ndarray, rates: np.ndarray, lo: float, hi: float) -> float:
-        mask = (times > lo) & (times <= hi)
-        if not mask.any():
-            return float(np.interp(hi, times, rates))
-        return float(np.median(rates[mask]))
+        return float(reduce(rates[mask]))
 
     def forecast(
         self, times: np.ndarray, rates: np.ndarray, now: float, step_s: float, steps: int
@@ -132,21 +128,21 @@ class SeasonalTrendForecaster:
         lead = (np.arange(steps) + 1) * step_s
         ends = now + lead
         last = float(rates[-1])
-        level = self._window_median(times, rates, now - s.level_window_s, now)
+        level = self._window(times, rates, now - s.level_window_s, now)
         weight = np.exp(-lead / s.persistence_tau_s)
         season = s.season_s
         if times[0] <= now - season + step_s:
             trust = self.season_trust(times, rates, now)
             if s.noise_window_s > 0:
                 # what the season does not explain is noise: read the present as its mean
-                calm = self._window_mean(times, rates, now - s.noise_window_s, now)
+                calm = self._window(times, rates, now - s.noise_window_s, now, np.mean)
                 last = trust * last + (1 - trust) * calm
                 level = trust * level + (1 - trust) * calm
             half = s.smoothing_s / 2
             offsets = np.linspace(-half, half, 7) if half > 0 else np.zeros(1)
             grid = (ends - season)[:, None] + offsets[None, :]
             profile = np.median(np.interp(grid, times, rates), axis=1)
-            then = self._window_median(times, rates, now - season - s.level_window_s, now - season)
+            then = self._window(times, rates, now - season - s.level_window_s, now - season)
             seasonal = profile + (level - then)
             out = weight * last + (1 - weight) * (trust * seasonal + (1 - trust) * level)
         else:
