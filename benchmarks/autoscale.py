@@ -81,11 +81,12 @@ def main(argv: list[str] | None = None) -> int:
     console.print(
         f"partitions {s.fleet.partitions}, worker rate {s.fleet.worker_rate:.0f} msg/s, peak "
         f"{s.simulation.peak_rate:.0f} msg/s, SLA {s.simulation.sla_s:.0f} s, decision every "
-        f"{s.simulation.step_s:.0f} s, rescale pause {s.fleet.rescale_pause_s:.0f} s, "
+        f"{s.simulation.step_s:.0f} s, a moved task pauses {s.fleet.move_pause_s:.1f} s + "
+        f"{s.fleet.move_pause_per_state_mb_s:.2f} s/MB x {s.fleet.state_mb_per_task:.1f} MB, "
         f"MCTS {s.mcts.samples} expansions, horizon {s.mcts.horizon_s / 3600:.1f} h; "
         f"{args.spot_share:.0%} on spot at ${s.spot.spot_hour_price}/h (on demand "
         f"${s.spot.on_demand_hour_price}/h), {s.spot.interruptions_per_worker_day} interruptions "
-        f"per worker-day, {s.spot.task_move_pause_s:.0f} s per moved task"
+        f"per worker-day, {s.spot.task_move_pause_s:.0f} s per task an interruption moves"
     )
     ratios = Table(title="mcts against each policy: worker-hours ratio (other / mcts), SLA min")
     ratios.add_column("trace")

@@ -52,10 +52,33 @@ class FleetSettings(BaseModel):
     max_workers: int | None = Field(
         None, ge=1, description="Most workers any policy may ask for; default: the partitions."
     )
-    rescale_pause_s: float = Field(
-        60.0,
+    move_pause_s: float = Field(
+        1.5,
         ge=0,
-        description="Processing pause on every rescale (restart from the last checkpoint), s.",
+        description="How long a task a rescale moves stands still (checkpoint, hand-off, "
+        "restore), s; a rescale moves only the tasks the new count needs moved. The lag sensor "
+        "fits it (and the next one) from the fleet's recorded rescales once it has "
+        "pause_fit_min_rescales of them. Default: the fit of 12 rescales of 12 tasks on 2 "
+        "cores (benchmarks/rescale_pause.py).",
+    )
+    move_pause_per_state_mb_s: float = Field(
+        2.5,
+        ge=0,
+        description="Extra pause of a moved task per MB of window state (checkpointed Parquet) "
+        "it carries, s. Default: a final checkpoint and its restore alone took 1.9-2.8 s/MB "
+        "on 2 cores (benchmarks/rescale_pause.py).",
+    )
+    state_mb_per_task: float = Field(
+        1.0,
+        ge=0,
+        description="Window state per task, MB: the simulator's assumption (the lag sensor "
+        "reads the mean the workers report).",
+    )
+    pause_fit_min_rescales: int = Field(
+        3, ge=1, description="Recorded rescales the lag sensor needs before it fits the pause."
+    )
+    pause_fit_rescales: int = Field(
+        50, ge=1, description="How many of the newest recorded rescales the fit reads."
     )
 
     @property
@@ -385,7 +408,11 @@ class AutoscaleSettings(SluiceBaseSettings):
         False,
         description="Start the live lag_autoscaler sensor running (on/off; the UI can toggle it).",
     )
-    policy: str = Field("ds2", description="Policy the live sensor decides with.")
+    policy: str = Field(
+        "mcts",
+        description="Policy the live sensor decides with (default: the `mcts` planner, "
+        "which sizes the fleet from the measured true rate per worker).",
+    )
     sensor_interval_s: int = Field(30, ge=5, description="Seconds between the live sensor's ticks.")
     history_retention_s: float = Field(
         8 * 86400.0,

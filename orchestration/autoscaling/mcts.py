@@ -38,6 +38,7 @@ import numpy as np
 
 from orchestration.autoscaling.capacity import efficient_count, efficient_counts, fleet_capacity
 from orchestration.autoscaling.config import MctsSettings
+from orchestration.autoscaling.pause import fleet_pause_s
 
 __all__ = [
     "CostModel",
@@ -112,7 +113,9 @@ class PlanningProblem:
     step_s: float
     min_workers: int = 1
     max_workers: int | None = None
-    rescale_pause_s: float = 60.0
+    task_pause_s: float = 2.0
+    """How long each task a rescale moves stands still, s (`pause.PauseModel`): a rescale
+    from n to m loses `pause.fleet_pause_s(n, m, ...)` seconds of the whole fleet's work."""
     dwell_left_s: float = 0.0
     """How long the current count must still hold before a scale-down: what is left of the
     dwell of the rescale that set it (0: the fleet may scale down now)."""
@@ -227,11 +230,12 @@ class _Context:
     arrivals: np.ndarray  # msg per step
     sla_arrivals: np.ndarray
     inv_window: np.ndarray  # 1 / (msg in an SLA window at the step's rate * SLA seconds)
-    pause_loss: np.ndarray  # seconds of processing lost per step after a rescale
+    pause: np.ndarray  # [old, new]: a rescale's lost work, seconds of the whole fleet
     just_in_time: np.ndarray  # fewest workers covering each step's forecast rate
     hw_per_step: float
     rescale_cost: float  # the fixed part of a rescale's cost
-    per_worker_rescale: float  # and its part per worker of the new fleet
+    per_worker_rescale: float  # and its penalty per worker of the new fleet
+    pause_price: float  # price of one worker-second paused
     sla_per_step: float
     drain_cost: float  # cost per message left at the horizon
     cost: CostModel
@@ -244,8 +248,8 @@ class _Context:
         arrivals = np.asarray(p.sla_arrivals, dtype=float)
         rate = np.maximum(rates, 1e-9)
         window = np.maximum(arrivals / rate, dt)
-        loss = np.clip(p.rescale_pause_s - np.arange(p.steps) * dt, 0.0, dt)
-        loss = loss[: max(1, int(np.count_nonzero(loss)))]
+        counts = np.arange(max(p.upper, p.workers) + 1)
+        pause = fleet_pause_s(counts[:, None], counts[None, :], p.partitions, p.task_pause_s)
         return cls(
             step_s=dt,
             steps=p.steps,
@@ -253,11 +257,12 @@ class _Context:
             arrivals=rates * dt,
             sla_arrivals=arrivals,
             inv_window=1.0 / (rate * window),
-            pause_loss=loss,
+            pause=pause,
             just_in_time=_just_in_time(capacity, rates, p.min_workers, p.upper),
             hw_per_step=dt / 3600.0 * cost.worker_hour_price,
             rescale_cost=cost.rescale_cost,
-            per_worker_rescale=cost.per_worker_rescale(p.rescale_pause_s),
+            per_worker_rescale=cost.per_worker_rescale(0.0),
+            pause_price=cost.worker_hour_price / 3600.0,
             sla_per_step=cost.sla_cost_per_minute * dt / 60.0,
             drain_cost=cost.worker_hour_price / p.worker_rate / 3600.0,
             cost=cost,
@@ -334,8 +339,10 @@ class MctsPlanner:
         rescale = float((cost or self.cost).rescale(workers, pause_s))
         return s.min_dwell_s + s.dwell_per_cost_s * rescale
 
-    def _dwell_steps(self, workers: int, p: PlanningProblem, cost: CostModel) -> int:
-        return math.ceil(self.dwell_s(workers, p.rescale_pause_s, cost) / p.step_s - 1e-9)
+    def _dwell_steps(
+        self, workers: int, pause_s: float, p: PlanningProblem, cost: CostModel
+    ) -> int:
+        return math.ceil(self.dwell_s(workers, pause_s, cost) / p.step_s - 1e-9)
 
     # -- evaluation -------------------------------------------------------------------------
     def _rows(
@@ -344,29 +351,34 @@ class MctsPlanner:
         w: np.ndarray,
         j0: int,
         backlog0: float,
-        paused0: np.ndarray,
+        pause0: np.ndarray,
         upto: int,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Run each row of worker counts `w` (rows x steps from j0 to the horizon) on the fluid
         model: backlog at step `upto`, cost to `upto`, total cost to the horizon (with rescales
-        inside the rows and the terminal cost of draining what is left)."""
+        inside the rows and the terminal cost of draining what is left). `pause0` is each
+        row's pause at its first step (the move that led to it; 0: none)."""
         dt = ctx.step_s
         caps = ctx.capacity[w]
         x = ctx.arrivals[None, j0:] - caps * dt
-        if paused0.any():
-            lost = ctx.pause_loss[: x.shape[1]]
-            x[paused0, : lost.size] += caps[paused0, : lost.size] * lost[None, :]
+        if (pause0 > 0).any():
+            n = min(x.shape[1], max(1, math.ceil(float(pause0.max()) / dt)))
+            lost = np.clip(pause0[:, None] - np.arange(n)[None, :] * dt, 0.0, dt)
+            x[:, :n] += caps[:, :n] * lost
         changes = w[:, 1:] != w[:, :-1]
         any_change = changes.any()
         if any_change:
-            x[:, 1:] += np.where(changes, caps[:, 1:] * ctx.pause_loss[0], 0.0)
+            paused = np.where(changes, np.minimum(ctx.pause[w[:, :-1], w[:, 1:]], dt), 0.0)
+            x[:, 1:] += caps[:, 1:] * paused
         s = np.cumsum(x, axis=1)
         backlog = s - np.minimum(-backlog0, np.minimum.accumulate(s, axis=1))
         excess = backlog - ctx.sla_arrivals[None, j0:]
         step_cost = w * ctx.hw_per_step
         if any_change:
             step_cost[:, 1:] += np.where(
-                changes, ctx.rescale_cost + w[:, 1:] * ctx.per_worker_rescale, 0.0
+                changes,
+                ctx.rescale_cost + w[:, 1:] * (ctx.per_worker_rescale + paused * ctx.pause_price),
+                0.0,
             )
         if (excess > 0).any():
             over = np.clip(excess * ctx.inv_window[None, j0:], 0.0, 10.0)
@@ -382,7 +394,7 @@ class MctsPlanner:
         counts: np.ndarray,
         j0: int,
         backlog0: float,
-        paused: np.ndarray,
+        pause0: np.ndarray,
         upto: int,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Each count runs from j0 to `upto` (the node), then the default policy runs it to
@@ -392,7 +404,7 @@ class MctsPlanner:
         cols = np.arange(ctx.steps - j0)
         tail = np.maximum(counts[:, None], ctx.just_in_time[None, j0:])
         w = np.where(cols[None, :] < upto - j0, counts[:, None], tail)
-        return self._rows(ctx, w, j0, backlog0, paused, upto)
+        return self._rows(ctx, w, j0, backlog0, pause0, upto)
 
     def _billing_extra(
         self, billing: tuple[tuple[int, float], ...], old: int, new: int, t: float
@@ -422,8 +434,8 @@ class MctsPlanner:
             counts = tuple(n for n in counts if n >= floor)
         j1 = min(p.steps, j0 + self._duration_steps(depth, p.step_s))
         arr = np.array(counts, dtype=np.int64)
-        paused = arr != node.workers
-        b_end, c_end, total = self._rollout(ctx, arr, j0, node.backlog_end, paused, j1)
+        pause0 = ctx.pause[node.workers, arr]
+        b_end, c_end, total = self._rollout(ctx, arr, j0, node.backlog_end, pause0, j1)
         price = self.cost.worker_hour_price
         b_end, c_end, total = b_end.tolist(), c_end.tolist(), total.tolist()
         exhausted = j1 >= ctx.steps
@@ -435,9 +447,10 @@ class MctsPlanner:
             billing = node.billing
             hold_until = node.hold_until
             if n != node.workers:
-                extra = float(ctx.cost.rescale(n, p.rescale_pause_s))
+                pause = float(pause0[i])
+                extra = float(ctx.cost.rescale(n, pause))
                 # an up move never shortens a dwell: it is no way round one
-                hold_until = max(hold_until, j0 + self._dwell_steps(n, p, ctx.cost))
+                hold_until = max(hold_until, j0 + self._dwell_steps(n, pause, p, ctx.cost))
                 if self.cost.billing_granularity_s > p.step_s:
                     secs, billing = self._billing_extra(
                         node.billing, node.workers, n, j0 * p.step_s
@@ -462,7 +475,7 @@ class MctsPlanner:
         ctx = _Context.build(p, self.costs_for(p))
         if self._hold_is_optimal(p, ctx):
             w = np.full((1, p.steps), p.workers)
-            cost = float(self._rows(ctx, w, 0, p.backlog, np.array([False]), 1)[2][0])
+            cost = float(self._rows(ctx, w, 0, p.backlog, np.zeros(1), 1)[2][0])
             seg = PlanSegment(0.0, p.steps * p.step_s, p.workers)
             return Plan((seg,), cost, {p.workers: cost}, 0)
         root = _Node(p.workers, -1, 0, 0)
@@ -552,10 +565,10 @@ class MctsPlanner:
             raise ValueError(f"schedule has {len(schedule)} steps, problem has {p.steps}")
         ctx = _Context.build(p, self.costs_for(p))
         w = np.array([list(schedule)], dtype=np.int64)
-        first = np.array([schedule[0] != p.workers])
-        total = float(self._rows(ctx, w, 0, p.backlog, first, 1)[2][0])
-        if first[0]:
-            total += float(ctx.cost.rescale(schedule[0], p.rescale_pause_s))
+        pause0 = ctx.pause[p.workers, w[:, 0]]
+        total = float(self._rows(ctx, w, 0, p.backlog, pause0, 1)[2][0])
+        if schedule[0] != p.workers:
+            total += float(ctx.cost.rescale(schedule[0], float(pause0[0])))
         if self.cost.billing_granularity_s > p.step_s:
             billing: tuple[tuple[int, float], ...] = ((p.workers, 0.0),)
             prev = p.workers

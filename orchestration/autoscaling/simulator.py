@@ -7,7 +7,9 @@ guards review, the `SimulatedRealizer` applies, and the fleet then processes for
 
 - capacity is the uneven-partition capacity of the worker count (`capacity.fleet_capacity`):
   the most loaded worker's partitions lag first, and their lag is the fleet's lag;
-- a rescale pauses processing for `rescale_pause_s` (restart from the last checkpoint);
+- a rescale pauses the tasks it moves (`pause.tasks_moved`), each for the fleet's pause model
+  (`move_pause_s` plus `move_pause_per_state_mb_s` x `state_mb_per_task`): the fleet loses
+  that share of its processing (`pause.fleet_pause_s`);
 - the backlog carries over; processing within a step follows the exact (min,+) solution
   D(t) = min(D0 + C*tau(t), min_s A(s) + C*(tau(t) - tau(s))) on the tick grid;
 - time lag is the age of the oldest unprocessed message, from the arrival curve (FIFO).
@@ -28,6 +30,7 @@ from orchestration.autoscaling.exceptions import (
 )
 from orchestration.autoscaling.guards import Guard, default_guards
 from orchestration.autoscaling.metrics import FleetMetrics
+from orchestration.autoscaling.pause import PauseModel, fleet_pause_s, tasks_moved
 from orchestration.autoscaling.policies import ScalingPolicy, make_policy
 from orchestration.autoscaling.realizers import SimulatedRealizer
 from orchestration.autoscaling.step import decide
@@ -246,6 +249,7 @@ class Simulator:
         history: list[FleetMetrics] = []
         done = 0.0  # messages processed so far
         pause_left = 0.0
+        task_pause = PauseModel.from_settings(fleet).task_pause_s(fleet.state_mb_per_task)
         last_rescale: float | None = None
         prev_backlog = 0.0
         prev_done = 0.0
@@ -292,14 +296,16 @@ class Simulator:
             decision, elapsed = step.decision, step.decision_s
             workers = realizer.current()
             rescaled = False
+            moved = 0
             if decision.target != workers:
-                workers = realizer.apply(decision.target, decision.reason)
+                before, workers = workers, realizer.apply(decision.target, decision.reason)
                 rescaled = True
                 last_rescale = now
-                pause_left = fleet.rescale_pause_s
+                moved = int(tasks_moved(before, workers, fleet.partitions))
+                pause_left = float(fleet_pause_s(before, workers, fleet.partitions, task_pause))
             # spot interruptions: each moves one worker's tasks, which pause while they move
             interruptions = self._interruptions(workers, k, rng)
-            moved = interruptions * math.ceil(fleet.partitions / max(workers, 1))
+            moved += interruptions * math.ceil(fleet.partitions / max(workers, 1))
             if interruptions:
                 pause_left += interruptions * spot.task_move_pause_s / max(workers, 1)
             # process one step on the tick grid

@@ -36,6 +36,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from orchestration.fleet.coordinator import COORDINATOR_LEASE, Coordinator
 from orchestration.fleet.imds import InstanceMetadata, Notice
+from orchestration.fleet.rescales import RescaleMeter
 from orchestration.runtime import Runtime
 from pipelines.kafka import consumer
 from pipelines.stream import StreamWorker, TaskId
@@ -75,7 +76,11 @@ class Agent:
         self.handing_off: set[str] = set()
         self.lock = threading.Lock()
         self.coordinator = Coordinator(
-            self.jobs, self.topic, self._partitions, self.settings.agent_loss_after_s
+            self.jobs,
+            self.topic,
+            self._partitions,
+            self.settings.agent_loss_after_s,
+            RescaleMeter(runtime.control, self.topic),
         )
         self.worker = StreamWorker(
             agent_id,

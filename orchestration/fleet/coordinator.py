@@ -1,4 +1,5 @@
-"""The coordinator: whoever holds the lease applies :func:`plan_changes` to the job model.
+"""The coordinator: whoever holds the lease applies :func:`plan_changes` to the job model
+(and times each rescale, :mod:`orchestration.fleet.rescales`).
 
 Any agent may hold the ``coordinator`` lease (a row in the control store with a term and an
 expiry); it renews it every tick and loses it if it stops renewing, so when the leader dies
@@ -13,7 +14,8 @@ import logging
 import time
 from collections.abc import Callable
 
-from orchestration.fleet.scheduling import Change, plan_changes
+from orchestration.fleet.rescales import RescaleMeter
+from orchestration.fleet.scheduling import Change, live_agents, plan_changes
 from pipelines.control import JobModelStore
 
 __all__ = ["COORDINATOR_LEASE", "Coordinator"]
@@ -30,8 +32,11 @@ class Coordinator:
         topic: str,
         partitions: Callable[[], list[int]],
         loss_after_s: float,
+        meter: RescaleMeter | None = None,
     ) -> None:
         self.jobs = jobs
+        self.meter = meter
+        """Records what each rescale paused (None: not measured)."""
         self.topic = topic
         self.partitions = partitions
         self.loss_after_s = loss_after_s
@@ -46,7 +51,14 @@ class Coordinator:
             self.jobs.ensure_tasks(self.topic, self.known_partitions)
             self.next_partition_check = now + 30.0
         assignments = self.jobs.assignments(self.topic)
-        changes = plan_changes(assignments, self.jobs.agents(), now, self.loss_after_s)
+        agents = self.jobs.agents()
+        changes = plan_changes(assignments, agents, now, self.loss_after_s)
+        if self.meter is not None:
+            live = live_agents(agents, now, self.loss_after_s)
+            try:
+                self.meter.observe(now, agents, live, assignments, len(changes))
+            except Exception:  # a measurement must never stop the coordinator
+                log.exception("measuring the rescale of %s failed", self.topic)
         return [text for change in changes if (text := self._apply(change))]
 
     def _apply(self, change: Change) -> str | None:

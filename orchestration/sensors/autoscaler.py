@@ -1,16 +1,17 @@
 """The lag sensor: every 30 s, the configured policy decides the worker count on live metrics.
 
 It reads the workers' task reports from the control store, builds a `FleetMetrics` snapshot,
-asks the policy (``SLUICE_AUTOSCALE_POLICY``, default ``ds2``) through the decision step the
-simulator uses (:mod:`orchestration.autoscaling.step`), whose guards may veto (bounds,
+asks the policy (``SLUICE_AUTOSCALE_POLICY``, default ``mcts``: the planner, which prices
+hardware, lag beyond the SLA and every rescale over its horizon) through the decision step
+the simulator uses (:mod:`orchestration.autoscaling.step`), whose guards may veto (bounds,
 hysteresis, and one cooldown, ``SLUICE_AUTOSCALE_SENSOR_COOLDOWN_S``, default 300 s, so the
-fleet does not flap), and launches a
-``scale_stream_workers`` run when the target changes, with the reason, the policy and the
-predicted cost as tags. The cursor keeps the recent snapshots (the policy's history) and the
-time of the last rescale; the control store keeps one snapshot a minute for days
-(``SLUICE_AUTOSCALE_HISTORY_RETENTION_S``), and the policy decides on that season followed by
-the cursor's snapshots. While a rescale is under way (requested but not applied, or its new
-workers not all reporting for two snapshots) a tick only records the snapshot.
+fleet does not flap), and launches a ``scale_stream_workers`` run when the target changes,
+with the reason, the policy and the predicted cost as tags. The cursor keeps the recent
+snapshots (the policy's history) and the time of the last rescale; the control store keeps
+one snapshot a minute for days (``SLUICE_AUTOSCALE_HISTORY_RETENTION_S``), and the policy
+decides on that season followed by the cursor's snapshots. While a rescale is under way
+(requested but not applied, or its new workers not all reporting for two snapshots) a tick
+only records the snapshot.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from orchestration.autoscaling.config import AutoscaleSettings
 from orchestration.autoscaling.guards import default_guards
 from orchestration.autoscaling.live import collect_fleet_metrics
 from orchestration.autoscaling.metrics import FleetMetrics
+from orchestration.autoscaling.pause import with_measured_pause
 from orchestration.autoscaling.policies import make_policy
 from orchestration.autoscaling.step import decide
 from orchestration.lag import task_lags
@@ -180,11 +182,16 @@ def make_autoscaling_sensor(
             fleet = control.scaling(topic) if topic else None
             retain = settings.history_retention_s
             season = control.rate_history(topic, now - retain, now) if topic else []
+            fit_from = settings.fleet.pause_fit_rescales
+            rescales = control.rescales.recent(topic, fit_from) if topic else []
+            tick_settings, pause = with_measured_pause(
+                settings, rescales, [s.state_bytes for s in statuses if s.topic == topic]
+            )
             request, new_cursor = decide_scaling(
                 statuses,
                 cursor,
                 policy_name=settings.policy,
-                settings=settings,
+                settings=tick_settings,
                 now=now,
                 cooldown_s=settings.sensor_cooldown_s,
                 fleet=fleet,
@@ -205,6 +212,7 @@ def make_autoscaling_sensor(
         }
         if request["predicted_cost"] is not None:
             tags["sluice/predicted_cost"] = f"{request['predicted_cost']:.4f}"
+        tags["sluice/rescale_pause"] = pause.describe()[:200]
         return dg.RunRequest(
             run_key=f"scale-{new_cursor['last_rescale_at']:.0f}",
             run_config={"ops": {"rescale_fleet": {"config": request}}},

@@ -11,6 +11,7 @@ from pipelines.control.jobs import (
     JobModelStore,
     TaskViewState,
 )
+from pipelines.control.rescales import RescaleLog, RescaleRecord
 from pipelines.control.store import ControlStore, FleetSample, TaskStatus
 
 __all__ = [
@@ -21,6 +22,8 @@ __all__ = [
     "FleetSample",
     "JobEvent",
     "JobModelStore",
+    "RescaleLog",
+    "RescaleRecord",
     "TaskStatus",
     "TaskViewState",
 ]

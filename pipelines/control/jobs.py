@@ -521,6 +521,15 @@ class JobModelStore:
             JobEvent(**{k: v for k, v in r._mapping.items() if k != "id"}) for r in reversed(rows)
         ]
 
+    def events_since(self, at: float, limit: int = 10_000) -> list[JobEvent]:
+        """State changes at or after ``at``, oldest first (at most ``limit``)."""
+        query = (
+            select(job_events).where(job_events.c.at >= at).order_by(job_events.c.id).limit(limit)
+        )
+        with self.engine.connect() as conn:
+            rows = conn.execute(query).all()
+        return [JobEvent(**{k: v for k, v in r._mapping.items() if k != "id"}) for r in rows]
+
     @staticmethod
     def _event(
         conn: Any,

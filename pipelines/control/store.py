@@ -30,6 +30,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Engine
 
 from pipelines.control.jobs import JobModelStore
+from pipelines.control.rescales import RescaleLog
 from pipelines.control.schema import upgrade
 from pipelines.control.sql import metadata, sqlite_pragmas, upsert
 
@@ -61,6 +62,7 @@ task_status = Table(
     Column("state", String(32), nullable=False),
     Column("views", Text, nullable=False, default="{}"),
     Column("generation", Integer, nullable=False, default=0),
+    Column("state_bytes", BigInteger, nullable=False, default=0),
 )
 
 worker_status = Table(
@@ -157,6 +159,8 @@ class TaskStatus:
     views: dict[str, Any] = field(default_factory=dict)
     generation: int = 0
     """The job-model generation of the owner that reported: an older one never overwrites."""
+    state_bytes: int = 0
+    """Window state in the task's last checkpoint (written or restored): what a move carries."""
 
     def row(self) -> dict[str, Any]:
         row = asdict(self)
@@ -203,6 +207,8 @@ class ControlStore:
         upgrade(self.engine)
         self.jobs = JobModelStore(self.engine)
         """The job model: agents, task assignments with generations, leases."""
+        self.rescales = RescaleLog(self.engine)
+        """What each rescale paused, as the coordinator measured it."""
 
     def report_tasks(self, statuses: list[TaskStatus]) -> None:
         """Upsert task rows in one transaction; a row reported by a newer generation of the

@@ -66,6 +66,8 @@ class StreamTask:
         self.dead_lettered: Counter[str] = Counter()
         self.last_processed_ts: int | None = None
         self.checkpointed_offset: int | None = None
+        self.state_bytes = 0
+        """Window state in the last checkpoint written or restored (what a move carries)."""
         self.archive = ArchiveBuffer(topic, partition, 0)
         self.seconds: Counter[str] = Counter()
         """Wall seconds spent decoding, aggregating and buffering the archive (for status)."""
@@ -109,6 +111,7 @@ class StreamTask:
                 raise ViewCrash(self.name, name, exc) from exc
             state.processed = saved["processed"]
             state.late = saved["late"]
+        self.state_bytes = sum(len(data) for data in checkpoint.states.values())
         self.archive = ArchiveBuffer(self.topic, self.partition, checkpoint.next_offset)
         self._check_fence()
         discard_uncommitted(self.store, self.topic, self.partition, checkpoint.next_offset)
@@ -122,6 +125,7 @@ class StreamTask:
         self.consumed = 0
         self.dead_lettered = Counter()
         self.checkpointed_offset = None
+        self.state_bytes = 0
         discard_uncommitted(self.store, self.topic, self.partition, 0)
 
     def start_at(self, offset: int) -> None:
@@ -214,6 +218,7 @@ class StreamTask:
         )
         save_checkpoint(self.store, checkpoint)
         self.checkpointed_offset = self.next_offset
+        self.state_bytes = sum(len(data) for data in checkpoint.states.values())
         if commit_offset is not None:  # 4
             commit_offset(self.next_offset)
         log.debug(
@@ -280,4 +285,5 @@ class StreamTask:
             state=state,
             views={"counters": counters, "dead_letter_reasons": dict(self.dead_lettered)},
             generation=self.generation or 0,
+            state_bytes=self.state_bytes,
         )

@@ -29,6 +29,7 @@ from orchestration.autoscaling.mcts import (
     sla_window_arrivals,
 )
 from orchestration.autoscaling.metrics import FleetMetrics, Metric
+from orchestration.autoscaling.pause import PauseModel, fleet_pause_s
 from orchestration.autoscaling.policies.base import last_finite, missing_decision
 
 __all__ = ["MctsPolicy"]
@@ -94,7 +95,11 @@ class MctsPolicy:
         """What is left of the dwell of the rescale that set the current count, from the
         snapshots (the last one still reporting another count is when it was decided), so the
         live sensor, which keeps no planner between ticks, honours it too."""
-        dwell = self.planner.dwell_s(metrics.workers, self.settings.fleet.rescale_pause_s)
+        # the rescale that set the count moved about one worker's share of the tasks
+        share = fleet_pause_s(
+            metrics.workers + 1, metrics.workers, metrics.partitions, self.task_pause_s()
+        )
+        dwell = self.planner.dwell_s(metrics.workers, float(share))
         if dwell <= 0:
             return 0.0
         for past in reversed(history):
@@ -103,6 +108,11 @@ class MctsPolicy:
             if past.workers != metrics.workers:
                 return dwell - (metrics.time - past.time)
         return 0.0
+
+    def task_pause_s(self) -> float:
+        """How long a moved task stands still: the fleet's pause model at its state per task."""
+        fleet = self.settings.fleet
+        return PauseModel.from_settings(fleet).task_pause_s(fleet.state_mb_per_task)
 
     def down_floor(
         self, metrics: FleetMetrics, times: np.ndarray, rates: np.ndarray, worker_rate: float
@@ -151,7 +161,7 @@ class MctsPolicy:
             step_s=step,
             min_workers=s.fleet.min_workers,
             max_workers=s.fleet.upper,
-            rescale_pause_s=s.fleet.rescale_pause_s,
+            task_pause_s=self.task_pause_s(),
             dwell_left_s=self.dwell_left_s(metrics, history),
             penalty_factor=factor,
             down_floor=self.down_floor(metrics, times, rates, worker_rate),

@@ -48,11 +48,20 @@ class FakeControlStore:
     def rate_history(self, topic: str, since_s: float, until_s: float) -> list[dict]:
         return [s for m, s in sorted(self.minutes.items()) if since_s // 60 <= m < until_s // 60]
 
+    @property
+    def rescales(self) -> FakeControlStore:
+        return self  # no rescale recorded: the sensor prices them as the simulator does
+
+    def recent(self, topic: str, limit: int) -> list:
+        return []
+
     def close(self) -> None:
         pass
 
 
 FAKE = FakeControlStore()
+STATE_MB_PER_TASK = AutoscaleSettings().fleet.state_mb_per_task
+"""What the tasks report, so the sensor's pause is the simulator's."""
 
 
 class FakeControlStoreResource(ControlStoreResource):
@@ -84,6 +93,7 @@ def reports(metrics: FleetMetrics) -> list[TaskStatus]:
                 end_offset=1_000_000 + backlog,
                 backlog=backlog,
                 heartbeat_at=metrics.time,
+                state_bytes=round(STATE_MB_PER_TASK * 1e6),
             )
         )
     return statuses

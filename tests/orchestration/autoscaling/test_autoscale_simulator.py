@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,7 @@ from orchestration.autoscaling.exceptions import (
     TraceNotFound,
 )
 from orchestration.autoscaling.metrics import FleetMetrics
+from orchestration.autoscaling.pause import fleet_pause_s
 from orchestration.autoscaling.policies import POLICIES, StaticPolicy, make_policy
 from orchestration.autoscaling.realizers import SimulatedRealizer
 from orchestration.autoscaling.simulator import (
@@ -85,14 +87,19 @@ def test_single_step_above_capacity_builds_the_lag_worked_out_by_hand(
 
 
 def test_rescale_pauses_processing_and_backlog_carries_over(settings: AutoscaleSettings) -> None:
-    s = fleet(settings, partitions=20, peak=5000.0)
+    s = fleet(settings, partitions=20, peak=5000.0).updated(
+        fleet={"move_pause_s": 120.0, "state_mb_per_task": 0.0}
+    )
     now = [0.0]
     realizer = SimulatedRealizer(10, clock=lambda: now[0])
     result = Simulator(trace_of([1.0] * 13), s).run(Scripted([10, 20]), realizer=realizer)
     summary = result.summary()
     assert summary.rescales == 1
     assert len(realizer.events) == 1 and realizer.events[0].after == 20
-    # 60 s without processing: the oldest message waits 60 s, then 20 workers drain it
+    # 10 -> 20 moves half the 20 tasks, 120 s each: the fleet loses 60 s of its work
+    assert [r.tasks_moved for r in result.records if r.rescaled] == [10]
+    assert summary.pause_minutes == pytest.approx(1.0)
+    # the oldest message waits those 60 s, then 20 workers drain it
     assert summary.max_lag_s == pytest.approx(60.0, abs=10.0)
     assert result.records[1].backlog < 1.0
     assert result.records[1].processing_rate == pytest.approx(5000.0, rel=0.01)
@@ -188,7 +195,21 @@ def test_mcts_rescales_at_most_about_once_an_hour_on_a_shipped_trace(
     settings: AutoscaleSettings,
 ) -> None:
     s = settings.updated(simulation={"days": 2.0})
-    summary = Simulator(load_trace("nyc_taxi"), s).run(make_policy("mcts", s)).summary()
+    sim, policy = Simulator(load_trace("nyc_taxi"), s), make_policy("mcts", s)
+    first = sim.initial_workers(policy)
+    result = sim.run(policy)
+    summary = result.summary()
     assert summary.sla_violation_minutes == 0.0
     assert summary.rescales_per_day <= 24.0
-    assert summary.pause_minutes == pytest.approx(summary.rescales * s.fleet.rescale_pause_s / 60.0)
+    # each rescale paused the tasks it moved, no more: a one-worker step over 288 partitions
+    # pauses a worker's share of them, not the fleet
+    fleet_ = s.fleet
+    task_pause = fleet_.move_pause_s + fleet_.move_pause_per_state_mb_s * fleet_.state_mb_per_task
+    counts = [first, *(r.workers for r in result.records)]
+    moves = [(a, b) for a, b in pairwise(counts) if a != b]
+    assert len(moves) == summary.rescales > 0
+    expected = (
+        sum(float(fleet_pause_s(a, b, fleet_.partitions, task_pause)) for a, b in moves) / 60.0
+    )
+    assert summary.pause_minutes == pytest.approx(expected)
+    assert summary.pause_minutes < summary.rescales * task_pause / 60.0
