@@ -7,6 +7,7 @@ from typing import Any
 import dagster as dg
 
 from assets.constants import RAW_ARCHIVE_KEY, RECONCILIATION_REPORT_KEY, corrected_key
+from orchestration.autoscaling.explain import describe_plan, plan_markdown
 from orchestration.resources.fleet import FleetResource
 from orchestration.sensors.autoscaler import SCALE_JOB
 from pipelines.views import View
@@ -61,6 +62,27 @@ class ScaleConfig(dg.Config):
     policy: str = "manual"
     predicted_cost: float | None = None
     metrics_json: str = "{}"
+    plan_json: str = "{}"
+    """What the planner weighed (`Plan.explain`): the chosen plan, its cost split, the best
+    rejected alternative; empty for policies without a plan and for runs made by hand."""
+
+
+def plan_metadata(explanation: dict[str, Any]) -> dict[str, Any]:
+    """The planner's decision as run metadata: the plan tables, the cost split and the
+    rejected alternative's first move and cost (nothing for a decision without a plan)."""
+    if not explanation:
+        return {}
+    split = explanation.get("split") or {}
+    alternative = explanation.get("alternative") or {}
+    metadata: dict[str, Any] = {
+        "plan": dg.MetadataValue.md(plan_markdown(explanation)),
+        **{f"cost_{part}": float(value) for part, value in split.items()},
+        "explanation": dg.MetadataValue.json(explanation),
+    }
+    if alternative:
+        metadata["alternative_first_workers"] = int(alternative["segments"][0]["workers"])
+        metadata["alternative_cost"] = float(alternative["cost"])
+    return metadata
 
 
 @dg.op(description="Carry a worker count out through the fleet backend and wait until it runs.")
@@ -72,6 +94,9 @@ def rescale_fleet(
     context.log.info(
         "rescaling %s -> %s workers (%s: %s)", before, config.target, config.policy, config.reason
     )
+    plan = json.loads(config.plan_json)
+    if plan:
+        context.log.info(describe_plan(plan))
     after = realizer.apply(config.target, config.reason)
     context.log_event(
         dg.AssetObservation(
@@ -85,6 +110,7 @@ def rescale_fleet(
                 if config.predicted_cost is not None
                 else -1.0,
                 "metrics": dg.MetadataValue.json(json.loads(config.metrics_json)),
+                **plan_metadata(plan),
             },
         )
     )

@@ -7,6 +7,7 @@ value makes each of those steps testable on its own.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 __all__ = ["ScalingDecision"]
 
@@ -24,6 +25,9 @@ class ScalingDecision:
     policy: str
     predicted_cost: float | None = None
     current: int | None = None
+    explanation: dict[str, Any] | None = None
+    """What a planning policy weighed (JSON-able): the plan it chose over the horizon, its cost
+    split, the best alternative it rejected, the prices it used."""
 
     @classmethod
     def no_change(cls, current: int, reason: str, policy: str = "") -> ScalingDecision:

@@ -33,6 +33,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -42,6 +43,7 @@ from orchestration.autoscaling.pause import fleet_pause_s
 
 __all__ = [
     "CostModel",
+    "CostSplit",
     "MctsPlanner",
     "Plan",
     "PlanSegment",
@@ -142,13 +144,44 @@ class PlanSegment:
 
 
 @dataclass(frozen=True)
+class CostSplit:
+    """A plan's predicted cost by what it pays for, in worker-hour prices."""
+
+    hardware: float
+    """Worker-hours (billed in the granularity)."""
+    sla: float
+    """Time with lag beyond the SLA."""
+    rescale: float
+    """The rescales' penalties and the work their pauses lose."""
+    drain: float
+    """Draining what is left at the horizon."""
+
+    @property
+    def total(self) -> float:
+        return self.hardware + self.sla + self.rescale + self.drain
+
+    def as_dict(self) -> dict[str, float]:
+        return {
+            "hardware": self.hardware,
+            "sla": self.sla,
+            "rescale": self.rescale,
+            "drain": self.drain,
+            "total": self.total,
+        }
+
+
+@dataclass(frozen=True)
 class Plan:
-    """The cheapest plan found: its segments, its cost and the best cost per first move."""
+    """The cheapest plan found: its segments, its cost and the best cost per first move;
+    with its cost split and the best plan that starts with another move (the alternative the
+    planner rejected), when the search had one."""
 
     segments: tuple[PlanSegment, ...]
     cost: float
     first_costs: dict[int, float] = field(default_factory=dict)
     expansions: int = 0
+    split: CostSplit | None = None
+    alternative: Plan | None = None
 
     @property
     def first(self) -> int:
@@ -157,6 +190,31 @@ class Plan:
     def describe(self) -> str:
         parts = [f"{s.workers} for {s.duration_s / 60:.0f} min" for s in self.segments[:4]]
         return ", then ".join(parts)
+
+    def explain(self) -> dict[str, Any]:
+        """The plan as plain data (JSON): its worker counts over the horizon, its cost and
+        split, and the rejected alternative's."""
+
+        def one(plan: Plan) -> dict[str, Any]:
+            return {
+                "segments": [
+                    {
+                        "start_min": s.start_s / 60,
+                        "minutes": s.duration_s / 60,
+                        "workers": s.workers,
+                    }
+                    for s in plan.segments
+                ],
+                "cost": plan.cost,
+                "split": plan.split.as_dict() if plan.split else None,
+            }
+
+        return {
+            **one(self),
+            "alternative": one(self.alternative) if self.alternative else None,
+            "first_costs": {str(n): c for n, c in sorted(self.first_costs.items())},
+            "expansions": self.expansions,
+        }
 
 
 def sla_window_arrivals(
@@ -345,6 +403,45 @@ class MctsPlanner:
         return math.ceil(self.dwell_s(workers, pause_s, cost) / p.step_s - 1e-9)
 
     # -- evaluation -------------------------------------------------------------------------
+    def _step_costs(
+        self,
+        ctx: _Context,
+        w: np.ndarray,
+        j0: int,
+        backlog0: float,
+        pause0: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | float, np.ndarray | float]:
+        """Run each row of worker counts `w` (rows x steps from j0 to the horizon) on the fluid
+        model: per step, the backlog and the cost's hardware, rescale and SLA parts (0.0 where
+        a row has none). `pause0` is each row's pause at its first step (the move that led to
+        it; 0: none)."""
+        dt = ctx.step_s
+        caps = ctx.capacity[w]
+        x = ctx.arrivals[None, j0:] - caps * dt
+        if (pause0 > 0).any():
+            n = min(x.shape[1], max(1, math.ceil(float(pause0.max()) / dt)))
+            lost = np.clip(pause0[:, None] - np.arange(n)[None, :] * dt, 0.0, dt)
+            x[:, :n] += caps[:, :n] * lost
+        changes = w[:, 1:] != w[:, :-1]
+        rescale: np.ndarray | float = 0.0
+        if changes.any():
+            paused = np.where(changes, np.minimum(ctx.pause[w[:, :-1], w[:, 1:]], dt), 0.0)
+            x[:, 1:] += caps[:, 1:] * paused
+            rescale = np.zeros(w.shape)
+            rescale[:, 1:] = np.where(
+                changes,
+                ctx.rescale_cost + w[:, 1:] * (ctx.per_worker_rescale + paused * ctx.pause_price),
+                0.0,
+            )
+        s = np.cumsum(x, axis=1)
+        backlog = s - np.minimum(-backlog0, np.minimum.accumulate(s, axis=1))
+        excess = backlog - ctx.sla_arrivals[None, j0:]
+        sla: np.ndarray | float = 0.0
+        if (excess > 0).any():
+            over = np.clip(excess * ctx.inv_window[None, j0:], 0.0, 10.0)
+            sla = np.where(excess > 0, ctx.sla_per_step * (1.0 + over), 0.0)
+        return backlog, w * ctx.hw_per_step, rescale, sla
+
     def _rows(
         self,
         ctx: _Context,
@@ -354,36 +451,11 @@ class MctsPlanner:
         pause0: np.ndarray,
         upto: int,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Run each row of worker counts `w` (rows x steps from j0 to the horizon) on the fluid
-        model: backlog at step `upto`, cost to `upto`, total cost to the horizon (with rescales
-        inside the rows and the terminal cost of draining what is left). `pause0` is each
-        row's pause at its first step (the move that led to it; 0: none)."""
-        dt = ctx.step_s
-        caps = ctx.capacity[w]
-        x = ctx.arrivals[None, j0:] - caps * dt
-        if (pause0 > 0).any():
-            n = min(x.shape[1], max(1, math.ceil(float(pause0.max()) / dt)))
-            lost = np.clip(pause0[:, None] - np.arange(n)[None, :] * dt, 0.0, dt)
-            x[:, :n] += caps[:, :n] * lost
-        changes = w[:, 1:] != w[:, :-1]
-        any_change = changes.any()
-        if any_change:
-            paused = np.where(changes, np.minimum(ctx.pause[w[:, :-1], w[:, 1:]], dt), 0.0)
-            x[:, 1:] += caps[:, 1:] * paused
-        s = np.cumsum(x, axis=1)
-        backlog = s - np.minimum(-backlog0, np.minimum.accumulate(s, axis=1))
-        excess = backlog - ctx.sla_arrivals[None, j0:]
-        step_cost = w * ctx.hw_per_step
-        if any_change:
-            step_cost[:, 1:] += np.where(
-                changes,
-                ctx.rescale_cost + w[:, 1:] * (ctx.per_worker_rescale + paused * ctx.pause_price),
-                0.0,
-            )
-        if (excess > 0).any():
-            over = np.clip(excess * ctx.inv_window[None, j0:], 0.0, 10.0)
-            step_cost = step_cost + np.where(excess > 0, ctx.sla_per_step * (1.0 + over), 0.0)
-        cum = np.cumsum(step_cost, axis=1)
+        """Each row of `w` on the fluid model (`_step_costs`): backlog at step `upto`, cost to
+        `upto`, total cost to the horizon (with rescales inside the rows and the terminal cost
+        of draining what is left)."""
+        backlog, hardware, rescale, sla = self._step_costs(ctx, w, j0, backlog0, pause0)
+        cum = np.cumsum(hardware + rescale + sla, axis=1)
         k = upto - j0 - 1
         total = cum[:, -1] + np.maximum(backlog[:, -1], 0.0) * ctx.drain_cost
         return backlog[:, k], cum[:, k], total
@@ -477,7 +549,8 @@ class MctsPlanner:
             w = np.full((1, p.steps), p.workers)
             cost = float(self._rows(ctx, w, 0, p.backlog, np.zeros(1), 1)[2][0])
             seg = PlanSegment(0.0, p.steps * p.step_s, p.workers)
-            return Plan((seg,), cost, {p.workers: cost}, 0)
+            split = self._split(p, ctx, [p.workers] * p.steps)
+            return Plan((seg,), cost, {p.workers: cost}, 0, split)
         root = _Node(p.workers, -1, 0, 0)
         root.backlog_end = p.backlog
         root.billing = ((p.workers, 0.0),)
@@ -532,15 +605,29 @@ class MctsPlanner:
         return bool(ctx.capacity[p.workers] * ctx.step_s >= ctx.arrivals.max())
 
     def _extract(self, p: PlanningProblem, ctx: _Context, root: _Node, expansions: int) -> Plan:
-        """Follow the cheapest children; where the tree ends, the default policy's tail."""
+        """The cheapest first move and its best continuation, split; and the same for the
+        best other first move (the alternative)."""
         assert root.children
         first_costs = {c.workers: c.best for c in root.children}
-        schedule: list[int] = []
         node = min(root.children, key=lambda c: (c.best, c.workers))
         stay = next(c for c in root.children if c.workers == p.workers)
         if node is not stay and node.best > stay.own - self._margin(stay.own):
             node = stay  # hysteresis: a move must beat holding the count by the margin
+        others = [c for c in root.children if c.workers != node.workers]
+        alternative = None
+        if others:
+            other = min(others, key=lambda c: (c.best, c.workers))
+            alternative = self._plan_from(p, ctx, other)
+        chosen = self._plan_from(p, ctx, node)
+        return replace(
+            chosen, first_costs=first_costs, expansions=expansions, alternative=alternative
+        )
+
+    def _plan_from(self, p: PlanningProblem, ctx: _Context, node: _Node) -> Plan:
+        """Follow the cheapest children from `node`; where the tree ends, the default
+        policy's tail."""
         cost = node.best
+        schedule: list[int] = []
         while True:
             schedule.extend([node.workers] * (node.j_end - node.j_start))
             kids = node.children or []
@@ -557,24 +644,37 @@ class MctsPlanner:
                 segments[-1] = PlanSegment(last.start_s, last.duration_s + p.step_s, n)
             else:
                 segments.append(PlanSegment(j * p.step_s, p.step_s, n))
-        return Plan(tuple(segments), cost, first_costs, expansions)
+        return Plan(tuple(segments), cost, split=self._split(p, ctx, schedule))
 
     def evaluate(self, p: PlanningProblem, schedule: Sequence[int]) -> float:
         """Cost of a given per-step schedule of worker counts (e.g. a steady 32), same model."""
+        return self.split(p, schedule).total
+
+    def split(self, p: PlanningProblem, schedule: Sequence[int]) -> CostSplit:
+        """The cost of a per-step schedule of worker counts by what it pays for."""
         if len(schedule) != p.steps:
             raise ValueError(f"schedule has {len(schedule)} steps, problem has {p.steps}")
-        ctx = _Context.build(p, self.costs_for(p))
+        return self._split(p, _Context.build(p, self.costs_for(p)), schedule)
+
+    def _split(self, p: PlanningProblem, ctx: _Context, schedule: Sequence[int]) -> CostSplit:
         w = np.array([list(schedule)], dtype=np.int64)
         pause0 = ctx.pause[p.workers, w[:, 0]]
-        total = float(self._rows(ctx, w, 0, p.backlog, pause0, 1)[2][0])
+        backlog, hardware, rescale, sla = self._step_costs(ctx, w, 0, p.backlog, pause0)
+        hardware_cost = float(np.sum(hardware))
+        rescale_cost = float(np.sum(rescale))
         if schedule[0] != p.workers:
-            total += float(ctx.cost.rescale(schedule[0], float(pause0[0])))
+            rescale_cost += float(ctx.cost.rescale(schedule[0], float(pause0[0])))
         if self.cost.billing_granularity_s > p.step_s:
             billing: tuple[tuple[int, float], ...] = ((p.workers, 0.0),)
             prev = p.workers
             for j, n in enumerate(schedule):
                 if n != prev:
                     secs, billing = self._billing_extra(billing, prev, n, j * p.step_s)
-                    total += secs / 3600.0 * self.cost.worker_hour_price
+                    hardware_cost += secs / 3600.0 * self.cost.worker_hour_price
                 prev = n
-        return total
+        return CostSplit(
+            hardware=hardware_cost,
+            sla=float(np.sum(sla)),
+            rescale=rescale_cost,
+            drain=max(float(backlog[0, -1]), 0.0) * ctx.drain_cost,
+        )

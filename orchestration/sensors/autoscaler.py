@@ -145,6 +145,7 @@ def decide_scaling(
         "policy": policy_name,
         "predicted_cost": final.predicted_cost,
         "metrics_json": json.dumps(_plain(metrics)),
+        "plan_json": json.dumps(final.explanation or {}),
     }
     return request, new_cursor
 

@@ -177,6 +177,18 @@ class MctsPolicy:
         self.last_plan = plan
         w = metrics.workers
         reason = f"plan: {plan.describe()} (cost {plan.cost:.2f})"
-        if plan.first == w:
-            return ScalingDecision(w, reason, self.name, predicted_cost=plan.cost, current=w)
-        return ScalingDecision(plan.first, reason, self.name, predicted_cost=plan.cost, current=w)
+        explanation = {
+            **plan.explain(),
+            "task_pause_s": problem.task_pause_s,
+            "penalty_factor": problem.penalty_factor,
+            "down_floor": problem.down_floor,
+            "worker_rate": problem.worker_rate,
+        }
+        return ScalingDecision(
+            plan.first,
+            reason,
+            self.name,
+            predicted_cost=plan.cost,
+            current=w,
+            explanation=explanation,
+        )

@@ -8,6 +8,7 @@ import threading
 import time
 
 import dagster as dg
+import pytest
 
 from orchestration.autoscaling.config import AutoscaleSettings
 from orchestration.autoscaling.live import ControlStoreRealizer, collect_fleet_metrics
@@ -194,3 +195,75 @@ def test_scaling_run_waits_until_the_supervisor_applied_it(tmp_path):
     assert runtime.control.scaling("events")["applied_workers"] == 3
     realizer = ControlStoreRealizer(runtime.control, "events", timeout_s=1)
     assert realizer.current() == 3
+
+
+def test_an_mcts_scaling_run_shows_its_plan_cost_split_and_rejected_alternative(
+    tmp_path, monkeypatch
+):
+    """The default policy's run says what it weighed: the plan over the horizon, its cost in
+    hardware, SLA and rescale parts, and the best plan that started with another move."""
+    for key in ("SLUICE_AUTOSCALE_POLICY", "SLUICE_AUTOSCALE_SENSOR_COOLDOWN_S"):
+        monkeypatch.delenv(key, raising=False)
+    settings = SluiceSettings(state_dir=tmp_path / "state")
+    runtime = Runtime(settings, KafkaSettings())
+    url = settings.resolved_control_store_url
+    clock = [time.time()]
+    sensor = make_autoscaling_sensor(scale_stream_workers, clock=lambda: clock[0])
+    assert AutoscaleSettings().policy == "mcts"  # the live default
+    resources = {"control_store": LocalControlStoreResource(sqlite_url=url)}
+    # one worker at its full 200 msg/s; 200k messages behind and growing: 1000 s of lag
+    runtime.control.report_tasks(_statuses(clock[0], 1, 50_000, 50.0, 1.0))
+    first = sensor.evaluate_tick(dg.build_sensor_context(cursor=None, resources=resources))
+    assert not first.run_requests  # no input rate yet: one snapshot has no growth
+    clock[0] += 30
+    runtime.control.report_tasks(_statuses(clock[0], 1, 51_500, 50.0, 1.0))
+    result = sensor.evaluate_tick(dg.build_sensor_context(cursor=first.cursor, resources=resources))
+    (run,) = result.run_requests
+    assert run.tags["sluice/policy"] == "mcts"
+    assert "configured default" in run.tags["sluice/rescale_pause"]
+    config = run.run_config["ops"]["rescale_fleet"]["config"]
+    plan = json.loads(config["plan_json"])
+    assert plan["segments"][0]["workers"] == config["target"] > 1
+    assert sum(s["minutes"] for s in plan["segments"]) == 120  # the horizon, 2 h
+    split = plan["split"]
+    assert split["total"] == sum(split[p] for p in ("hardware", "sla", "rescale", "drain"))
+    assert split["rescale"] > 0 and split["hardware"] > 0
+    alternative = plan["alternative"]
+    assert alternative["segments"][0]["workers"] != config["target"]
+    assert alternative["cost"] >= plan["cost"] == config["predicted_cost"]
+
+    fleet = FakeFleet(1)
+    watcher = ScaleWatcher(runtime, fleet, "events", every_s=0)
+    stop = threading.Event()
+
+    def supervisor():
+        while not stop.wait(0.1):
+            watcher.check()
+
+    thread = threading.Thread(target=supervisor, daemon=True)
+    thread.start()
+    instance = dg.DagsterInstance.ephemeral()
+    try:
+        outcome = scale_stream_workers.execute_in_process(
+            run_config=run.run_config,
+            tags=run.tags,
+            instance=instance,
+            resources={
+                "fleet": LocalFleetResource(control_store_url=url, topic="events", timeout_s=30)
+            },
+        )
+    finally:
+        stop.set()
+        thread.join(5)
+    assert outcome.success and len(fleet.agents) == config["target"]
+    (observation,) = outcome.asset_observations_for_node("rescale_fleet")
+    metadata = observation.metadata
+    table = metadata["plan"].value
+    assert "**chosen**" in table and "**best rejected alternative**" in table
+    assert f"| 0 | {plan['segments'][0]['minutes']:.0f} | {config['target']} |" in table
+    for part in ("hardware", "sla", "rescale", "drain", "total"):
+        assert metadata[f"cost_{part}"].value == pytest.approx(split[part])
+    assert metadata["alternative_first_workers"].value == alternative["segments"][0]["workers"]
+    logs = [entry.user_message for entry in instance.all_logs(outcome.run_id)]
+    assert any(m.startswith("chosen plan: ") for m in logs)
+    assert any("best rejected alternative: " in m for m in logs)

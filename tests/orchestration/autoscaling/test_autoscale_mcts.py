@@ -3,6 +3,7 @@ determinism."""
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from dataclasses import replace
@@ -13,6 +14,7 @@ from autoscale_builders import snapshot
 
 from orchestration.autoscaling.capacity import efficient_count
 from orchestration.autoscaling.config import AutoscaleSettings, MctsSettings
+from orchestration.autoscaling.explain import describe_plan, plan_markdown
 from orchestration.autoscaling.mcts import MctsPlanner, PlanningProblem, sla_window_arrivals
 from orchestration.autoscaling.metrics import FleetMetrics
 from orchestration.autoscaling.pause import fleet_pause_s, tasks_moved
@@ -280,3 +282,29 @@ def test_the_down_floor_carries_the_last_hours_mean_rate(settings: AutoscaleSett
     now = snapshot(time=7200.0, workers=32, partitions=288)
     assert policy.down_floor(now, times, rates, 1000.0) == 21  # 20000 msg/s: 14 partitions each
     assert policy.down_floor(now, times, np.full(times.size, 26000.0), 1000.0) == 27
+
+
+def test_a_plan_splits_its_cost_and_names_the_best_rejected_alternative() -> None:
+    planner = MctsPlanner(MctsSettings(sla_safety=1.0, forecast_margin=0.0))
+    p = problem(workers=32, partitions=288, rate=26000.0, backlog=0.0, sla_s=600.0)
+    plan = planner.plan(p)
+    schedule = [s.workers for s in plan.segments for _ in range(int(s.duration_s // 300))]
+    split = plan.split
+    assert split is not None and split == planner.split(p, schedule)
+    assert split.total == pytest.approx(plan.cost, rel=1e-6)
+    assert split.rescale > 0 and split.hardware > 0 and split.sla == 0.0
+    # holding 32 costs no rescale, only hardware: the split says so
+    hold = planner.split(p, [32] * p.steps)
+    assert hold.rescale == 0.0 and hold.hardware == pytest.approx(32 * 2.0)
+    alternative = plan.alternative
+    assert alternative is not None and alternative.first != plan.first
+    assert alternative.cost == min(c for n, c in plan.first_costs.items() if n != plan.first)
+    assert alternative.cost >= plan.cost
+    explained = json.loads(json.dumps(plan.explain()))
+    assert explained["segments"][0]["workers"] == plan.first
+    assert explained["alternative"]["segments"][0]["workers"] == alternative.first
+    text = describe_plan(explained)
+    assert f"cost {split.total:.2f} = hardware {split.hardware:.2f}" in text
+    assert "best rejected alternative" in text
+    table = plan_markdown(explained)
+    assert f"| rescale | {split.rescale:.3f} | {alternative.split.rescale:.3f} |" in table
