@@ -1,7 +1,7 @@
 """The Metamarkets planner: a Monte-Carlo tree search over worker counts, minimising cost.
 
 A node is "run n workers for a while"; the children of n are n, n+-1, n+-k, n+-k^2, ... within
-[min, max] (plus the next capacity level up and down), and a node at depth d lasts c*m^d, so
+[min, max] (the first step past a bound lands on it; plus the next capacity level up and down), and a node at depth d lasts c*m^d, so
 the tree looks far ahead with few, coarse moves and near with many, fine ones. Every new node is
 a leaf that keeps its count to the common horizon; its cost is hardware (worker-hours, billed in
 a granularity) + SLA penalty (time with lag beyond the SLA, priced far above hardware) + the
@@ -248,10 +248,11 @@ def _efficient(partitions: int, lo: int, hi: int) -> tuple[int, ...]:
 def _children(n: int, lo: int, hi: int, partitions: int, k: int) -> tuple[int, ...]:
     out = {n}
     step = 1
-    while step <= hi - lo:
+    while True:  # the first step past a bound lands on it: the bounds are always reachable
         for cand in (n - step, n + step):
-            if lo <= cand <= hi:
-                out.add(max(lo, efficient_count(cand, partitions)))
+            out.add(max(lo, efficient_count(min(max(cand, lo), hi), partitions)))
+        if step > hi - lo:
+            break
         step = step * k if step > 1 else k
     levels = _efficient(partitions, lo, hi)
     i = bisect.bisect_right(levels, n)

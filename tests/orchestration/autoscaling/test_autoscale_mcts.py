@@ -56,11 +56,13 @@ def seed_example(sla_s: float) -> PlanningProblem:
 
 def test_children_are_n_plus_minus_powers_of_k_in_bounds() -> None:
     planner = MctsPlanner(MctsSettings(k=2))
-    # 8 +- 1, 2, 4, 8, 16, 32 over 64 partitions, snapped: 9 -> 8, 12 -> 11, 24 -> 22, 40 -> 32
-    # (9 workers carry what 8 carry); plus the next capacity levels, 7 and 10
-    assert planner.children(8, 1, 64, 64) == [4, 6, 7, 8, 10, 11, 16, 22, 32]
+    # 8 +- 1, 2, 4, 8, 16, 32, 64 over 64 partitions, snapped: 9 -> 8, 12 -> 11, 24 -> 22,
+    # 40 -> 32 (9 workers carry what 8 carry); the first step past a bound lands on it (1, 64);
+    # plus the next capacity levels, 7 and 10
+    assert planner.children(8, 1, 64, 64) == [1, 4, 6, 7, 8, 10, 11, 16, 22, 32, 64]
     # over 1000 partitions small counts are all efficient; 136 -> 125, 264 -> 250, 520 -> 500
     assert planner.children(8, 1, 1000, 1000) == [
+        1,
         4,
         6,
         7,
@@ -75,8 +77,12 @@ def test_children_are_n_plus_minus_powers_of_k_in_bounds() -> None:
         125,
         250,
         500,
+        1000,
     ]
     assert planner.children(1, 1, 3, 6) == [1, 2, 3]
+    # 1 + 2 = 3 workers over 4 partitions carry what 2 carry: without the bound as a child, a
+    # fleet of one could not reach its full 4 in one move
+    assert planner.children(1, 1, 4, 4) == [1, 2, 4]
     # over 288 partitions counts snap to the cheapest with the same capacity: no 25, 26, 28
     kids = planner.children(27, 1, 288, 288)
     assert all(efficient_count(k, 288) == k for k in kids)
