@@ -3,9 +3,11 @@ Dagster run that carries it out through the control store."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
+from collections.abc import Iterator
 
 import dagster as dg
 import pytest
@@ -159,11 +161,9 @@ class FakeFleet:
         return sorted(self.agents)
 
 
-def test_scaling_run_waits_until_the_supervisor_applied_it(tmp_path):
-    settings = SluiceSettings(state_dir=tmp_path / "state")
-    runtime = Runtime(settings, KafkaSettings())
-    fleet = FakeFleet(2)
-    watcher = ScaleWatcher(runtime, fleet, "events", every_s=0)
+@contextlib.contextmanager
+def supervising(watcher: ScaleWatcher) -> Iterator[None]:
+    """A supervisor thread carrying out scaling requests, as `sluice stream` does."""
     stop = threading.Event()
 
     def supervisor():
@@ -173,6 +173,17 @@ def test_scaling_run_waits_until_the_supervisor_applied_it(tmp_path):
     thread = threading.Thread(target=supervisor, daemon=True)
     thread.start()
     try:
+        yield
+    finally:
+        stop.set()
+        thread.join(5)
+
+
+def test_scaling_run_waits_until_the_supervisor_applied_it(tmp_path):
+    settings = SluiceSettings(state_dir=tmp_path / "state")
+    runtime = Runtime(settings, KafkaSettings())
+    fleet = FakeFleet(2)
+    with supervising(ScaleWatcher(runtime, fleet, "events", every_s=0)):
         outcome = scale_stream_workers.execute_in_process(
             run_config={
                 "ops": {
@@ -187,9 +198,6 @@ def test_scaling_run_waits_until_the_supervisor_applied_it(tmp_path):
                 )
             },
         )
-    finally:
-        stop.set()
-        thread.join(5)
     assert outcome.success
     assert len(fleet.agents) == 3
     assert runtime.control.scaling("events")["applied_workers"] == 3
@@ -233,17 +241,8 @@ def test_an_mcts_scaling_run_shows_its_plan_cost_split_and_rejected_alternative(
     assert alternative["cost"] >= plan["cost"] == config["predicted_cost"]
 
     fleet = FakeFleet(1)
-    watcher = ScaleWatcher(runtime, fleet, "events", every_s=0)
-    stop = threading.Event()
-
-    def supervisor():
-        while not stop.wait(0.1):
-            watcher.check()
-
-    thread = threading.Thread(target=supervisor, daemon=True)
-    thread.start()
     instance = dg.DagsterInstance.ephemeral()
-    try:
+    with supervising(ScaleWatcher(runtime, fleet, "events", every_s=0)):
         outcome = scale_stream_workers.execute_in_process(
             run_config=run.run_config,
             tags=run.tags,
@@ -252,9 +251,6 @@ def test_an_mcts_scaling_run_shows_its_plan_cost_split_and_rejected_alternative(
                 "fleet": LocalFleetResource(control_store_url=url, topic="events", timeout_s=30)
             },
         )
-    finally:
-        stop.set()
-        thread.join(5)
     assert outcome.success and len(fleet.agents) == config["target"]
     (observation,) = outcome.asset_observations_for_node("rescale_fleet")
     metadata = observation.metadata
