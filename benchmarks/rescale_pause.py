@@ -46,6 +46,7 @@ from pipelines.storage.local import LocalObjectStore  # noqa: E402
 from pipelines.stream.checkpoint import TaskCheckpoint, load_checkpoint, save_checkpoint  # noqa: E402
 from pipelines.stream.state import ViewState  # noqa: E402
 from pipelines.views.loader import parse_views  # noqa: E402
+from tests.fixtures.processes import wait_until  # noqa: E402 - the tests' deadline wait
 
 TOPIC = "rescale-events"
 PROBE_VIEW = {
@@ -94,15 +95,6 @@ def probe_state(keys: int) -> tuple[float, float]:
         assert restored is not None
         ViewState(view).load(read_parquet(restored.states[view.name]))
         return len(data) / 1e6, time.perf_counter() - started
-
-
-def wait_for(condition, timeout_s: float, what: str, every_s: float = 0.1):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if result := condition():
-            return result
-        time.sleep(every_s)
-    raise TimeoutError(f"timed out after {timeout_s:.0f}s waiting for {what}")
 
 
 def main() -> int:
@@ -204,12 +196,12 @@ def main() -> int:
                     for i in range(n, current):
                         stop_process(processes.pop(f"a{i}"), timeout_s=60)
                 if current > 0:
-                    wait_for(
+                    wait_until(
                         lambda r=recorded: len(control.rescales.recent(TOPIC, 1000)) > r,
                         180,
                         f"the rescale {current} -> {n} to be recorded",
                     )
-                wait_for(lambda n=n: settled(n), 180, f"{n} agents running every task")
+                wait_until(lambda n=n: settled(n), 180, f"{n} agents running every task")
                 console.print(f"{current} -> {n} agents: settled")
                 current = n
                 time.sleep(3)  # let the new owners checkpoint and report their state size
