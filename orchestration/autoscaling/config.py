@@ -410,8 +410,8 @@ class AutoscaleSettings(SluiceBaseSettings):
     )
     policy: str = Field(
         "mcts",
-        description="Policy the live sensor decides with (default: the `mcts` planner, "
-        "which sizes the fleet from the measured true rate per worker).",
+        description="Policy the live sensor decides with (default: the `mcts` planner, which "
+        "prices hardware, lag beyond the SLA and rescales over its horizon).",
     )
     sensor_interval_s: int = Field(30, ge=5, description="Seconds between the live sensor's ticks.")
     history_retention_s: float = Field(
