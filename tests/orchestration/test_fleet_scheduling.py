@@ -3,6 +3,8 @@ disabled; balance and drain through checkpoint hand-offs, one calm step at a tim
 
 from __future__ import annotations
 
+from collections import Counter
+
 from orchestration.fleet.scheduling import describe_assignments, plan_changes
 from pipelines.control import AgentRecord, Assignment
 
@@ -54,18 +56,36 @@ def test_a_handoff_target_is_preferred_when_live() -> None:
     assert (change.kind, change.agent_id) == ("schedule", "a1")
 
 
-def test_balance_hands_off_one_task_from_the_busiest_to_the_idlest() -> None:
+def test_balance_hands_off_every_surplus_task_at_once() -> None:
     agents = [_agent("a0"), _agent("a1"), _agent("a2")]
     tasks = [_task(p, "a0") for p in range(4)] + [_task(4, "a1")]
-    (change,) = plan_changes(tasks, agents, NOW, LOSS)
-    assert (change.kind, change.task, change.agent_id) == ("handoff", "events:3", "a2")
-    assert "balance" in change.reason
+    changes = plan_changes(tasks, agents, NOW, LOSS)
+    # 5 tasks over 3 agents: 2, 2, 1; a0 hands its last two off, to the idlest first
+    assert [(c.kind, c.task, c.agent_id) for c in changes] == [
+        ("handoff", "events:2", "a2"),
+        ("handoff", "events:3", "a1"),
+    ]
+    assert all("balance" in c.reason for c in changes)
     # a pending hand-off keeps the controller calm
     pending = [*tasks[:3], _task(3, "a0", handoff_to="a2"), tasks[4]]
     assert plan_changes(pending, agents, NOW, LOSS) == []
     # within one task of each other: nothing moves
     even = [_task(0, "a0"), _task(1, "a0"), _task(2, "a1"), _task(3, "a2")]
     assert plan_changes(even, agents, NOW, LOSS) == []
+    # a scale-up from one agent to four over 12 tasks: the nine that must move, all at once,
+    # three to each new agent; the old agent keeps its first three
+    four = [_agent(f"a{i}") for i in range(4)]
+    alone = [_task(p, "a0") for p in range(12)]
+    changes = plan_changes(alone, four, NOW, LOSS)
+    assert {c.kind for c in changes} == {"handoff"}
+    assert sorted(c.task for c in changes) == sorted(f"events:{p}" for p in range(3, 12))
+    assert Counter(c.agent_id for c in changes) == {"a1": 3, "a2": 3, "a3": 3}
+    # uneven shares (10 over 3: 4, 3, 3): the busiest keeps the larger one, so 3 tasks move
+    # (2 from a0, 1 from a1), not 4
+    uneven = [_task(p, "a0") for p in range(6)] + [_task(p, "a1") for p in range(6, 10)]
+    moves = plan_changes(uneven, agents, NOW, LOSS)
+    assert Counter(int(c.task.rpartition(":")[2]) < 6 for c in moves) == {True: 2, False: 1}
+    assert {c.agent_id for c in moves} == {"a2"}
 
 
 def test_a_draining_agent_hands_everything_off_and_gets_nothing_new() -> None:
