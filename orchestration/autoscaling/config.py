@@ -53,13 +53,13 @@ class FleetSettings(BaseModel):
         None, ge=1, description="Most workers any policy may ask for; default: the partitions."
     )
     move_pause_s: float = Field(
-        1.5,
+        1.6,
         ge=0,
         description="How long a task a rescale moves stands still (checkpoint, hand-off, "
         "restore), s; a rescale moves only the tasks the new count needs moved. The lag sensor "
         "fits it (and the next one) from the fleet's recorded rescales once it has "
-        "pause_fit_min_rescales of them. Default: the fit of 12 rescales of 12 tasks on 2 "
-        "cores (benchmarks/rescale_pause.py).",
+        "pause_fit_min_rescales of them. Default: the fit of 7 rescales of 12 tasks on 2 "
+        "cores, hand-offs in parallel (benchmarks/rescale_pause.py).",
     )
     move_pause_per_state_mb_s: float = Field(
         2.5,
@@ -67,6 +67,14 @@ class FleetSettings(BaseModel):
         description="Extra pause of a moved task per MB of window state (checkpointed Parquet) "
         "it carries, s. Default: a final checkpoint and its restore alone took 1.9-2.8 s/MB "
         "on 2 cores (benchmarks/rescale_pause.py).",
+    )
+    scale_up_start_s: float = Field(
+        5.0,
+        ge=0,
+        description="How long after a scale-up is decided its new workers start taking tasks, "
+        "s: the capacity they add is missing until then. Default: a local agent process "
+        "(2.6-6 s from the run's launch to the first hand-off in the live closed-loop test); "
+        "on new machines set their boot time.",
     )
     state_mb_per_task: float = Field(
         1.0,

@@ -39,7 +39,7 @@ import numpy as np
 
 from orchestration.autoscaling.capacity import efficient_count, efficient_counts, fleet_capacity
 from orchestration.autoscaling.config import MctsSettings
-from orchestration.autoscaling.pause import fleet_pause_s
+from orchestration.autoscaling.pause import rescale_loss_s
 
 __all__ = [
     "CostModel",
@@ -116,8 +116,11 @@ class PlanningProblem:
     min_workers: int = 1
     max_workers: int | None = None
     task_pause_s: float = 2.0
-    """How long each task a rescale moves stands still, s (`pause.PauseModel`): a rescale
-    from n to m loses `pause.fleet_pause_s(n, m, ...)` seconds of the whole fleet's work."""
+    """How long each task a rescale moves stands still, s (`pause.PauseModel`)."""
+    scale_up_start_s: float = 0.0
+    """How long a scale-up's new workers take to start taking tasks, s. With the pause, a
+    rescale from n to m loses `pause.rescale_loss_s(n, m, ...)` seconds of the new fleet's
+    work."""
     dwell_left_s: float = 0.0
     """How long the current count must still hold before a scale-down: what is left of the
     dwell of the rescale that set it (0: the fleet may scale down now)."""
@@ -308,7 +311,9 @@ class _Context:
         rate = np.maximum(rates, 1e-9)
         window = np.maximum(arrivals / rate, dt)
         counts = np.arange(max(p.upper, p.workers) + 1)
-        pause = fleet_pause_s(counts[:, None], counts[None, :], p.partitions, p.task_pause_s)
+        pause = rescale_loss_s(
+            counts[:, None], counts[None, :], p.partitions, p.task_pause_s, p.scale_up_start_s
+        )
         return cls(
             step_s=dt,
             steps=p.steps,

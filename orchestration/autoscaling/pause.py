@@ -2,14 +2,16 @@
 
 A rescale does not stop the whole fleet: the coordinator moves only the tasks the new count
 needs moved (:func:`tasks_moved`), and each moved task stands still while its owner checkpoints
-it, releases it and its new owner restores it. So the processing a rescale loses is the moved
+it, releases it and its new owner restores it (the coordinator plans every hand-off of a
+rebalance at once, so they overlap). So the processing a rescale loses is the moved
 tasks' pause: ``per_task_s`` each plus ``per_state_mb_s`` per megabyte of window state they
 carry. The coordinator records every rescale (:mod:`orchestration.fleet.rescales`); with
 enough records, :func:`fit_pause` replaces the documented defaults by a non-negative least
 squares fit of the recorded lost task-seconds on tasks moved and state moved.
 
 The planner sees a rescale's loss as seconds of the whole fleet standing still
-(:func:`fleet_pause_s`): moved tasks x their pause / all tasks.
+(:func:`rescale_loss_s`): moved tasks x their pause / all tasks, and for a scale-up the share of
+capacity it adds times how long its new workers take to start.
 """
 
 from __future__ import annotations
@@ -23,7 +25,14 @@ from scipy.optimize import nnls
 from orchestration.autoscaling.config import AutoscaleSettings, FleetSettings
 from pipelines.control import RescaleRecord
 
-__all__ = ["PauseModel", "fit_pause", "fleet_pause_s", "tasks_moved", "with_measured_pause"]
+__all__ = [
+    "PauseModel",
+    "fit_pause",
+    "fleet_pause_s",
+    "rescale_loss_s",
+    "tasks_moved",
+    "with_measured_pause",
+]
 
 
 def tasks_moved(old: int | np.ndarray, new: int | np.ndarray, partitions: int) -> np.ndarray:
@@ -43,8 +52,25 @@ def tasks_moved(old: int | np.ndarray, new: int | np.ndarray, partitions: int) -
 def fleet_pause_s(
     old: int | np.ndarray, new: int | np.ndarray, partitions: int, task_pause_s: float
 ) -> np.ndarray:
-    """A rescale's lost processing as seconds of the whole fleet standing still."""
+    """The moved tasks' pause as seconds of the whole fleet standing still."""
     return tasks_moved(old, new, partitions) * task_pause_s / max(partitions, 1)
+
+
+def rescale_loss_s(
+    old: int | np.ndarray,
+    new: int | np.ndarray,
+    partitions: int,
+    task_pause_s: float,
+    start_s: float = 0.0,
+) -> np.ndarray:
+    """Everything a rescale from ``old`` to ``new`` workers loses, as seconds of the new
+    fleet's work: the moved tasks' pause (they are handed over in parallel) and, going up,
+    the capacity it adds, missing until the new workers have started (``start_s``)."""
+    old_a = np.maximum(np.asarray(old, dtype=float), 1.0)
+    new_a = np.maximum(np.asarray(new, dtype=float), 1.0)
+    share = 1.0 - np.ceil(partitions / new_a - 1e-9) / np.ceil(partitions / old_a - 1e-9)
+    added = np.where(new_a > old_a, np.maximum(share, 0.0), 0.0)
+    return fleet_pause_s(old, new, partitions, task_pause_s) + added * start_s
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,9 @@ guards review, the `SimulatedRealizer` applies, and the fleet then processes for
 - capacity is the uneven-partition capacity of the worker count (`capacity.fleet_capacity`):
   the most loaded worker's partitions lag first, and their lag is the fleet's lag;
 - a rescale pauses the tasks it moves (`pause.tasks_moved`), each for the fleet's pause model
-  (`move_pause_s` plus `move_pause_per_state_mb_s` x `state_mb_per_task`): the fleet loses
-  that share of its processing (`pause.fleet_pause_s`);
+  (`move_pause_s` plus `move_pause_per_state_mb_s` x `state_mb_per_task`), and the capacity a
+  scale-up adds arrives once its workers started (`scale_up_start_s`): the fleet loses that
+  work (`pause.rescale_loss_s`);
 - the backlog carries over; processing within a step follows the exact (min,+) solution
   D(t) = min(D0 + C*tau(t), min_s A(s) + C*(tau(t) - tau(s))) on the tick grid;
 - time lag is the age of the oldest unprocessed message, from the arrival curve (FIFO).
@@ -30,7 +31,7 @@ from orchestration.autoscaling.exceptions import (
 )
 from orchestration.autoscaling.guards import Guard, default_guards
 from orchestration.autoscaling.metrics import FleetMetrics
-from orchestration.autoscaling.pause import PauseModel, fleet_pause_s, tasks_moved
+from orchestration.autoscaling.pause import PauseModel, rescale_loss_s, tasks_moved
 from orchestration.autoscaling.policies import ScalingPolicy, make_policy
 from orchestration.autoscaling.realizers import SimulatedRealizer
 from orchestration.autoscaling.step import decide
@@ -302,7 +303,11 @@ class Simulator:
                 rescaled = True
                 last_rescale = now
                 moved = int(tasks_moved(before, workers, fleet.partitions))
-                pause_left = float(fleet_pause_s(before, workers, fleet.partitions, task_pause))
+                pause_left = float(
+                    rescale_loss_s(
+                        before, workers, fleet.partitions, task_pause, fleet.scale_up_start_s
+                    )
+                )
             # spot interruptions: each moves one worker's tasks, which pause while they move
             interruptions = self._interruptions(workers, k, rng)
             moved += interruptions * math.ceil(fleet.partitions / max(workers, 1))

@@ -162,6 +162,7 @@ class MctsPolicy:
             min_workers=s.fleet.min_workers,
             max_workers=s.fleet.upper,
             task_pause_s=self.task_pause_s(),
+            scale_up_start_s=s.fleet.scale_up_start_s,
             dwell_left_s=self.dwell_left_s(metrics, history),
             penalty_factor=factor,
             down_floor=self.down_floor(metrics, times, rates, worker_rate),

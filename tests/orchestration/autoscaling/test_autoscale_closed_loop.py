@@ -78,17 +78,10 @@ minute scale alike with the clock (the planner compares cost rates), so the SLA'
 against hardware is unchanged. Two settings carry hours in their unit and are scaled too: the
 fixed rescale penalty (worker-hours: a quarter of an hour of one worker becomes 15 s of one)
 and the rescale budget (1 an hour becomes 1 a scaled hour, 60 s). The pause of a moved task is
-measured, not tuned, so its default stands."""
+measured, not tuned, so its default stands, and so is the time a scale-up's new workers take
+to start (``fleet.scale_up_start_s``, 5 s): real seconds here as in production."""
 
 COOLDOWN_S = AutoscaleSettings.model_fields["sensor_cooldown_s"].default / TIME_SCALE
-SLA_SAFETY = 0.4
-"""Not compressed: the lead time of a scale-up, which the planner does not model (it prices the
-moved tasks' pause only). A new worker process takes ~6 s to start before the first hand-off
-and the hand-offs ~6-8 s more: ~14 real seconds, 14 minutes at production scale, more than the
-4 minutes of room the default 0.6 leaves. Planning against 0.4 of the SLA (4 s) has the
-planner move while the backlog is still small instead of at the last step its model allows
-(with 0.6 it decided 6-16 s after the step and the lag peaked at 13 s)."""
-
 MCTS_SPANS = (
     "c_s",
     "horizon_s",
@@ -113,8 +106,7 @@ FORECAST_SPANS = (
 
 
 def _compressed_planner_env() -> dict[str, str]:
-    """The mcts and forecast defaults with their time spans divided by TIME_SCALE (and
-    SLA_SAFETY)."""
+    """The mcts and forecast defaults with their time spans divided by TIME_SCALE."""
     mcts, forecast = MctsSettings(), ForecastSettings()
     env = {
         f"SLUICE_AUTOSCALE_MCTS__{name.upper()}": str(getattr(mcts, name) / TIME_SCALE)
@@ -125,7 +117,6 @@ def _compressed_planner_env() -> dict[str, str]:
         for name in FORECAST_SPANS
     }
     env["SLUICE_AUTOSCALE_MCTS__RESCALE_COST"] = str(mcts.rescale_cost / TIME_SCALE)
-    env["SLUICE_AUTOSCALE_MCTS__SLA_SAFETY"] = str(SLA_SAFETY)
     env["SLUICE_AUTOSCALE_MCTS__RESCALE_BUDGET_PER_H"] = str(mcts.rescale_budget_per_h * TIME_SCALE)
     return env
 

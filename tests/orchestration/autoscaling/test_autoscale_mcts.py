@@ -17,7 +17,7 @@ from orchestration.autoscaling.config import AutoscaleSettings, MctsSettings
 from orchestration.autoscaling.explain import describe_plan, plan_markdown
 from orchestration.autoscaling.mcts import MctsPlanner, PlanningProblem, sla_window_arrivals
 from orchestration.autoscaling.metrics import FleetMetrics
-from orchestration.autoscaling.pause import fleet_pause_s, tasks_moved
+from orchestration.autoscaling.pause import fleet_pause_s, rescale_loss_s, tasks_moved
 from orchestration.autoscaling.policies import MctsPolicy
 
 
@@ -183,9 +183,13 @@ def test_a_rescale_costs_its_penalty_plus_the_capacity_its_pause_loses() -> None
     # worker's share), 60 s each, is 20 s of the whole fleet (the backlog it leaves drains
     # well inside the SLA)
     assert tasks_moved(2, 3, 6) == 2 and fleet_pause_s(2, 3, 6, 60.0) == pytest.approx(20.0)
+    assert rescale_loss_s(2, 3, 6, 60.0) == pytest.approx(20.0)
     no_pause = replace(p, task_pause_s=0.0)
     lost = free.evaluate(p, three) - free.evaluate(no_pause, three)
     assert lost == pytest.approx(3 * 20 / 3600)
+    # a late start of the new worker (10 s) costs its third of the capacity that long
+    late = replace(p, scale_up_start_s=10.0)
+    assert free.evaluate(late, three) - free.evaluate(p, three) == pytest.approx(3 * 10 / 3 / 3600)
     # the budget's factor multiplies the penalty, not the lost capacity
     raised = replace(p, penalty_factor=3.0)
     assert planner(5.0, 600.0).evaluate(raised, three) - free.evaluate(p, three) == pytest.approx(

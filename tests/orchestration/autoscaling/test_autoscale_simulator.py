@@ -17,7 +17,7 @@ from orchestration.autoscaling.exceptions import (
     TraceNotFound,
 )
 from orchestration.autoscaling.metrics import FleetMetrics
-from orchestration.autoscaling.pause import fleet_pause_s
+from orchestration.autoscaling.pause import rescale_loss_s
 from orchestration.autoscaling.policies import POLICIES, StaticPolicy, make_policy
 from orchestration.autoscaling.realizers import SimulatedRealizer
 from orchestration.autoscaling.simulator import (
@@ -88,7 +88,7 @@ def test_single_step_above_capacity_builds_the_lag_worked_out_by_hand(
 
 def test_rescale_pauses_processing_and_backlog_carries_over(settings: AutoscaleSettings) -> None:
     s = fleet(settings, partitions=20, peak=5000.0).updated(
-        fleet={"move_pause_s": 120.0, "state_mb_per_task": 0.0}
+        fleet={"move_pause_s": 120.0, "state_mb_per_task": 0.0, "scale_up_start_s": 20.0}
     )
     now = [0.0]
     realizer = SimulatedRealizer(10, clock=lambda: now[0])
@@ -96,11 +96,12 @@ def test_rescale_pauses_processing_and_backlog_carries_over(settings: AutoscaleS
     summary = result.summary()
     assert summary.rescales == 1
     assert len(realizer.events) == 1 and realizer.events[0].after == 20
-    # 10 -> 20 moves half the 20 tasks, 120 s each: the fleet loses 60 s of its work
+    # 10 -> 20 moves half the 20 tasks, 120 s each: 60 s of the whole fleet's work; the half
+    # of the capacity it adds is missing while its workers start, 20 s: 10 s more
     assert [r.tasks_moved for r in result.records if r.rescaled] == [10]
-    assert summary.pause_minutes == pytest.approx(1.0)
-    # the oldest message waits those 60 s, then 20 workers drain it
-    assert summary.max_lag_s == pytest.approx(60.0, abs=10.0)
+    assert summary.pause_minutes == pytest.approx(70.0 / 60.0)
+    # the oldest message waits those 70 s, then 20 workers drain it
+    assert summary.max_lag_s == pytest.approx(70.0, abs=10.0)
     assert result.records[1].backlog < 1.0
     assert result.records[1].processing_rate == pytest.approx(5000.0, rel=0.01)
 
@@ -201,15 +202,15 @@ def test_mcts_rescales_at_most_about_once_an_hour_on_a_shipped_trace(
     summary = result.summary()
     assert summary.sla_violation_minutes == 0.0
     assert summary.rescales_per_day <= 24.0
-    # each rescale paused the tasks it moved, no more: a one-worker step over 288 partitions
-    # pauses a worker's share of them, not the fleet
+    # each rescale lost what its moves cost (the moved tasks' pause, not the fleet's, and the
+    # added capacity's late arrival), as the planner priced it
     fleet_ = s.fleet
     task_pause = fleet_.move_pause_s + fleet_.move_pause_per_state_mb_s * fleet_.state_mb_per_task
     counts = [first, *(r.workers for r in result.records)]
     moves = [(a, b) for a, b in pairwise(counts) if a != b]
     assert len(moves) == summary.rescales > 0
-    expected = (
-        sum(float(fleet_pause_s(a, b, fleet_.partitions, task_pause)) for a, b in moves) / 60.0
+    expected = sum(
+        float(rescale_loss_s(a, b, fleet_.partitions, task_pause, fleet_.scale_up_start_s))
+        for a, b in moves
     )
-    assert summary.pause_minutes == pytest.approx(expected)
-    assert summary.pause_minutes < summary.rescales * task_pause / 60.0
+    assert summary.pause_minutes == pytest.approx(expected / 60.0)
