@@ -30,11 +30,15 @@ from orchestration.autoscaling.mcts import (
 )
 from orchestration.autoscaling.metrics import FleetMetrics, Metric
 from orchestration.autoscaling.pause import PauseModel, fleet_pause_s
-from orchestration.autoscaling.policies.base import last_finite, missing_decision
+from orchestration.autoscaling.policies.base import missing_decision
 
 __all__ = ["MctsPolicy"]
 
 _MAX_PENALTY_EXPONENT = 5.0  # the budget multiplies the penalty by at most e^5 (about 150)
+LOADED_UTILISATION = 0.5
+"""A worker at least this busy shows its true rate; below it, fixed costs dominate."""
+RATE_LOOKBACK = 60
+"""Snapshots searched back for a loaded reading (30 minutes of the live sensor's ticks)."""
 
 
 class MctsPolicy:
@@ -109,6 +113,23 @@ class MctsPolicy:
                 return dwell - (metrics.time - past.time)
         return 0.0
 
+    def worker_rate(self, metrics: FleetMetrics, history: Sequence[FleetMetrics]) -> float:
+        """What one worker carries, msg per busy-second: the latest reading taken while the
+        fleet was busy (utilisation >= LOADED_UTILISATION), else the latest finite one, else
+        the configured rate. A nearly idle worker's fixed costs (polls, small batches,
+        flushes) read as a rate several times too low, and a plan sized on it both scales up
+        too far and holds the extra workers back from a scale-down."""
+        latest = math.nan
+        for snapshot in (metrics, *reversed(history[-RATE_LOOKBACK:])):
+            rate = snapshot.true_processing_rate
+            if not math.isfinite(rate) or rate <= 0:
+                continue
+            if snapshot.utilisation >= LOADED_UTILISATION:
+                return rate
+            if math.isnan(latest):
+                latest = rate
+        return latest if math.isfinite(latest) else self.settings.fleet.worker_rate
+
     def task_pause_s(self) -> float:
         """How long a moved task stands still: the fleet's pause model at its state per task."""
         fleet = self.settings.fleet
@@ -135,9 +156,7 @@ class MctsPolicy:
         m = s.mcts
         step = m.plan_step_s
         steps = max(1, math.ceil(m.horizon_s / step))
-        worker_rate = last_finite(Metric.TRUE_PROCESSING_RATE, metrics, history)
-        if not math.isfinite(worker_rate) or worker_rate <= 0:
-            worker_rate = s.fleet.worker_rate
+        worker_rate = self.worker_rate(metrics, history)
         sla_plan = s.simulation.sla_s * m.sla_safety
         span = s.forecast.season_s + m.horizon_s + s.forecast.smoothing_s + step
         times, rates = self._recent(metrics, history, span)

@@ -318,3 +318,17 @@ def test_a_plan_splits_its_cost_and_names_the_best_rejected_alternative() -> Non
     assert "best rejected alternative" in text
     table = plan_markdown(explained)
     assert f"| rescale | {split.rescale:.3f} | {alternative.split.rescale:.3f} |" in table
+
+
+def test_the_worker_rate_comes_from_a_loaded_reading_not_an_idle_one() -> None:
+    policy = MctsPolicy(AutoscaleSettings())
+    loaded = snapshot(time=0.0, true_processing_rate=500.0, utilisation=0.9)
+    idle = [snapshot(time=30.0 * i, true_processing_rate=150.0, utilisation=0.2) for i in (1, 2)]
+    # a nearly idle worker reads 150 msg/s of fixed costs; the loaded reading is its rate
+    assert policy.worker_rate(idle[-1], [loaded, idle[0]]) == 500.0
+    # no loaded reading: the latest finite one; none at all: the configured rate
+    assert policy.worker_rate(idle[-1], idle[:1]) == 150.0
+    unknown = snapshot(true_processing_rate=math.nan)
+    assert policy.worker_rate(unknown, []) == AutoscaleSettings().fleet.worker_rate
+    # the plan is sized on it
+    assert policy.problem(idle[-1], [loaded, idle[0]]).worker_rate == 500.0
