@@ -6,7 +6,10 @@ hardware, lag beyond the SLA and every rescale over its horizon) through the dec
 the simulator uses (:mod:`orchestration.autoscaling.step`), whose guards may veto (bounds,
 hysteresis, and one cooldown, ``SLUICE_AUTOSCALE_SENSOR_COOLDOWN_S``, default 300 s, so the
 fleet does not flap), and launches a ``scale_stream_workers`` run when the target changes,
-with the reason, the policy and the predicted cost as tags. The cursor keeps the recent
+with the reason, the policy, the predicted cost and the rescale pause it priced as tags, and
+the planner's explanation (its plan, cost split and rejected alternative) in the run's
+config. Each tick prices rescales with the pause fitted from the fleet's recorded rescales
+(:mod:`orchestration.autoscaling.pause`). The cursor keeps the recent
 snapshots (the policy's history) and the time of the last rescale; the control store keeps
 one snapshot a minute for days (``SLUICE_AUTOSCALE_HISTORY_RETENTION_S``), and the policy
 decides on that season followed by the cursor's snapshots. While a rescale is under way
