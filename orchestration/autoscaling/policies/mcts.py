@@ -38,6 +38,9 @@ _MAX_PENALTY_EXPONENT = 5.0  # the budget multiplies the penalty by at most e^5 
 LOADED_UTILISATION = 0.5
 """A worker at least this busy shows its true rate; below it, fixed costs dominate."""
 RATE_LOOKBACK = 60
+RESCALE_TRANSIT_S = 120.0
+"""Changes of the worker count in one direction within this long are one rescale seen
+half-way (the live sensor snapshots a fleet whose new workers are still starting)."""
 """Snapshots searched back for a loaded reading (30 minutes of the live sensor's ticks)."""
 
 
@@ -79,17 +82,24 @@ class MctsPolicy:
         Above the budget, a rescale is priced by what the budget has left. The penalty never
         falls below the configured one: a cheap rescale is what has a plan dip for five
         minutes and come back. Rescales are counted from the snapshots (a change of worker
-        count), so the live sensor gets the same penalty.
+        count; changes in one direction within RESCALE_TRANSIT_S are one), so the live
+        sensor gets the same penalty.
         """
         m = self.settings.mcts
         if m.rescale_budget_per_h <= 0:
             return 1.0
         start = metrics.time - m.rescale_budget_window_s
         used, newer, first = 0, metrics.workers, metrics.time
+        later: tuple[float, bool] | None = None  # (when, whether up) of the later change
         for past in reversed(history):
             if past.time < start:
                 break
-            used += past.workers != newer
+            if past.workers != newer:
+                up = newer > past.workers
+                # a rescale seen half-way (1 -> 2 -> 3 while its workers start) is one
+                if later is None or later[1] != up or later[0] - first >= RESCALE_TRANSIT_S:
+                    used += 1
+                later = (first, up)
             newer, first = past.workers, past.time
         hours = max(metrics.time - first, m.rescale_budget_min_span_s) / 3600.0
         excess = max(used / (m.rescale_budget_per_h * hours) - 1.0, 0.0)

@@ -284,6 +284,27 @@ def test_the_rescale_penalty_rises_only_above_the_budget(settings: AutoscaleSett
     assert off.penalty_factor(*fleet_with(12)) == 1.0
 
 
+def test_a_rescale_seen_half_way_counts_once_against_the_budget(
+    settings: AutoscaleSettings,
+) -> None:
+    """The live sensor snapshots a fleet whose new workers are still starting: 1 -> 2 -> 3
+    30 s apart is one rescale; the same counts 5 minutes apart are two."""
+    policy = MctsPolicy(settings.updated(mcts={"rescale_budget_per_h": 0.25}))
+
+    def factor(counts: list[int], every_s: float) -> float:
+        snaps = [snapshot(time=7200.0 + every_s * k, workers=n) for k, n in enumerate(counts)]
+        quiet = [snapshot(time=300.0 * k, workers=counts[0]) for k in range(24)]
+        return policy.penalty_factor(snaps[-1], [*quiet, *snaps[:-1]])
+
+    # a 3 h span at 0.25 an hour allows 0.75 rescales: one is 1.33x over, two 2.67x
+    gain = settings.mcts.rescale_budget_gain
+    one, two = math.exp(gain * (1 / 0.75 - 1)), math.exp(gain * (2 / 0.75 - 1))
+    assert factor([4, 5, 6, 6], every_s=30.0) == pytest.approx(one)
+    assert factor([4, 5, 6, 6], every_s=300.0) == pytest.approx(two)
+    # a way up and back down within the window is two, however quick
+    assert factor([4, 5, 4, 4], every_s=30.0) == pytest.approx(two)
+
+
 def test_the_down_floor_carries_the_last_hours_mean_rate(settings: AutoscaleSettings) -> None:
     policy = MctsPolicy(settings.updated(mcts={"down_floor_window_s": 3600.0}))
     times = np.arange(0.0, 7200.0 + 1, 300.0)
