@@ -123,6 +123,13 @@ class ViewState:
             group = tuple(_label(v[first]) for v in values)
             yield (int(starts[first]), *group), idx
 
+    def settle(self, watermark: int) -> None:
+        """Nothing to do: windows fold events in as they come (session views wait for order)."""
+
+    def pending_table(self) -> pa.Table | None:
+        """None: a windowed view holds no events back (see ``SessionState.pending_table``)."""
+        return None
+
     def closed_segments(self, watermark: int) -> list[int]:
         """Segments no in-time event can reach any more."""
         limit = watermark - self.view.allowed_lateness_ms
@@ -157,7 +164,7 @@ class ViewState:
         schema = pa.schema(fields, metadata={"sluice": json.dumps(meta)})
         return pa.Table.from_pydict(data, schema=schema)
 
-    def load(self, table: pa.Table) -> None:
+    def load(self, table: pa.Table, pending: pa.Table | None = None) -> None:
         """Restore buckets from :meth:`all_table` output (a checkpoint)."""
         rows = table.to_pylist()
         for row in rows:
