@@ -162,3 +162,48 @@ def test_each_hour_alone_reads_around_it(spark, streamed, view):
         assert crossing_out if hour == hours[0] else crossing_in
         served = _served(view, streamed.store, hour, hour + HOUR_MS)
         _assert_equal(served, expected)
+
+
+def test_reconciliation_explains_late_and_duplicate_events_and_catches_lost_sessions(
+    spark, streamed, view
+):
+    from pipelines.segments import read_parquet, realtime_prefix, to_parquet
+    from quality.reconcile import reconcile
+    from quality.sessions import SessionCauses, settled_frontier
+
+    hours = archive_hours(streamed.store)
+    correct_hours(spark, streamed.store, [view], hours)
+    results = reconcile(streamed.store, [view], hours)
+    assert [r.hour_ms for r in results] == hours and all(r.corrected for r in results)
+    assert all(r.passed for r in results), [f for r in results for f in r.failures]
+    differing = sum(len(r.comparison.missing) + len(r.comparison.extra) for r in results) + sum(
+        m.differing for r in results for m in r.metrics
+    )
+    assert differing > 0  # the data has late and duplicate events: there is something to explain
+    assert sum(r.causes.late_dropped for r in results) > 0
+    assert any(r.causes.duplicates for r in results)
+    count = next(m for m in results[0].metrics if m.column == "event_count")
+    assert count.compared > 0 and count.kind == "exact"
+
+    # Lose one realtime session whose span had neither duplicates nor late drops.
+    hour = hours[0]
+    result = next(r for r in results if r.hour_ms == hour)
+    from quality.sessions import _archive_rows
+
+    causes = SessionCauses(view, _archive_rows(streamed.store, view, hour, None))
+    key = next(iter(streamed.store.list(realtime_prefix(view.name, hour))))
+    table = read_parquet(streamed.store.get(key))
+    rows = table.to_pylist()
+    victim = next(
+        i
+        for i, r in enumerate(rows)
+        if not causes.of(r["client"], r["session_start"], r["session_end"]).explains_difference
+        and not r["open"]
+        and r["session_end"] < settled_frontier(streamed.store, view)
+    )
+    keep = [i for i in range(len(rows)) if i != victim]
+    streamed.store.put(key, to_parquet(table.take(keep)))
+    (after,) = reconcile(streamed.store, [view], [hour])
+    assert not after.passed and result.passed
+    assert len(after.comparison.missing) == len(result.comparison.missing) + 1
+    assert "session(s) missing or extra" in after.failures[0]
