@@ -276,3 +276,21 @@ def test_a_checkpoint_without_the_pending_column_still_loads(tmp_path):
     checkpoint = load_checkpoint(store, "events", 0)
     assert checkpoint.pending == {} and set(checkpoint.states) == {"visits"}
     assert isinstance(read_parquet(checkpoint.states["visits"]), pa.Table)
+
+
+def test_folding_in_early_when_many_events_wait_changes_nothing(tmp_path, monkeypatch):
+    """Pending events beyond SETTLE_AT_PENDING are folded in before the flush: same sessions."""
+    from pipelines.stream import sessions
+
+    view = _view(gap="10m", max_duration="1h", allowed_lateness="15m", max_kept_events=4)
+    records = _random_partition(11, 2000)
+    truth = SessionTruth(view)
+    truth.add_partition(0, [r.value for r in records], 64 * 1024, 6 * 3600_000, settled_only=True)
+    monkeypatch.setattr(sessions, "SETTLE_AT_PENDING", 50)
+    task, store = _task(tmp_path, view)
+    for first in range(0, len(records), 100):
+        task.process(records[first : first + 100])
+        assert task.states["visits"].pending_rows < 150
+    task.flush()
+    rows = query_view(store, view, 0, 2**62).to_pylist()
+    assert not compare_sessions(view, rows, truth.sessions())
