@@ -17,8 +17,12 @@ flushes or checkpoints happened, so a replay after a crash rewrites identical se
 Sessions are bucketed by the hour they started in (their segment). A flush folds in what is
 settled and rewrites the realtime segment of every bucket that changed: full snapshots, open
 sessions marked open. A closed session drops its live aggregator states at once and keeps
-only its serialized row; the bucket leaves memory once the frontier has passed its hour and
-all its sessions are closed, after the flush that made their final snapshots durable.
+only its serialized row until the next flush has written it; then it leaves memory, and later
+rewrites of its segment carry its row over from the segment's current file
+(:meth:`SessionState.segment_table` with ``previous``). Sessions are never merged or removed,
+so a row of the file that memory lacks is a closed session (or, after a crash, one the replay
+will write again identically). The bucket itself leaves memory once the frontier has passed
+its hour and none of its sessions is open.
 """
 
 from __future__ import annotations
@@ -85,6 +89,9 @@ def session_table_schema(view: View) -> pa.Schema:
 
 class SessionState:
     """The sessions of one session view in one task, plus its processed/late counters."""
+
+    keeps_rows_elsewhere = True
+    """Closed sessions leave memory after a flush: a segment's rewrite reads its file first."""
 
     def __init__(self, view: View) -> None:
         if view.session is None:
@@ -316,9 +323,35 @@ class SessionState:
             for key, item in items
         ]
 
-    def segment_table(self, segment: int) -> pa.Table:
-        """One bucket as a realtime segment table: every session that started in its hour."""
-        return self._table(self._rows(sorted(self.buckets.get(segment, {}).items())))
+    def segment_table(self, segment: int, previous: pa.Table | None = None) -> pa.Table:
+        """One bucket as a realtime segment table: every session that started in its hour,
+        those that already left memory taken from ``previous`` (the segment's current file)."""
+        items = dict(self.buckets.get(segment, {}))
+        rows = self._rows(items.items())
+        if previous is not None and previous.num_rows and self._same_definition(previous):
+            keys = zip(
+                previous.column(self.spec.key).to_pylist(),
+                previous.column(SESSION_START).to_pylist(),
+                strict=True,
+            )
+            carried = [i for i, key in enumerate(keys) if key not in items]
+            if carried:
+                old = previous.select(session_table_schema(self.view).names).take(carried)
+                rows += list(zip(*(c.to_pylist() for c in old.columns), strict=True))
+        return self._table(sorted(rows, key=lambda r: (r[0], r[1])))
+
+    def _same_definition(self, table: pa.Table) -> bool:
+        meta = json.loads((table.schema.metadata or {}).get(b"sluice", b"{}"))
+        return meta.get("fingerprint") == self.view.fingerprint
+
+    def flushed(self) -> None:
+        """The dirty buckets' files are written: their closed sessions leave memory."""
+        for segment in self.dirty:
+            bucket = self.buckets.get(segment)
+            if bucket:
+                for key in [k for k, v in bucket.items() if isinstance(v, tuple)]:
+                    del bucket[key]
+        self.dirty.clear()
 
     def all_table(self) -> pa.Table:
         items = (item for bucket in self.buckets.values() for item in bucket.items())

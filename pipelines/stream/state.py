@@ -142,9 +142,15 @@ class ViewState:
 
     # --- serialization -------------------------------------------------------------------
 
-    def segment_table(self, segment: int) -> pa.Table:
+    keeps_rows_elsewhere = False
+    """Windows hold every row of an open segment in memory (``SessionState`` does not)."""
+
+    def segment_table(self, segment: int, previous: pa.Table | None = None) -> pa.Table:
         """One bucket as a realtime segment table: keys plus serialized states."""
         return self._table(self.buckets.get(segment, {}).items())
+
+    def flushed(self) -> None:
+        self.dirty.clear()
 
     def all_table(self) -> pa.Table:
         rows = (item for bucket in self.buckets.values() for item in bucket.items())

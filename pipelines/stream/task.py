@@ -19,6 +19,8 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 
+import pyarrow as pa
+
 from pipelines.archive import ArchiveBuffer, discard_uncommitted
 from pipelines.config import SluiceSettings
 from pipelines.control.store import TaskStatus
@@ -179,7 +181,9 @@ class StreamTask:
 
         1. Archive the events and dead letters consumed since the last flush.
         2. Fold settled events into session views' sessions (closing those due), then rewrite
-           the realtime segment of every segment touched since the last flush.
+           the realtime segment of every segment touched since the last flush (a session
+           view's from memory plus the closed sessions its file holds; those then leave
+           memory).
         3. Wait until the dead-letter topic has every dead letter sent so far.
 
         Under a job model the fence is asked first: a fenced owner writes nothing.
@@ -190,9 +194,17 @@ class StreamTask:
             state.settle(self.watermark)
             for segment in sorted(state.dirty):
                 key = realtime_key(state.view.name, segment, self.topic, self.partition)
-                self.store.put(key, to_parquet(state.segment_table(segment)))
-            state.dirty.clear()
+                previous = self._current(key) if state.keeps_rows_elsewhere else None
+                self.store.put(key, to_parquet(state.segment_table(segment, previous)))
+            state.flushed()
         self.sink.flush()  # 3
+
+    def _current(self, key: str) -> pa.Table | None:
+        """A realtime segment file as written by the last flush, or None."""
+        try:
+            return read_parquet(self.store.get(key))
+        except FileNotFoundError:
+            return None
 
     def checkpoint(self, commit_offset: Callable[[int], None] | None = None) -> None:
         """Persist state and offset so that a restart resumes exactly here.

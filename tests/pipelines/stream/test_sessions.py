@@ -165,14 +165,20 @@ def test_kept_events_are_the_first_in_event_time_and_the_rest_are_counted(tmp_pa
 def test_closed_sessions_leave_memory_after_their_final_snapshot(tmp_path):
     view = _view()
     task, store = _task(tmp_path, view)
-    task.process(_records([(0, "s1"), (10, "s2"), (70, "s3")]))
-    task.checkpoint()
+    task.process(_records([(0, "s1"), (10, "s2"), (70, "s3"), (75, "s5")]))
     state = task.states["visits"]
-    assert state.open_sessions == 0 and state.buckets  # closed, but the hour is not final
-    task.process([Rec(3, T0, _event(3, T0 + 200 * MIN, "s4"))])
+    state.settle(task.watermark)  # frontier 55 min: s1 and s2 closed, not written yet
+    assert state.open_sessions == 0 and len(state.buckets[T0]) == 2
+    task.checkpoint()  # their final rows are durable: they leave memory, the hour stays open
+    assert state.buckets[T0] == {}
+    task.process([Rec(4, T0, _event(4, T0 + 56 * MIN, "s6"))])  # a new session in that hour
+    task.process([Rec(5, T0, _event(5, T0 + 100 * MIN, "s7"))])
+    task.flush()  # rewrites hour 22:00 from memory (s6) plus its file (s1, s2)
+    assert [s["key"] for s in _sessions(store, view)] == ["s1", "s2", "s6", "s3", "s5"]
+    task.process([Rec(6, T0, _event(6, T0 + 200 * MIN, "s4"))])
     task.checkpoint()  # frontier 180 min: hour 22:00 is final, its file is durable
     assert T0 not in state.buckets
-    assert [s["key"] for s in _sessions(store, view)] == ["s1", "s2", "s3"]
+    assert [s["key"] for s in _sessions(store, view)] == ["s1", "s2", "s6", "s3", "s5", "s7"]
 
 
 def _random_partition(seed: int, n: int) -> list[Rec]:
