@@ -241,7 +241,7 @@ def session_memory(topic: str, batches: dict[int, list[RecordBatch]], views_file
         if isinstance(v, tuple)
     )
     pending = sum(s.pending_rows for s in states.values())
-    for state in states.values():  # keep only the open sessions
+    for state in states.values():  # drop the pending events and the closed sessions' rows
         state.pending = []
         for bucket in state.buckets.values():
             for key in [k for k, v in bucket.items() if isinstance(v, tuple)]:
@@ -255,7 +255,6 @@ def session_memory(topic: str, batches: dict[int, list[RecordBatch]], views_file
         "pending": pending,
         "bytes_total": full,
         "bytes_per_open": open_only / max(1, open_sessions),
-        "bytes_per_closed_row": (full - open_only) / max(1, closed + pending),
     }
 
 
@@ -378,9 +377,10 @@ def print_sessions(costs: dict[str, float], memory_use: dict, repeat: int) -> No
         print(f"(f) {label:<32}: {cost:>8.2f} us/event beyond that{ratio}")
     print(
         f"(f) session state: {memory_use['open']:,} open sessions at "
-        f"{memory_use['bytes_per_open']:,.0f} B each; {memory_use['closed_rows']:,} closed rows "
-        f"and {memory_use['pending']:,} pending events at "
-        f"{memory_use['bytes_per_closed_row']:,.0f} B each; {memory_use['bytes_total'] / 1e6:,.1f} MB"
+        f"{memory_use['bytes_per_open']:,.0f} B each (what is left once the pending events and "
+        f"closed rows are dropped); with {memory_use['closed_rows']:,} closed rows not flushed "
+        f"yet and {memory_use['pending']:,} pending events, "
+        f"{memory_use['bytes_total'] / 1e6:,.1f} MB in all"
     )
 
 
