@@ -32,7 +32,6 @@ from itertools import pairwise
 
 import numpy as np
 import orjson
-import pandas as pd
 import pyarrow as pa
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
@@ -67,8 +66,14 @@ log = logging.getLogger(__name__)
 _KEPT = "__kept"
 
 
-def session_starts(times: np.ndarray, gap_ms: int, max_duration_ms: int) -> np.ndarray:
-    """The start of each event's session, for one key's event times in ascending order."""
+def session_starts(
+    times: np.ndarray,
+    gap_ms: int,
+    max_duration_ms: int,
+    open_session: tuple[int, int] | None = None,
+) -> np.ndarray:
+    """The start of each event's session, for one key's event times in ascending order;
+    ``open_session`` is the (start, last event time) of a session the first event may join."""
     starts = np.empty(len(times), dtype=np.int64)
     if not len(times):
         return starts
@@ -76,6 +81,10 @@ def session_starts(times: np.ndarray, gap_ms: int, max_duration_ms: int) -> np.n
     bounds = [0, *breaks.tolist(), len(times)]
     for a, b in pairwise(bounds):
         start = int(times[a])
+        if a == 0 and open_session is not None:
+            first, last = open_session
+            if start - last < gap_ms and start - first < max_duration_ms:
+                start = first
         if int(times[b - 1]) - start < max_duration_ms:
             starts[a:b] = start
             continue
@@ -118,19 +127,37 @@ def session_batch_schema(view: View) -> pa.Schema:
 
 
 def _sessionize(events: DataFrame, view: View) -> DataFrame:
-    """Each event with the start of its session (one pandas call per key, in Spark)."""
+    """Each event with the start of its session: the events are partitioned by key and sorted
+    by (key, event time, event id) in Spark, then cut in one pandas call per Arrow batch,
+    carrying the open session of the last key over to the next batch of the partition."""
     spec = view.session
     assert spec is not None
     schema = StructType([*events.schema.fields, StructField(SESSION_START, LongType(), False)])
 
-    def per_key(frame: pd.DataFrame) -> pd.DataFrame:
-        frame = frame.sort_values(["event_time", "event_id"], kind="stable")
-        times = frame["event_time"].to_numpy(dtype=np.int64)
-        return frame.assign(
-            **{SESSION_START: session_starts(times, spec.gap_ms, spec.max_duration_ms)}
-        )
+    def cut(frames):
+        carry: tuple[str, int, int] | None = None  # (key, session start, last event time)
+        for frame in frames:
+            if frame.empty:
+                yield frame.assign(**{SESSION_START: np.empty(0, dtype=np.int64)})
+                continue
+            keys = frame[spec.key].to_numpy()
+            times = frame["event_time"].to_numpy(dtype=np.int64)
+            starts = np.empty(len(times), dtype=np.int64)
+            edges = np.flatnonzero(keys[1:] != keys[:-1]) + 1
+            bounds = [0, *edges.tolist(), len(times)]
+            for a, b in pairwise(bounds):
+                # The partition's previous batch may have ended inside this key's session.
+                open_session = carry[1:] if carry is not None and carry[0] == keys[a] else None
+                starts[a:b] = session_starts(
+                    times[a:b], spec.gap_ms, spec.max_duration_ms, open_session
+                )
+            if len(times):
+                last = len(times) - 1
+                carry = (keys[last], int(starts[last]), int(times[last]))
+            yield frame.assign(**{SESSION_START: starts})
 
-    return events.groupBy(spec.key).applyInPandas(per_key, schema=schema)
+    ordered = events.repartition(spec.key).sortWithinPartitions(spec.key, "event_time", "event_id")
+    return ordered.mapInPandas(cut, schema=schema)
 
 
 def _aggregate_sessions(events: DataFrame, view: View, segments: Sequence[int]) -> pa.Table:

@@ -159,8 +159,15 @@ def test_each_hour_alone_reads_around_it(spark, streamed, view):
     hours = archive_hours(streamed.store)
     assert len(hours) >= 2
     oracle = oracle_sessions(view, streamed.events_frame(dedupe=True))
-    for hour in hours[:2]:
-        (result,) = correct_hours(spark, streamed.store, [view], [hour])
+    # Small Arrow batches: keys' sessions run across batches, which must carry them over.
+    batch_rows = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    previous = spark.conf.get(batch_rows)
+    spark.conf.set(batch_rows, "37")
+    try:
+        results = [correct_hours(spark, streamed.store, [view], [hour]) for hour in hours[:2]]
+    finally:
+        spark.conf.set(batch_rows, previous)
+    for hour, (result,) in zip(hours[:2], results, strict=True):
         assert result.segment_start_ms == hour and not result.skipped
         expected = {k: v for k, v in oracle.items() if hour <= k[1] < hour + HOUR_MS}
         crossing_out = [v for v in expected.values() if v["session_end"] >= hour + HOUR_MS]
@@ -212,3 +219,12 @@ def test_reconciliation_explains_late_and_duplicate_events_and_catches_lost_sess
     assert not after.passed and result.passed
     assert len(after.comparison.missing) == len(result.comparison.missing) + 1
     assert "session(s) missing or extra" in after.failures[0]
+
+
+def test_session_starts_continue_an_open_session():
+    """A batch of Spark rows may start inside a session: the open one is continued."""
+    times = pd.Series([70, 75, 90, 95]).to_numpy()
+    # joins (70 - 62 < 10, 70 - 50 < 25), then 75 - 50 >= 25 cuts; 90 - 75 >= 10 breaks.
+    starts = session_starts(times, gap_ms=10, max_duration_ms=25, open_session=(50, 62))
+    assert starts.tolist() == [50, 75, 90, 90]
+    assert session_starts(times, 10, 25, open_session=(40, 55)).tolist() == [70, 70, 90, 90]
