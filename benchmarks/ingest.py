@@ -8,6 +8,10 @@ Measures, on the same topic of the same embedded broker, in one process run:
   (d) the generator's produce rate (synthesis + send + delivery) on each client,
   (e) the same stream tasks fed the topic's records from memory (no Kafka in the loop): the
       ceiling a worker's own processing sets,
+  (f) the session view of the example views against windowed views with the same
+      aggregations (per org every 10 minutes, and per session id every hour): each alone in
+      tasks fed from memory, its cost per event being the time beyond the same tasks with no
+      view (decoding and archiving), and the memory per open session of its state,
 and prints messages per second and the ratios c/a, c/b and c/e. Runs are interleaved and the
 median of ``--repeat`` rounds is reported, because the broker shares the machine's cores.
 
@@ -17,12 +21,15 @@ median of ``--repeat`` rounds is reported, because the broker shares the machine
 from __future__ import annotations
 
 import argparse
+import gc
 import platform
 import statistics
 import sys
 import tempfile
 import threading
 import time
+import tracemalloc
+from dataclasses import replace
 from itertools import zip_longest
 from pathlib import Path
 
@@ -38,8 +45,9 @@ from pipelines.kafka.reader import open_reader
 from pipelines.kafka.writer import open_writer
 from pipelines.storage import LocalObjectStore
 from pipelines.stream import StreamWorker, TaskId
+from pipelines.stream.sessions import SessionState
 from pipelines.stream.task import StreamTask
-from pipelines.views import load_views
+from pipelines.views import View, load_views, parse_views
 
 PARTITIONS = 4
 
@@ -137,6 +145,119 @@ def tasks_from_memory(
         return total / (time.monotonic() - started)
 
 
+def _view_seconds(topic: str, batches: dict[int, list[RecordBatch]], views: list[View]) -> float:
+    """Seconds the tasks take to process the records in memory with ``views`` (no flushes)."""
+    with tempfile.TemporaryDirectory() as state:
+        settings = SluiceSettings(state_dir=Path(state))
+        store = LocalObjectStore(settings.resolved_storage_root)
+        tasks = {p: StreamTask(topic, p, views, store, _NoDeadLetters(), settings) for p in batches}
+        started = time.perf_counter()
+        for partition, task in tasks.items():
+            task.start_at(0)
+            for batch in batches[partition]:
+                task.process(batch)
+            for view_state in task.states.values():
+                view_state.settle(task.watermark)
+        return time.perf_counter() - started
+
+
+def session_comparison(
+    topic: str, batches: dict[int, list[RecordBatch]], views_file: Path, repeat: int
+) -> dict[str, float]:
+    """(f): marginal microseconds per event of the session view and of windowed views with the
+    same aggregations, medians of ``repeat`` interleaved runs."""
+    session = next(v for v in load_views(views_file) if v.is_session)
+    specs = [
+        {"aggregation": a.aggregation, "aggregated_col_name": f"m_{a.aggregated_col_name}"}
+        | ({"col_name": a.col_name} if a.col_name else {})
+        for a in session.aggregations
+    ]
+    windowed = {
+        "windowed per org, 10m": ("org", "10m"),
+        "windowed per session id, 1h": ("session_id", "1h"),
+    }
+    candidates = {"session view": session}
+    for label, (col, interval) in windowed.items():
+        (view,) = parse_views(
+            [
+                {
+                    "name": "w",
+                    "topic": topic,
+                    "grouping_cols": [col],
+                    "interval": interval,
+                    "allowed_lateness": "2m",
+                    "aggregation_info": specs,
+                }
+            ]
+        )
+        candidates[label] = view
+    total = sum(len(b) for bs in batches.values() for b in bs)
+    seconds: dict[str, list[float]] = {label: [] for label in ["no view", *candidates]}
+    for _ in range(repeat):
+        seconds["no view"].append(_view_seconds(topic, batches, []))
+        for label, view in candidates.items():
+            seconds[label].append(_view_seconds(topic, batches, [view]))
+    base = statistics.median(seconds["no view"])
+    return {
+        label: max(0.0, statistics.median(values) - base) / total * 1e6
+        for label, values in seconds.items()
+        if label != "no view"
+    } | {"no view": base / total * 1e6}
+
+
+def session_memory(topic: str, batches: dict[int, list[RecordBatch]], views_file: Path) -> dict:
+    """(f): bytes per open session of the example session view's state (tracemalloc), after
+    every record is in and settled, with the closed sessions' rows and the pending events
+    counted apart."""
+    from pipelines.events.decode import NO_WATERMARK, decode_batch
+
+    session = replace(next(v for v in load_views(views_file) if v.is_session), topic=topic)
+    decoded = []
+    for partition in sorted(batches):
+        watermark = NO_WATERMARK
+        for batch in batches[partition]:
+            out = decode_batch(
+                batch, watermark, max_message_bytes=64 * 1024, max_future_ms=6 * 3_600_000
+            )
+            watermark = out.watermark
+            decoded.append((partition, out))
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    states = {p: SessionState(session) for p in batches}
+    for partition, batch in decoded:
+        states[partition].update(batch)
+    for partition, state in states.items():
+        last = [b for p, b in decoded if p == partition][-1]
+        state.settle(last.watermark)
+    gc.collect()
+    full = tracemalloc.get_traced_memory()[0] - before
+    open_sessions = sum(s.open_sessions for s in states.values())
+    closed = sum(
+        1
+        for s in states.values()
+        for bucket in s.buckets.values()
+        for v in bucket.values()
+        if isinstance(v, tuple)
+    )
+    pending = sum(s.pending_rows for s in states.values())
+    for state in states.values():  # drop the pending events and the closed sessions' rows
+        state.pending = []
+        for bucket in state.buckets.values():
+            for key in [k for k, v in bucket.items() if isinstance(v, tuple)]:
+                del bucket[key]
+    gc.collect()
+    open_only = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    return {
+        "open": open_sessions,
+        "closed_rows": closed,
+        "pending": pending,
+        "bytes_total": full,
+        "bytes_per_open": open_only / max(1, open_sessions),
+    }
+
+
 class _NoDeadLetters:
     def send(self, *_args: object) -> None:
         pass
@@ -164,6 +285,9 @@ def main() -> int:
     parser.add_argument("--events", type=int, default=300_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--flush-interval", type=float, default=5.0)
+    parser.add_argument(
+        "--sessions-only", action="store_true", help="only (f): the session view's cost and memory"
+    )
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -193,6 +317,11 @@ def main() -> int:
             work: dict[str, list[float]] = {c: [] for c in CLIENTS}
             memory: list[float] = []
             in_memory = read_all(info.bootstrap, topic, args.events)
+            costs = session_comparison(topic, in_memory, views_file, args.repeat)
+            memory_use = session_memory(topic, in_memory, views_file)
+            print_sessions(costs, memory_use, args.repeat)
+            if args.sessions_only:
+                return 0
             for round_no in range(1, args.repeat + 1):
                 memory.append(tasks_from_memory(topic, in_memory, views_file, args.flush_interval))
                 for client in CLIENTS:
@@ -234,6 +363,25 @@ def main() -> int:
     print(f"(e) the tasks from memory, no Kafka  : {e:>10,.0f} msg/s (median of {n})")
     print(f"ratio c/e (confluent worker / memory): {ca / e:>10.2f}")
     return 0
+
+
+def print_sessions(costs: dict[str, float], memory_use: dict, repeat: int) -> None:
+    print(
+        f"(f) decoding and archiving, no view : {costs['no view']:>8.2f} us/event (median of {repeat})"
+    )
+    session = costs["session view"]
+    for label, cost in costs.items():
+        if label == "no view":
+            continue
+        ratio = "" if label == "session view" else f"  (session / this: {session / cost:.2f}x)"
+        print(f"(f) {label:<32}: {cost:>8.2f} us/event beyond that{ratio}")
+    print(
+        f"(f) session state: {memory_use['open']:,} open sessions at "
+        f"{memory_use['bytes_per_open']:,.0f} B each (what is left once the pending events and "
+        f"closed rows are dropped); with {memory_use['closed_rows']:,} closed rows not flushed "
+        f"yet and {memory_use['pending']:,} pending events, "
+        f"{memory_use['bytes_total'] / 1e6:,.1f} MB in all"
+    )
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from typing import Any
 import pyarrow as pa
 
 from pipelines.exceptions import ConfigError
-from pipelines.views.model import WINDOW_START, View
+from pipelines.views.model import View
 from quality.config import CheckSettings
 
 __all__ = [
@@ -301,5 +301,5 @@ def compare_tables(
 
 
 def view_keys(view: View) -> list[str]:
-    """Columns that identify a row of ``view``'s output."""
-    return [WINDOW_START, *view.grouping_cols]
+    """Columns that identify a row of ``view``'s output (for a session view: key and start)."""
+    return view.key_columns

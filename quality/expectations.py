@@ -568,6 +568,11 @@ def validate_view(
 ) -> SuiteResult:
     """Validate the served values (corrected by default) of the segments covering the range
     that have archived events; segments without any are empty by right and not checked."""
+    if view.is_session:
+        raise ValueError(
+            f"{view.name} is a session view: expectation suites cover windowed views only "
+            "(sessions are checked by the reconciliation, quality.sessions)"
+        )
     settings = settings or ExpectationSettings.from_env()
     first, end = checked_range(view, start_ms, end_ms)
     segments = archived_segments(store, view, first, end)

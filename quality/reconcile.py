@@ -21,6 +21,9 @@ and metric (:func:`quality.compare.compare_tables`), and the causes counted from
 An exact metric (or the groups) fails when unexplained rows exceed ``unexplained_share`` of the
 rows compared (0 by default: every difference must have a cause). No Dagster imports; the
 blocking asset checks and the report use it.
+
+Session views are reconciled by :mod:`quality.sessions` (sessions missing, extra, and per
+metric, with the duplicates and late drops of each session's span as causes).
 """
 
 from __future__ import annotations
@@ -427,7 +430,15 @@ def reconcile(
             grouping = sorted({c for v in topic_views for c in v.grouping_cols})
             archive = read_hour_archive(reader, topic, hour, grouping, ranges[topic])
             for view in topic_views:
-                result = reconcile_hour(store, view, hour, tolerance, archive)
+                if view.is_session:
+                    # Imported here: the session reconciliation builds on this module.
+                    from quality.sessions import reconcile_session_hour
+
+                    result = reconcile_session_hour(
+                        store, view, hour, tolerance, reader, ranges[topic]
+                    )
+                else:
+                    result = reconcile_hour(store, view, hour, tolerance, archive)
                 results.append(result)
                 if on_result is not None:
                     on_result(result)

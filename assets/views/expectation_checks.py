@@ -108,6 +108,9 @@ def build_expectation_check(
 def build_expectation_checks(
     views: Sequence[View], settings: ExpectationSettings | None = None
 ) -> list[dg.AssetChecksDefinition]:
-    """One check per enabled view; settings default to ``SLUICE_EXPECT_*`` (read at build time)."""
+    """One check per enabled windowed view (session views have no suite yet: their sessions
+    are reconciled instead); settings default to ``SLUICE_EXPECT_*`` (read at build time)."""
     settings = settings or ExpectationSettings.from_env()
-    return [build_expectation_check(v, settings) for v in views if not v.disabled]
+    return [
+        build_expectation_check(v, settings) for v in views if not v.disabled and not v.is_session
+    ]

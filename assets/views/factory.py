@@ -4,7 +4,8 @@
 store, which the stream workers follow; its lag and freshness are recorded as observations
 by the ``realtime_lag`` sensor. ``corrected_<view>`` is hourly: Spark recomputes the hours of
 the run's partition range exactly from the raw archive and publishes batch segments that
-overshadow the realtime ones. All corrected views are one multi-asset launching one Spark job
+overshadow the realtime ones (for a session view: the sessions that started in each hour,
+:mod:`pipelines.batch.sessions`). All corrected views are one multi-asset launching one Spark job
 through Dagster Pipes (:mod:`orchestration.correction_job`); its backfill policy is a single
 run, so a backfill of many hours of many views reads the archive once, in the ``spark`` pool
 (one correction at a time unless the instance allows more).
@@ -29,7 +30,7 @@ from assets.partitions import HOURLY, partition_key_for
 from orchestration.correction_job import SEGMENT_RULES_CHECK, CorrectionRequest
 from orchestration.resources import ControlStoreResource, SparkResource, StorageResource
 from pipelines.segments import hours_in_window
-from pipelines.views import View, format_duration, parse_views
+from pipelines.views import SESSION_COLUMNS, View, format_duration, parse_views
 
 __all__ = ["build_corrected_assets", "build_realtime_asset", "build_view_assets"]
 
@@ -47,6 +48,10 @@ def column_schema(view: View) -> dg.TableSchema:
 
 
 def _column_role(view: View, name: str) -> str:
+    if view.session is not None and name == view.session.key:
+        return "session key"
+    if name in SESSION_COLUMNS and view.is_session:
+        return "session bounds and summary"
     if name in view.grouping_cols:
         return "grouping column"
     if name in view.metric_columns:
@@ -55,6 +60,21 @@ def _column_role(view: View, name: str) -> str:
 
 
 def _view_metadata(view: View) -> dict[str, Any]:
+    if view.session is not None:
+        spec = view.session
+        return {
+            "dagster/column_schema": column_schema(view),
+            "kind": view.kind,
+            "topic": view.topic,
+            "session_key": spec.key,
+            "gap": format_duration(spec.gap_ms),
+            "max_duration": format_duration(spec.max_duration_ms),
+            "kept_fields": dg.MetadataValue.json(list(spec.kept_fields)),
+            "max_kept_events": spec.max_kept_events,
+            "allowed_lateness": format_duration(view.allowed_lateness_ms),
+            "metrics": dg.MetadataValue.json(view.metric_columns),
+            "fingerprint": view.fingerprint,
+        }
     return {
         "dagster/column_schema": column_schema(view),
         "topic": view.topic,

@@ -1,4 +1,5 @@
-"""`sluice query VIEW --start ISO --end ISO`: final values per window and group."""
+"""`sluice query VIEW --start ISO --end ISO`: final values per window and group, or the
+sessions of a session view that started (``--active``: were active) in the range."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from rich.table import Table
 
 from orchestration.runtime import Runtime
 from pipelines.exceptions import QueryError
-from pipelines.serving import query_view
+from pipelines.serving import ACTIVE, STARTED, query_sessions, query_view
 
 __all__ = ["parse_instant", "register"]
 
@@ -44,6 +45,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--views", default=None, help="view definitions (default: SLUICE_VIEWS_FILE)"
     )
     parser.add_argument("--limit", type=int, default=None, help="at most this many rows (table)")
+    parser.add_argument(
+        "--active",
+        action="store_true",
+        help="session views: sessions active in the range (started before its end, last event "
+        "at or after its start) instead of those that started in it",
+    )
     parser.set_defaults(func=run)
 
 
@@ -58,7 +65,13 @@ def run(args: argparse.Namespace) -> int:
     view = runtime.view(args.view, args.views)
     start = parse_instant(args.start, "--start")
     end = parse_instant(args.end, "--end")
-    table = query_view(runtime.store, view, start, end)
+    if view.is_session:
+        match = ACTIVE if args.active else STARTED
+        table = query_sessions(runtime.store, view, start, end, match=match)
+    elif args.active:
+        raise QueryError(f"--active is for session views; {view.name} is a windowed view")
+    else:
+        table = query_view(runtime.store, view, start, end)
     write_result(table, args.format, args.limit)
     return 0
 

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
         correct_hours,
         segment_hours,
     )
+    from pipelines.batch.sessions import correct_session_hours, session_batch_schema
     from pipelines.batch.spark import build_spark, spark_conf, spark_uri
 
 __all__ = [
@@ -36,7 +37,9 @@ __all__ = [
     "batch_schema",
     "build_spark",
     "correct_hours",
+    "correct_session_hours",
     "segment_hours",
+    "session_batch_schema",
     "spark_conf",
     "spark_uri",
 ]
@@ -47,6 +50,8 @@ _LAZY = {
     "batch_schema": "pipelines.batch.correct",
     "correct_hours": "pipelines.batch.correct",
     "segment_hours": "pipelines.batch.correct",
+    "correct_session_hours": "pipelines.batch.sessions",
+    "session_batch_schema": "pipelines.batch.sessions",
     "build_spark": "pipelines.batch.spark",
     "spark_conf": "pipelines.batch.spark",
     "spark_uri": "pipelines.batch.spark",

@@ -313,8 +313,50 @@ def correct_hours(
     called as each result is ready (progress display). ``validate_segment(frame, view)`` checks
     each view's rows before they are published and raises to stop the correction (the data
     plane stays free of the quality layer: callers pass ``quality.schemas``' validator).
+
+    Session views are corrected by :func:`pipelines.batch.sessions.correct_session_hours`
+    (their segments are the hours sessions started in; ``validate_segment`` is not applied).
     """
     wanted = _check_hours(hours)
+    order = {view.name: i for i, view in enumerate(views)}
+    results: list[CorrectionResult] = []
+
+    def emit(result: CorrectionResult) -> None:
+        results.append(result)
+        if on_result is not None:
+            on_result(result)
+
+    _correct_windows(
+        spark,
+        store,
+        [v for v in views if not v.is_session],
+        wanted,
+        s3_scheme,
+        emit,
+        validate_segment,
+    )
+    session_views = [v for v in views if v.is_session]
+    if session_views:
+        # Imported here: the session correction builds on this module's reading and publishing.
+        from pipelines.batch.sessions import correct_session_hours
+
+        for view in session_views:
+            segments = sorted({view.segment_start(h) for h in wanted})
+            correct_session_hours(spark, store, view, segments, s3_scheme=s3_scheme, emit=emit)
+    results.sort(key=lambda r: (order[r.view], r.segment_start_ms))
+    return results
+
+
+def _correct_windows(
+    spark: SparkSession,
+    store: ObjectStore,
+    views: Sequence[View],
+    wanted: list[int],
+    s3_scheme: str,
+    emit: Callable[[CorrectionResult], None],
+    validate_segment: Callable[[DataFrame, View], None] | None,
+) -> None:
+    """Steps 1-4 for the windowed views."""
     plan: dict[str, list[int]] = {
         view.name: sorted({view.segment_start(h) for h in wanted}) for view in views
     }
@@ -323,13 +365,6 @@ def correct_hours(
         {h for name, segs in plan.items() for s in segs for h in segment_hours(by_name[name], s)}
     )
     files = _list_hour_files(store, needed)
-    results: list[CorrectionResult] = []
-
-    def emit(result: CorrectionResult) -> None:
-        results.append(result)
-        if on_result is not None:
-            on_result(result)
-
     todo: dict[str, list[int]] = {}
     for view in views:
         for segment in plan[view.name]:
@@ -341,7 +376,7 @@ def correct_hours(
             log.warning("%s %s: skipped, %s", view.name, hour_label(segment), reason)
             emit(CorrectionResult(view.name, segment, 0, 0, 0, 0, (), 0.0, True, reason))
     if not todo:
-        return results
+        return
 
     # 2. One read of every needed hour, deduplicated and cached for all views.
     started = time.monotonic()
@@ -380,9 +415,6 @@ def correct_hours(
                 _publish_view(store, view, segments, table, share, files, counts, emit)
     finally:
         events.unpersist()
-    order = {name: i for i, name in enumerate(by_name)}
-    results.sort(key=lambda r: (order[r.view], r.segment_start_ms))
-    return results
 
 
 def _publish_view(

@@ -10,5 +10,16 @@ from pipelines.serving.query import (
     query_view,
     read_published,
 )
+from pipelines.serving.sessions import ACTIVE, STARTED, merge_realtime_sessions, query_sessions
 
-__all__ = ["SOURCE", "SegmentSource", "merge_realtime", "query_view", "read_published"]
+__all__ = [
+    "ACTIVE",
+    "SOURCE",
+    "STARTED",
+    "SegmentSource",
+    "merge_realtime",
+    "merge_realtime_sessions",
+    "query_sessions",
+    "query_view",
+    "read_published",
+]

@@ -127,10 +127,15 @@ def merge_realtime(view: View, tables: Iterable[pa.Table]) -> dict[tuple, list[A
 def query_view(
     store: ObjectStore, view: View, start_ms: int, end_ms: int, prefer: str = "newest"
 ) -> pa.Table:
-    """Windows starting in ``[start_ms, end_ms)``, sorted by window and group.
+    """Windows starting in ``[start_ms, end_ms)``, sorted by window and group (for a session
+    view: sessions starting in it, see :func:`pipelines.serving.sessions.query_sessions`).
 
     ``prefer="realtime"`` ignores corrections (to compare), ``"batch"`` serves only them.
     """
+    if view.is_session:
+        from pipelines.serving.sessions import query_sessions  # it builds on this module
+
+        return query_sessions(store, view, start_ms, end_ms, prefer)
     if end_ms <= start_ms:
         raise QueryError(f"empty range: end {end_ms} is not after start {start_ms}")
     schema = view.output_schema().append(pa.field(SOURCE, pa.string()))

@@ -7,6 +7,12 @@ Each owner generation of the job model writes its own object and the highest gen
 on restore: the fencing token lives in the key, so an owner that was paused past its lease and
 comes back cannot replace what a newer owner wrote, even on a store without conditional
 writes. Older generations' objects are removed after a newer one is written.
+
+The object is one Parquet table, a row per view: ``view``, ``state`` (the Parquet bytes of the
+view's open windows or sessions) and, since session views, ``pending`` (the Parquet bytes of
+the events a session view accepted but has not folded into sessions yet, null for windowed
+views). The extension is compatible within format 1: a checkpoint without the column reads as
+one where nothing is pending, and windowed views never write anything into it.
 """
 
 from __future__ import annotations
@@ -44,7 +50,9 @@ class TaskCheckpoint:
     views: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Per view: fingerprint, processed, late."""
     states: dict[str, bytes] = field(default_factory=dict)
-    """Per view: the Parquet bytes of its open windows (ViewState.all_table)."""
+    """Per view: the Parquet bytes of its open windows or sessions (``all_table``)."""
+    pending: dict[str, bytes] = field(default_factory=dict)
+    """Per session view: the Parquet bytes of its unsettled events (``pending_table``)."""
     generation: int = 0
     """The job-model generation of the owner that wrote it."""
 
@@ -63,9 +71,17 @@ def save_checkpoint(store: ObjectStore, checkpoint: TaskCheckpoint) -> None:
     }
     names = sorted(checkpoint.states)
     table = pa.table(
-        {"view": names, "state": [checkpoint.states[n] for n in names]},
+        {
+            "view": names,
+            "state": [checkpoint.states[n] for n in names],
+            "pending": [checkpoint.pending.get(n) for n in names],
+        },
         schema=pa.schema(
-            [pa.field("view", pa.string()), pa.field("state", pa.binary())],
+            [
+                pa.field("view", pa.string()),
+                pa.field("state", pa.binary()),
+                pa.field("pending", pa.binary()),
+            ],
             metadata={"sluice_checkpoint": json.dumps(header)},
         ),
     )
@@ -104,9 +120,15 @@ def load_checkpoint(store: ObjectStore, topic: str, partition: int) -> TaskCheck
             f"checkpoint {store.uri(key)} has format {header.get('format')}, "
             f"this Sluice reads format {FORMAT_VERSION}"
         )
-    states = dict(
-        zip(table.column("view").to_pylist(), table.column("state").to_pylist(), strict=True)
-    )
+    views = table.column("view").to_pylist()
+    states = dict(zip(views, table.column("state").to_pylist(), strict=True))
+    pending = {}
+    if "pending" in table.schema.names:  # written since session views; absent = none pending
+        pending = {
+            v: data
+            for v, data in zip(views, table.column("pending").to_pylist(), strict=True)
+            if data is not None
+        }
     return TaskCheckpoint(
         topic=header["topic"],
         partition=header["partition"],
@@ -116,5 +138,6 @@ def load_checkpoint(store: ObjectStore, topic: str, partition: int) -> TaskCheck
         dead_lettered=header["dead_lettered"],
         views=header["views"],
         states=states,
+        pending=pending,
         generation=header.get("generation", 0),
     )

@@ -123,6 +123,13 @@ class ViewState:
             group = tuple(_label(v[first]) for v in values)
             yield (int(starts[first]), *group), idx
 
+    def settle(self, watermark: int) -> None:
+        """Nothing to do: windows fold events in as they come (session views wait for order)."""
+
+    def pending_table(self) -> pa.Table | None:
+        """None: a windowed view holds no events back (see ``SessionState.pending_table``)."""
+        return None
+
     def closed_segments(self, watermark: int) -> list[int]:
         """Segments no in-time event can reach any more."""
         limit = watermark - self.view.allowed_lateness_ms
@@ -135,9 +142,15 @@ class ViewState:
 
     # --- serialization -------------------------------------------------------------------
 
-    def segment_table(self, segment: int) -> pa.Table:
+    keeps_rows_elsewhere = False
+    """Windows hold every row of an open segment in memory (``SessionState`` does not)."""
+
+    def segment_table(self, segment: int, previous: pa.Table | None = None) -> pa.Table:
         """One bucket as a realtime segment table: keys plus serialized states."""
         return self._table(self.buckets.get(segment, {}).items())
+
+    def flushed(self) -> None:
+        self.dirty.clear()
 
     def all_table(self) -> pa.Table:
         rows = (item for bucket in self.buckets.values() for item in bucket.items())
@@ -157,7 +170,7 @@ class ViewState:
         schema = pa.schema(fields, metadata={"sluice": json.dumps(meta)})
         return pa.Table.from_pydict(data, schema=schema)
 
-    def load(self, table: pa.Table) -> None:
+    def load(self, table: pa.Table, pending: pa.Table | None = None) -> None:
         """Restore buckets from :meth:`all_table` output (a checkpoint)."""
         rows = table.to_pylist()
         for row in rows:

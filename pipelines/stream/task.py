@@ -19,6 +19,8 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 
+import pyarrow as pa
+
 from pipelines.archive import ArchiveBuffer, discard_uncommitted
 from pipelines.config import SluiceSettings
 from pipelines.control.store import TaskStatus
@@ -28,12 +30,18 @@ from pipelines.segments import read_parquet, realtime_key, to_parquet
 from pipelines.storage import ObjectStore
 from pipelines.stream.checkpoint import TaskCheckpoint, load_checkpoint, save_checkpoint
 from pipelines.stream.dead_letters import DeadLetterSink
+from pipelines.stream.sessions import SessionState
 from pipelines.stream.state import ViewState
 from pipelines.views.model import View
 
-__all__ = ["StreamTask"]
+__all__ = ["StreamTask", "view_state"]
 
 log = logging.getLogger(__name__)
+
+
+def view_state(view: View) -> ViewState | SessionState:
+    """The per-task state a view needs: open windows, or open sessions."""
+    return SessionState(view) if view.is_session else ViewState(view)
 
 
 class StreamTask:
@@ -59,7 +67,7 @@ class StreamTask:
         self.store = store
         self.sink = dead_letters
         self.settings = settings
-        self.states = {v.name: ViewState(v) for v in self.views}
+        self.states = {v.name: view_state(v) for v in self.views}
         self.watermark = NO_WATERMARK
         self.next_offset = 0
         self.consumed = 0
@@ -105,8 +113,12 @@ class StreamTask:
                     checkpoint.next_offset,
                 )
                 continue
+            pending = checkpoint.pending.get(name)
             try:
-                state.load(read_parquet(checkpoint.states[name]))
+                state.load(
+                    read_parquet(checkpoint.states[name]),
+                    None if pending is None else read_parquet(pending),
+                )
             except Exception as exc:  # one view's state is unreadable: that view crashed
                 raise ViewCrash(self.name, name, exc) from exc
             state.processed = saved["processed"]
@@ -120,7 +132,7 @@ class StreamTask:
 
     def reset(self) -> None:
         """Forget restored state (the log it described is gone)."""
-        self.states = {v.name: ViewState(v) for v in self.views}
+        self.states = {v.name: view_state(v) for v in self.views}
         self.watermark = NO_WATERMARK
         self.consumed = 0
         self.dead_lettered = Counter()
@@ -172,7 +184,10 @@ class StreamTask:
         """Make everything consumed so far durable, except the offset itself.
 
         1. Archive the events and dead letters consumed since the last flush.
-        2. Rewrite the realtime segment of every segment touched since the last flush.
+        2. Fold settled events into session views' sessions (closing those due), then rewrite
+           the realtime segment of every segment touched since the last flush (a session
+           view's from memory plus the closed sessions its file holds; those then leave
+           memory).
         3. Wait until the dead-letter topic has every dead letter sent so far.
 
         Under a job model the fence is asked first: a fenced owner writes nothing.
@@ -180,11 +195,20 @@ class StreamTask:
         self._check_fence()
         self.archive.write(self.store)  # 1
         for state in self.states.values():  # 2
+            state.settle(self.watermark)
             for segment in sorted(state.dirty):
                 key = realtime_key(state.view.name, segment, self.topic, self.partition)
-                self.store.put(key, to_parquet(state.segment_table(segment)))
-            state.dirty.clear()
+                previous = self._current(key) if state.keeps_rows_elsewhere else None
+                self.store.put(key, to_parquet(state.segment_table(segment, previous)))
+            state.flushed()
         self.sink.flush()  # 3
+
+    def _current(self, key: str) -> pa.Table | None:
+        """A realtime segment file as written by the last flush, or None."""
+        try:
+            return read_parquet(self.store.get(key))
+        except FileNotFoundError:
+            return None
 
     def checkpoint(self, commit_offset: Callable[[int], None] | None = None) -> None:
         """Persist state and offset so that a restart resumes exactly here.
@@ -214,6 +238,11 @@ class StreamTask:
                 for name, s in self.states.items()
             },
             states={name: to_parquet(s.all_table()) for name, s in self.states.items()},
+            pending={
+                name: to_parquet(table)
+                for name, s in self.states.items()
+                if (table := s.pending_table()) is not None
+            },
             generation=self.generation or 0,
         )
         save_checkpoint(self.store, checkpoint)

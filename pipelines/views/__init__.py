@@ -4,13 +4,22 @@ May import: ``pipelines.aggregators``, ``pipelines.events``, ``pipelines.segment
 """
 
 from pipelines.views.loader import load_views, parse_duration, parse_views
-from pipelines.views.model import WINDOW_END, WINDOW_START, View, format_duration
+from pipelines.views.model import (
+    SESSION_COLUMNS,
+    WINDOW_END,
+    WINDOW_START,
+    SessionSpec,
+    View,
+    format_duration,
+)
 from pipelines.views.resolve import ResolvedView, resolve_views, resolve_views_file
 
 __all__ = [
+    "SESSION_COLUMNS",
     "WINDOW_END",
     "WINDOW_START",
     "ResolvedView",
+    "SessionSpec",
     "View",
     "format_duration",
     "load_views",

@@ -17,7 +17,18 @@ from pipelines.aggregators import AggregationSpec, InputKind, get, names
 from pipelines.events.schema import EVENT_FIELDS
 from pipelines.exceptions import UnknownAggregation, ViewDefinitionError
 from pipelines.segments import HOUR_MS
-from pipelines.views.model import WINDOW_END, WINDOW_START, View
+from pipelines.views.model import (
+    MAX_KEPT_EVENTS_CAP,
+    SESSION,
+    SESSION_COLUMNS,
+    VIEW_KINDS,
+    WINDOW,
+    WINDOW_END,
+    WINDOW_START,
+    SessionSpec,
+    View,
+    format_duration,
+)
 
 __all__ = ["load_views", "parse_duration", "parse_views"]
 
@@ -33,7 +44,24 @@ _VIEW_KEYS = {
     "aggregation_info",
     "description",
     "disabled",
+    "kind",
 }
+_SESSION_KEYS = {
+    "name",
+    "kind",
+    "topic",
+    "session_key",
+    "gap",
+    "max_duration",
+    "kept_fields",
+    "max_kept_events",
+    "allowed_lateness",
+    "aggregation_info",
+    "description",
+    "disabled",
+}
+MAX_SESSION_MS = 86_400_000
+"""The longest ``max_duration``: a day, so an open session's state stays bounded."""
 _AGG_KEYS = {"aggregation", "col_name", "aggregated_col_name", "params"}
 DAY_MS = 86_400_000
 
@@ -86,10 +114,15 @@ def _parse_view(raw: Any, where: str) -> View:
             f"{where}.name: {name!r} must be lower-case letters, digits and _, starting with a letter"
         )
     where = f"{where} ({name})"
+    kind = raw.get("kind", WINDOW)
+    if kind not in VIEW_KINDS:
+        raise ViewDefinitionError(
+            f"{where}.kind: {kind!r} is not a view kind (kinds: {', '.join(VIEW_KINDS)})"
+        )
+    if kind == SESSION:
+        return _parse_session_view(raw, name, where)
     _reject_unknown(raw, _VIEW_KEYS, where)
-    topic = raw.get("topic")
-    if not isinstance(topic, str) or not topic:
-        raise ViewDefinitionError(f"{where}.topic: a topic name is required")
+    topic = _topic(raw, where)
     grouping = raw.get("grouping_cols", [])
     if not isinstance(grouping, list) or not all(isinstance(c, str) for c in grouping):
         raise ViewDefinitionError(f"{where}.grouping_cols: expected a list of column names")
@@ -104,12 +137,7 @@ def _parse_view(raw: Any, where: str) -> View:
     interval = parse_duration(raw.get("interval"), f"{where}.interval")
     _check_interval(interval, f"{where}.interval")
     lateness = parse_duration(raw.get("allowed_lateness", "1m"), f"{where}.allowed_lateness")
-    infos = raw.get("aggregation_info")
-    if not isinstance(infos, list) or not infos:
-        raise ViewDefinitionError(f"{where}.aggregation_info: expected a non-empty list")
-    specs = [
-        _parse_aggregation(info, f"{where}.aggregation_info[{i}]") for i, info in enumerate(infos)
-    ]
+    specs = _aggregations(raw, where)
     view = View(
         name=name,
         topic=topic,
@@ -119,6 +147,89 @@ def _parse_view(raw: Any, where: str) -> View:
         aggregations=tuple(specs),
         description=str(raw.get("description", "")),
         disabled=bool(raw.get("disabled", False)),
+    )
+    _check_output_names(view, where)
+    return view
+
+
+def _topic(raw: Mapping, where: str) -> str:
+    topic = raw.get("topic")
+    if not isinstance(topic, str) or not topic:
+        raise ViewDefinitionError(f"{where}.topic: a topic name is required")
+    return topic
+
+
+def _aggregations(raw: Mapping, where: str) -> tuple[AggregationSpec, ...]:
+    infos = raw.get("aggregation_info")
+    if not isinstance(infos, list) or not infos:
+        raise ViewDefinitionError(f"{where}.aggregation_info: expected a non-empty list")
+    return tuple(
+        _parse_aggregation(info, f"{where}.aggregation_info[{i}]") for i, info in enumerate(infos)
+    )
+
+
+def _parse_session_view(raw: Mapping, name: str, where: str) -> View:
+    """``kind: session``: the session key, gap, maximum duration and kept fields, checked."""
+    for key, why in (
+        ("interval", "sessions end by gap and max_duration, not by a fixed interval"),
+        ("grouping_cols", "a session view groups by its session_key"),
+    ):
+        if key in raw:
+            raise ViewDefinitionError(f"{where}.{key}: not for kind: session ({why})")
+    _reject_unknown(raw, _SESSION_KEYS, where)
+    topic = _topic(raw, where)
+    key = raw.get("session_key", "session_id")
+    strings = [c for c, f in EVENT_FIELDS.items() if not f.numeric]
+    if key not in strings:
+        raise ViewDefinitionError(
+            f"{where}.session_key: {key!r} is not a string event column (use one of: "
+            f"{', '.join(strings)})"
+        )
+    gap = parse_duration(raw.get("gap", "30m"), f"{where}.gap")
+    max_duration = parse_duration(raw.get("max_duration", "4h"), f"{where}.max_duration")
+    for label, value in (("gap", gap), ("max_duration", max_duration)):
+        if value < 1000 or value % 1000:
+            raise ViewDefinitionError(
+                f"{where}.{label}: {value} ms; use whole seconds, at least 1s"
+            )
+    if max_duration < gap:
+        raise ViewDefinitionError(
+            f"{where}.max_duration: {format_duration(max_duration)} is shorter than the gap "
+            f"{format_duration(gap)}"
+        )
+    if max_duration > MAX_SESSION_MS:
+        raise ViewDefinitionError(
+            f"{where}.max_duration: {format_duration(max_duration)} is longer than 1d, the longest "
+            "a session may stay open"
+        )
+    kept = raw.get("kept_fields", [])
+    if not isinstance(kept, list) or not all(isinstance(c, str) for c in kept):
+        raise ViewDefinitionError(f"{where}.kept_fields: expected a list of column names")
+    for col in kept:
+        if col not in EVENT_FIELDS or col == "event_time":
+            raise ViewDefinitionError(
+                f"{where}.kept_fields: unknown column {col!r} (event columns: "
+                f"{', '.join(c for c in EVENT_FIELDS if c != 'event_time')}; the event time is "
+                "always kept)"
+            )
+    if len(set(kept)) != len(kept):
+        raise ViewDefinitionError(f"{where}.kept_fields: {kept} repeats a column")
+    cap = raw.get("max_kept_events", 100)
+    if not isinstance(cap, int) or isinstance(cap, bool) or not 1 <= cap <= MAX_KEPT_EVENTS_CAP:
+        raise ViewDefinitionError(
+            f"{where}.max_kept_events: {cap!r} must be an integer in [1, {MAX_KEPT_EVENTS_CAP}]"
+        )
+    lateness = parse_duration(raw.get("allowed_lateness", "1m"), f"{where}.allowed_lateness")
+    view = View(
+        name=name,
+        topic=topic,
+        grouping_cols=(),
+        interval_ms=0,
+        allowed_lateness_ms=lateness,
+        aggregations=_aggregations(raw, where),
+        description=str(raw.get("description", "")),
+        disabled=bool(raw.get("disabled", False)),
+        session=SessionSpec(key, gap, max_duration, tuple(kept), cap),
     )
     _check_output_names(view, where)
     return view
@@ -201,7 +312,10 @@ def _check_params(name: str, params: dict[str, Any], where: str) -> None:
 
 
 def _check_output_names(view: View, where: str) -> None:
-    taken = {WINDOW_START, WINDOW_END, *view.grouping_cols}
+    if view.session is not None:
+        taken = {view.session.key, *SESSION_COLUMNS}
+    else:
+        taken = {WINDOW_START, WINDOW_END, *view.grouping_cols}
     for column in view.metric_columns:
         if column in taken:
             raise ViewDefinitionError(f"{where}: output column {column!r} is defined twice")

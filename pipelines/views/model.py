@@ -1,7 +1,9 @@
 """A view: which events to group, over what event-time window, and what to compute.
 
-One definition serves the stream workers (through the aggregator registry) and the Spark
-correction (through the same registry's Spark expressions).
+A view is windowed (``kind: window``: fixed windows per group) or a session view (``kind:
+session``: per session key, runs of events no further apart than an inactivity gap and no
+longer than a maximum duration). One definition serves the stream workers (through the
+aggregator registry) and the Spark correction (through the same registry's Spark expressions).
 """
 
 from __future__ import annotations
@@ -14,11 +16,50 @@ import pyarrow as pa
 from pipelines.aggregators import AggregationSpec, Aggregator, build
 from pipelines.segments import HOUR_MS
 
-__all__ = ["View", "format_duration"]
+__all__ = ["SESSION_COLUMNS", "SessionSpec", "View", "format_duration"]
 
 
 WINDOW_START = "window_start"
 WINDOW_END = "window_end"
+
+WINDOW = "window"
+SESSION = "session"
+VIEW_KINDS = (WINDOW, SESSION)
+
+SESSION_START = "session_start"
+SESSION_END = "session_end"
+EVENT_COUNT = "event_count"
+OPEN = "open"
+KEPT_EVENTS = "kept_events"
+KEPT_DROPPED = "kept_dropped"
+SESSION_COLUMNS = (SESSION_START, SESSION_END, EVENT_COUNT, OPEN, KEPT_EVENTS, KEPT_DROPPED)
+"""Columns every session row has besides its key and its aggregations."""
+
+MAX_KEPT_EVENTS_CAP = 1000
+"""The most events a session view may keep per session (``max_kept_events``)."""
+
+
+@dataclass(frozen=True)
+class SessionSpec:
+    """How a session view cuts a key's events into sessions.
+
+    In event-time order, an event joins its key's current session if it comes less than
+    ``gap_ms`` after the session's last event and less than ``max_duration_ms`` after its
+    first; otherwise it starts a new session. A session keeps ``kept_fields`` (plus the event
+    time) of its first ``max_kept_events`` events in event-time order and counts the rest in
+    ``kept_dropped``.
+    """
+
+    key: str = "session_id"
+    gap_ms: int = 30 * 60_000
+    max_duration_ms: int = 4 * HOUR_MS
+    kept_fields: tuple[str, ...] = ()
+    max_kept_events: int = 100
+
+    @property
+    def fingerprint(self) -> str:
+        kept = ",".join(self.kept_fields)
+        return f"{self.key}/{self.gap_ms}/{self.max_duration_ms}/{kept}/{self.max_kept_events}"
 
 
 @dataclass(frozen=True)
@@ -31,6 +72,16 @@ class View:
     aggregations: tuple[AggregationSpec, ...]
     description: str = ""
     disabled: bool = False
+    session: SessionSpec | None = None
+    """Set for session views (``kind: session``); their ``interval_ms`` is 0."""
+
+    @property
+    def kind(self) -> str:
+        return WINDOW if self.session is None else SESSION
+
+    @property
+    def is_session(self) -> bool:
+        return self.session is not None
 
     @cached_property
     def aggregators(self) -> tuple[Aggregator, ...]:
@@ -38,7 +89,9 @@ class View:
 
     @property
     def segment_ms(self) -> int:
-        """Segment granularity: an hour, or the window itself when windows are longer."""
+        """Segment granularity: an hour, or the window itself when windows are longer.
+
+        A session lives in the segment of the hour it started in."""
         return max(HOUR_MS, self.interval_ms)
 
     def window_start(self, event_time_ms: int) -> int:
@@ -49,6 +102,8 @@ class View:
 
     def output_schema(self) -> pa.Schema:
         """Columns a query of this view returns."""
+        if self.session is not None:
+            return self._session_schema()
         fields = [
             pa.field(WINDOW_START, pa.timestamp("ms", tz="UTC")),
             pa.field(WINDOW_END, pa.timestamp("ms", tz="UTC")),
@@ -58,6 +113,28 @@ class View:
             fields += agg.output_fields()
         return pa.schema(fields)
 
+    def _session_schema(self) -> pa.Schema:
+        assert self.session is not None
+        fields = [
+            pa.field(self.session.key, pa.string()),
+            pa.field(SESSION_START, pa.timestamp("ms", tz="UTC")),
+            pa.field(SESSION_END, pa.timestamp("ms", tz="UTC")),
+            pa.field(EVENT_COUNT, pa.int64()),
+            pa.field(OPEN, pa.bool_()),
+            pa.field(KEPT_EVENTS, pa.string()),
+            pa.field(KEPT_DROPPED, pa.int64()),
+        ]
+        for agg in self.aggregators:
+            fields += agg.output_fields()
+        return pa.schema(fields)
+
+    @property
+    def key_columns(self) -> list[str]:
+        """What identifies a row: (window_start, *groups) or (session key, session_start)."""
+        if self.session is not None:
+            return [self.session.key, SESSION_START]
+        return [WINDOW_START, *self.grouping_cols]
+
     @property
     def metric_columns(self) -> list[str]:
         return [f.name for agg in self.aggregators for f in agg.output_fields()]
@@ -66,6 +143,8 @@ class View:
     def fingerprint(self) -> str:
         """Changes whenever the windowing or any aggregation's state would change meaning."""
         parts = [self.topic, ",".join(self.grouping_cols), str(self.interval_ms)]
+        if self.session is not None:
+            parts.append(f"session:{self.session.fingerprint}")
         parts += [f"{a.out}={a.state_key}" for a in self.aggregators]
         return "|".join(parts)
 

@@ -24,6 +24,7 @@ from pipelines.segments import HOUR_MS
 from pipelines.serving import query_view
 from pipelines.storage import ObjectStore
 from pipelines.views import WINDOW_START, View
+from pipelines.views.model import SESSION_START
 from quality.causes import Causes
 from quality.compare import APPROXIMATE, EXACT, Tolerance, metric_kinds
 from quality.exceptions import InvalidReportDay
@@ -205,12 +206,15 @@ def series_metric(view: View) -> str | None:
     return approximate[0] if approximate else None
 
 
-def _sums(table: pa.Table, metric: str) -> dict[int, float]:
+def _sums(table: pa.Table, metric: str, view: View) -> dict[int, float]:
+    """Sums of ``metric`` per window (per start hour of the sessions, for a session view)."""
     sums: dict[int, float] = defaultdict(float)
-    starts = table.column(WINDOW_START).to_pylist()
+    column, size = (SESSION_START, HOUR_MS) if view.is_session else (WINDOW_START, 1)
+    starts = table.column(column).to_pylist()
     for start, value in zip(starts, table.column(metric).to_pylist(), strict=True):
         if value is not None:
-            sums[int(start.timestamp() * 1000)] += float(value)
+            ms = int(start.timestamp() * 1000)
+            sums[ms - ms % size] += float(value)
     return dict(sums)
 
 
@@ -219,8 +223,8 @@ def view_series(store: ObjectStore, view: View, start_ms: int, end_ms: int) -> V
     metric = series_metric(view)
     if metric is None:
         return ViewSeries(view.name, None)
-    realtime = _sums(query_view(store, view, start_ms, end_ms, prefer="realtime"), metric)
-    corrected = _sums(query_view(store, view, start_ms, end_ms, prefer="batch"), metric)
+    realtime = _sums(query_view(store, view, start_ms, end_ms, prefer="realtime"), metric, view)
+    corrected = _sums(query_view(store, view, start_ms, end_ms, prefer="batch"), metric, view)
     windows = sorted(set(realtime) | set(corrected))
     return ViewSeries(
         view.name,

@@ -102,6 +102,11 @@ def _window_rules(view: View, field: pa.Field) -> tuple[Rule, ...]:
 
 def segment_spec(view: View, kind: SegmentKind | str) -> FrameSpec:
     """The spec of ``view``'s rows at one boundary; both pandera schemas derive from it."""
+    if view.is_session:
+        raise ValueError(
+            f"{view.name} is a session view: segment schemas cover windowed views only "
+            "(sessions are checked by the reconciliation, quality.sessions)"
+        )
     if kind not in set(SegmentKind):
         known = ", ".join(SegmentKind)
         raise ValueError(f"segment kind must be one of {known}, got {kind!r}")

@@ -1,0 +1,423 @@
+"""Per-task session state of one session view: open sessions per key, closed by event time.
+
+Sessions are cut in event-time order, so out-of-order events must be ordered first. An
+accepted event waits in a pending buffer until no event the task may still accept can come
+before it: events are accepted while ``event_time >= prior watermark - allowed_lateness``, so
+once the watermark reaches ``W`` every event before ``W - allowed_lateness`` (the *settled
+frontier*) is final. Settled events are folded in, per key in (event time, offset) order: an
+event joins its key's open session if it comes less than ``gap`` after the session's last
+event and less than ``max_duration`` after its first, and starts a new session otherwise. A
+session is closed once the frontier passes ``min(last + gap, first + max_duration)``: no
+event still to come can join it. Open sessions wait for that in a heap of deadlines, so
+closing never scans every session (Optimizely's in-memory index of pending sessions).
+
+Every decision depends only on event times and the partition's order, never on when polls,
+flushes or checkpoints happened, so a replay after a crash rewrites identical sessions.
+
+Sessions are bucketed by the hour they started in (their segment). A flush folds in what is
+settled and rewrites the realtime segment of every bucket that changed: full snapshots, open
+sessions marked open. A closed session drops its live aggregator states at once and keeps
+only its serialized row until the next flush has written it; then it leaves memory, and later
+rewrites of its segment carry its row over from the segment's current file
+(:meth:`SessionState.segment_table` with ``previous``). Sessions are never merged or removed,
+so a row of the file that memory lacks is a closed session (or, after a crash, one the replay
+will write again identically). The bucket itself leaves memory once the frontier has passed
+its hour and none of its sessions is open.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import orjson
+import pandas as pd
+import pyarrow as pa
+
+from pipelines.events.decode import NO_WATERMARK, DecodedBatch
+from pipelines.stream.state import state_column
+from pipelines.views.model import (
+    EVENT_COUNT,
+    KEPT_DROPPED,
+    KEPT_EVENTS,
+    OPEN,
+    SESSION_END,
+    SESSION_START,
+    View,
+)
+
+__all__ = ["SessionState", "session_table_schema"]
+
+_OFFSET = "__offset"
+SETTLE_AT_PENDING = 200_000
+"""Pending events beyond this are folded in before the next flush, to bound memory."""
+
+
+class _Session:
+    """An open session: its bounds, live aggregator states and kept events."""
+
+    __slots__ = ("count", "dropped", "end", "kept", "start", "states")
+
+    def __init__(self, start: int, states: list[Any]) -> None:
+        self.start = start
+        self.end = start
+        self.count = 0
+        self.states = states
+        self.kept: list[tuple] = []
+        """(event_time, *kept_fields) of the first events: tuples, a third of dicts' size."""
+        self.dropped = 0
+
+
+def session_table_schema(view: View) -> pa.Schema:
+    """Columns of a realtime session segment (and of a session view's checkpoint state)."""
+    assert view.session is not None
+    fields = [
+        pa.field(view.session.key, pa.string()),
+        pa.field(SESSION_START, pa.int64()),
+        pa.field(SESSION_END, pa.int64()),
+        pa.field(EVENT_COUNT, pa.int64()),
+        pa.field(OPEN, pa.bool_()),
+        pa.field(KEPT_EVENTS, pa.string()),
+        pa.field(KEPT_DROPPED, pa.int64()),
+    ]
+    fields += [pa.field(state_column(a.out), pa.binary()) for a in view.aggregators]
+    meta = {"view": view.name, "fingerprint": view.fingerprint, "kind": "session"}
+    return pa.schema(fields, metadata={"sluice": json.dumps(meta)})
+
+
+class SessionState:
+    """The sessions of one session view in one task, plus its processed/late counters."""
+
+    keeps_rows_elsewhere = True
+    """Closed sessions leave memory after a flush: a segment's rewrite reads its file first."""
+
+    def __init__(self, view: View) -> None:
+        if view.session is None:
+            raise ValueError(f"view {view.name} is not a session view")
+        self.view = view
+        self.spec = view.session
+        self.aggregators = view.aggregators
+        self.columns = sorted(
+            {self.spec.key, *self.spec.kept_fields}
+            | {a.spec.col_name for a in self.aggregators if a.spec.col_name} - {"event_time"}
+        )
+        self._kept_names = ("event_time", *self.spec.kept_fields)
+        self.pending: list[dict[str, np.ndarray]] = []
+        self.pending_rows = 0
+        self.open: dict[str, _Session] = {}
+        """The open session of each key."""
+        self.buckets: dict[int, dict[tuple[str, int], _Session | tuple]] = {}
+        """Per segment (start hour): (key, start) -> an open session, or a closed one's row."""
+        self.open_in: dict[int, int] = {}
+        """Per segment: how many of its sessions are open."""
+        self.deadlines: list[tuple[int, str, int]] = []
+        """Heap of (close deadline, key, start); stale entries are skipped when popped."""
+        self.frontier = NO_WATERMARK
+        self.dirty: set[int] = set()
+        self.processed = 0
+        self.late = 0
+
+    # --- events in -----------------------------------------------------------------------
+
+    def update(self, batch: DecodedBatch) -> None:
+        """Buffer a batch's in-time events; an event behind the watermark by more than the
+        allowed lateness is late (its place in a session may already be final)."""
+        if not len(batch):
+            return
+        times = batch.columns["event_time"]
+        late = times < batch.prior_watermark - self.view.allowed_lateness_ms
+        n_late = int(late.sum())
+        self.late += n_late
+        keep = ~late if n_late else slice(None)
+        part = {c: batch.columns[c][keep] for c in self.columns}
+        part["event_time"] = times[keep]
+        part[_OFFSET] = batch.offsets[keep]
+        n = len(part["event_time"])
+        if not n:
+            return
+        self.processed += n
+        self.pending.append(part)
+        self.pending_rows += n
+        if self.pending_rows >= SETTLE_AT_PENDING:
+            self.settle(batch.watermark)
+
+    def settle(self, watermark: int) -> None:
+        """Fold in every pending event before the settled frontier, then close the sessions
+        no later event can join. Called before every flush."""
+        if watermark == NO_WATERMARK:
+            return
+        frontier = watermark - self.view.allowed_lateness_ms
+        if frontier <= self.frontier:
+            return
+        self.frontier = frontier
+        if self.pending:
+            rows = _concat(self.pending)
+            ready = rows["event_time"] < frontier
+            if ready.all():
+                settled, self.pending = rows, []
+            else:
+                waiting = ~ready
+                settled = {c: v[ready] for c, v in rows.items()}
+                self.pending = [{c: v[waiting] for c, v in rows.items()}]
+            self.pending_rows = sum(len(p["event_time"]) for p in self.pending)
+            if len(settled["event_time"]):
+                self._fold(settled)
+        self._close_due(frontier)
+
+    def _fold(self, rows: dict[str, np.ndarray]) -> None:
+        """Settled events into sessions, per key in (event time, offset) order."""
+        spec = self.spec
+        codes, uniques = pd.factorize(rows[spec.key])
+        order = np.lexsort((rows[_OFFSET], rows["event_time"], codes))
+        codes = codes[order]
+        times = rows["event_time"][order]
+        inputs = [
+            rows[a.spec.col_name][order] if a.spec.col_name else None for a in self.aggregators
+        ]
+        kept = [rows[c][order] for c in spec.kept_fields]
+        cuts = np.flatnonzero(codes[1:] != codes[:-1]) + 1
+        firsts = np.concatenate(([0], cuts)).tolist()
+        lasts = np.concatenate((cuts, [len(codes)])).tolist()
+        # A new session wherever the gap to the previous event of the same key is too long.
+        gap_break = np.empty(len(times), dtype=bool)
+        gap_break[0] = True
+        np.greater_equal(np.diff(times), spec.gap_ms, out=gap_break[1:])
+        for first, last in zip(firsts, lasts, strict=True):
+            key = uniques[codes[first]]
+            key = key if type(key) is str else str(key)
+            for a, b in self._pieces(key, times, gap_break, first, last):
+                self._add(key, times, inputs, kept, a, b)
+
+    def _pieces(
+        self, key: str, times: np.ndarray, gap_break: np.ndarray, first: int, last: int
+    ) -> Iterable[tuple[int, int]]:
+        """Index ranges of one key's settled events that each belong to one session."""
+        spec = self.spec
+        breaks = np.flatnonzero(gap_break[first + 1 : last]) + first + 1
+        starts = [first, *breaks.tolist()]
+        ends = [*breaks.tolist(), last]
+        current = self.open.get(key)
+        for a, b in zip(starts, ends, strict=True):
+            start = int(times[a])
+            if a == first and current is not None and self._joins(current, start):
+                start = current.start
+            if int(times[b - 1]) - start < spec.max_duration_ms:
+                yield a, b
+                continue
+            # The run outlasts max_duration: cut it event by event (rare, so Python is fine).
+            piece = a
+            for i in range(a, b):
+                if int(times[i]) - start >= spec.max_duration_ms:
+                    if i > piece:
+                        yield piece, i
+                    piece, start = i, int(times[i])
+            yield piece, b
+
+    def _joins(self, session: _Session, t: int) -> bool:
+        return t - session.end < self.spec.gap_ms and t - session.start < self.spec.max_duration_ms
+
+    def _add(
+        self,
+        key: str,
+        times: np.ndarray,
+        inputs: list[np.ndarray | None],
+        kept: list[np.ndarray],
+        a: int,
+        b: int,
+    ) -> None:
+        """Events ``a:b`` (sorted, one session's) into the key's open session or a new one."""
+        t0 = int(times[a])
+        session = self.open.get(key)
+        if session is not None and not self._joins(session, t0):
+            self._close(key, session)
+            session = None
+        if session is None:
+            session = self.open[key] = _Session(t0, [g.initialize() for g in self.aggregators])
+            segment = self._segment(t0)
+            self.buckets.setdefault(segment, {})[(key, t0)] = session
+            self.open_in[segment] = self.open_in.get(segment, 0) + 1
+        ts = times[a:b]
+        for j, agg in enumerate(self.aggregators):
+            values = inputs[j]
+            session.states[j] = agg.update(
+                session.states[j], None if values is None else values[a:b], ts
+            )
+        n = b - a
+        if kept:
+            take = min(self.spec.max_kept_events - len(session.kept), n)
+            if take > 0:
+                columns = [ts[:take].tolist(), *(col[a : a + take].tolist() for col in kept)]
+                session.kept += zip(*columns, strict=True)
+            session.dropped += n - max(take, 0)
+        session.count += n
+        session.end = int(ts[-1])
+        deadline = min(session.end + self.spec.gap_ms, session.start + self.spec.max_duration_ms)
+        heapq.heappush(self.deadlines, (deadline, key, session.start))
+        self.dirty.add(self._segment(session.start))
+
+    def _close_due(self, frontier: int) -> None:
+        heap = self.deadlines
+        while heap and heap[0][0] <= frontier:
+            deadline, key, start = heapq.heappop(heap)
+            session = self.open.get(key)
+            if session is None or session.start != start:
+                continue  # closed already
+            current = min(session.end + self.spec.gap_ms, session.start + self.spec.max_duration_ms)
+            if current == deadline:
+                self._close(key, session)
+
+    def _close(self, key: str, session: _Session) -> None:
+        """Keep only the closed session's row; its live states leave memory now."""
+        del self.open[key]
+        segment = self._segment(session.start)
+        self.buckets[segment][(key, session.start)] = self._row(key, session, False)
+        self.open_in[segment] -= 1
+        self.dirty.add(segment)
+
+    def _segment(self, t: int) -> int:
+        return t - t % self.view.segment_ms
+
+    # --- segments and eviction -------------------------------------------------------------
+
+    def closed_segments(self, watermark: int) -> list[int]:
+        """Buckets no in-time event can change: the frontier is past their hour (no new
+        session can start there) and none of their sessions is open."""
+        frontier = watermark - self.view.allowed_lateness_ms
+        return [
+            s
+            for s in self.buckets
+            if s + self.view.segment_ms <= min(frontier, self.frontier) and not self.open_in.get(s)
+        ]
+
+    def evict(self, segments: Iterable[int]) -> None:
+        for segment in segments:
+            self.buckets.pop(segment, None)
+            self.open_in.pop(segment, None)
+            self.dirty.discard(segment)
+
+    @property
+    def open_sessions(self) -> int:
+        return len(self.open)
+
+    # --- serialization -------------------------------------------------------------------
+
+    def _row(self, key: str, session: _Session, is_open: bool) -> tuple:
+        return (
+            key,
+            session.start,
+            session.end,
+            session.count,
+            is_open,
+            orjson.dumps(
+                [dict(zip(self._kept_names, e, strict=True)) for e in session.kept]
+            ).decode(),
+            session.dropped,
+            *(agg.serialize(s) for agg, s in zip(self.aggregators, session.states, strict=True)),
+        )
+
+    def _rows(self, items: Iterable[tuple[tuple[str, int], _Session | tuple]]) -> list[tuple]:
+        return [
+            item if isinstance(item, tuple) else self._row(key[0], item, True)
+            for key, item in items
+        ]
+
+    def segment_table(self, segment: int, previous: pa.Table | None = None) -> pa.Table:
+        """One bucket as a realtime segment table: every session that started in its hour,
+        those that already left memory taken from ``previous`` (the segment's current file)."""
+        items = dict(self.buckets.get(segment, {}))
+        rows = self._rows(items.items())
+        if previous is not None and previous.num_rows and self._same_definition(previous):
+            keys = zip(
+                previous.column(self.spec.key).to_pylist(),
+                previous.column(SESSION_START).to_pylist(),
+                strict=True,
+            )
+            carried = [i for i, key in enumerate(keys) if key not in items]
+            if carried:
+                old = previous.select(session_table_schema(self.view).names).take(carried)
+                rows += list(zip(*(c.to_pylist() for c in old.columns), strict=True))
+        return self._table(sorted(rows, key=lambda r: (r[0], r[1])))
+
+    def _same_definition(self, table: pa.Table) -> bool:
+        meta = json.loads((table.schema.metadata or {}).get(b"sluice", b"{}"))
+        return meta.get("fingerprint") == self.view.fingerprint
+
+    def flushed(self) -> None:
+        """The dirty buckets' files are written: their closed sessions leave memory."""
+        for segment in self.dirty:
+            bucket = self.buckets.get(segment)
+            if bucket:
+                for key in [k for k, v in bucket.items() if isinstance(v, tuple)]:
+                    del bucket[key]
+        self.dirty.clear()
+
+    def all_table(self) -> pa.Table:
+        items = (item for bucket in self.buckets.values() for item in bucket.items())
+        return self._table(self._rows(items))
+
+    def _table(self, rows: list[tuple]) -> pa.Table:
+        schema = session_table_schema(self.view)
+        columns = list(zip(*rows, strict=True)) if rows else [[] for _ in schema]
+        return pa.Table.from_arrays(
+            [pa.array(list(c), type=f.type) for c, f in zip(columns, schema, strict=True)],
+            schema=schema,
+        )
+
+    def pending_table(self) -> pa.Table:
+        """Accepted events not settled yet (checkpointed beside the sessions)."""
+        rows = _concat(self.pending) if self.pending else {}
+        names = ["event_time", _OFFSET, *self.columns]
+        return pa.table({n: pa.array(rows.get(n, []), type=_arrow_type(n)) for n in names})
+
+    def load(self, table: pa.Table, pending: pa.Table | None = None) -> None:
+        """Restore from :meth:`all_table` and :meth:`pending_table` output (a checkpoint)."""
+        key_col = self.spec.key
+        names = table.schema.names
+        for values in zip(*(table.column(n).to_pylist() for n in names), strict=True):
+            row = dict(zip(names, values, strict=True))
+            key, start = row[key_col], row[SESSION_START]
+            segment = self._segment(start)
+            bucket = self.buckets.setdefault(segment, {})
+            if not row[OPEN]:
+                bucket[(key, start)] = tuple(values)
+                self.open_in.setdefault(segment, 0)
+                continue
+            states = [agg.deserialize(row[state_column(agg.out)]) for agg in self.aggregators]
+            session = _Session(start, states)
+            session.end = row[SESSION_END]
+            session.count = row[EVENT_COUNT]
+            session.kept = [
+                tuple(e[n] for n in self._kept_names) for e in orjson.loads(row[KEPT_EVENTS])
+            ]
+            session.dropped = row[KEPT_DROPPED]
+            bucket[(key, start)] = self.open[key] = session
+            self.open_in[segment] = self.open_in.get(segment, 0) + 1
+            deadline = min(session.end + self.spec.gap_ms, start + self.spec.max_duration_ms)
+            heapq.heappush(self.deadlines, (deadline, key, start))
+        if pending is not None and pending.num_rows:
+            part = {n: _numpy(pending.column(n)) for n in pending.schema.names}
+            self.pending = [part]
+            self.pending_rows = pending.num_rows
+
+
+def _concat(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    if len(parts) == 1:
+        return parts[0]
+    return {c: np.concatenate([p[c] for p in parts]) for c in parts[0]}
+
+
+def _arrow_type(name: str) -> pa.DataType:
+    from pipelines.events.schema import EVENT_FIELDS
+
+    if name == _OFFSET or EVENT_FIELDS[name].numeric:
+        return pa.int64()
+    return pa.string()
+
+
+def _numpy(column: pa.ChunkedArray) -> np.ndarray:
+    if pa.types.is_integer(column.type):
+        return column.to_numpy().astype(np.int64)
+    return np.array(column.to_pylist(), dtype=object)

@@ -1,0 +1,230 @@
+"""The Spark correction of a session view against a pandas oracle, on traffic streamed by real
+tasks (late and duplicate events included), for all hours and for one hour in the middle."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from pipelines.batch import archive_hours, correct_hours
+from pipelines.batch.sessions import session_starts
+from pipelines.generator import GeneratorOptions
+from pipelines.segments import HOUR_MS
+from pipelines.serving import query_view
+from pipelines.testing import StreamRun, run_stream
+from pipelines.views import View, parse_views
+from tests.pipelines.batch.test_batch_correct import oracle_values
+
+pytestmark = pytest.mark.spark
+
+SESSION_VIEW = {
+    "name": "client_sessions",
+    "kind": "session",
+    "topic": "events",
+    "session_key": "client",
+    "gap": "10m",
+    "max_duration": "40m",
+    "allowed_lateness": "2m",
+    "kept_fields": ["event_type", "bytes_tx"],
+    "max_kept_events": 3,
+    "aggregation_info": [
+        {"aggregation": "count", "aggregated_col_name": "events"},
+        {"aggregation": "sum", "col_name": "bytes_tx", "aggregated_col_name": "bytes"},
+        {"aggregation": "mean", "col_name": "bytes_tx", "aggregated_col_name": "bytes_mean"},
+        {"aggregation": "count_distinct", "col_name": "event_type", "aggregated_col_name": "types"},
+        {"aggregation": "first", "col_name": "org", "aggregated_col_name": "org"},
+        {"aggregation": "last", "col_name": "event_type", "aggregated_col_name": "last_type"},
+        {
+            "aggregation": "top_k",
+            "col_name": "event_type",
+            "aggregated_col_name": "top_types",
+            "params": {"k": 2},
+        },
+    ],
+}
+OPTIONS = GeneratorOptions(
+    max_events=4000,
+    speedup=15.0,  # ~3 hours of event time
+    late_share=0.05,
+    late_delay_mean_s=600.0,  # many later than the allowed lateness
+    duplicate_share=0.03,
+)
+
+
+@pytest.fixture(scope="module")
+def view() -> View:
+    (parsed,) = parse_views([SESSION_VIEW])
+    return parsed
+
+
+@pytest.fixture(scope="module")
+def streamed(tmp_path_factory, view) -> StreamRun:
+    return run_stream(tmp_path_factory.mktemp("sessions") / "storage", [view], options=OPTIONS)
+
+
+@pytest.fixture(scope="module")
+def corrected(spark, streamed, view):
+    """Every archived hour corrected once (later tests may publish newer, equal versions)."""
+    return correct_hours(spark, streamed.store, [view], archive_hours(streamed.store))
+
+
+def oracle_sessions(view: View, events: pd.DataFrame) -> dict[tuple, dict]:
+    """Exact sessions of the deduplicated events, by a plain loop per key."""
+    spec = view.session
+    out = {}
+    for key, group in events.groupby(spec.key, sort=True):
+        group = group.sort_values(["event_time", "event_id"])
+        sessions: list[list[int]] = []
+        start = last = None
+        for i, t in enumerate(group["event_time"].tolist()):
+            if start is None or t - last >= spec.gap_ms or t - start >= spec.max_duration_ms:
+                sessions.append([])
+                start = t
+            sessions[-1].append(i)
+            last = t
+        for rows in sessions:
+            part = group.iloc[rows]
+            times = part["event_time"].tolist()
+            row = {
+                "session_end": max(times),
+                "event_count": len(part),
+                "open": False,
+                "kept_events": [
+                    {
+                        "event_time": int(r.event_time),
+                        "event_type": r.event_type,
+                        "bytes_tx": int(r.bytes_tx),
+                    }
+                    for r in part.head(spec.max_kept_events).itertuples()
+                ],
+                "kept_dropped": max(0, len(part) - spec.max_kept_events),
+            }
+            for agg in view.aggregators:
+                row.update(oracle_values(agg, part))
+            out[(key, min(times))] = row
+    return out
+
+
+def _served(view: View, store, start_ms: int, end_ms: int) -> dict[tuple, dict]:
+    rows = query_view(store, view, start_ms, end_ms, prefer="batch").to_pylist()
+    served = {}
+    for row in rows:
+        start = int(row.pop("session_start").timestamp() * 1000)
+        row["session_end"] = int(row["session_end"].timestamp() * 1000)
+        row["kept_events"] = json.loads(row["kept_events"])
+        assert row.pop("source").startswith("batch v")
+        served[(row.pop(view.session.key), start)] = row
+    return served
+
+
+def _assert_equal(served: dict, expected: dict) -> None:
+    assert set(served) == set(expected)
+    for key, want in expected.items():
+        got = served[key]
+        for col, value in want.items():
+            if isinstance(value, float):
+                assert got[col] == pytest.approx(value, rel=1e-12), (key, col)
+            else:
+                assert got[col] == value, (key, col)
+
+
+def test_session_starts_follow_gap_and_maximum_duration():
+    # gap 10: 9 -> 30 and 31 -> 60 break; max 25: 87 - 60 >= 25 cuts the last run.
+    times = pd.Series([0, 5, 9, 30, 31, 60, 69, 78, 87, 96]).to_numpy()
+    starts = session_starts(times, gap_ms=10, max_duration_ms=25).tolist()
+    assert starts == [0, 0, 0, 30, 30, 60, 60, 60, 87, 87]
+
+
+def test_all_hours_equal_the_pandas_oracle(corrected, streamed, view):
+    hours = archive_hours(streamed.store)
+    results = corrected
+    assert [r.segment_start_ms for r in results] == hours and not any(r.skipped for r in results)
+    expected = oracle_sessions(view, streamed.events_frame(dedupe=True))
+    served = _served(view, streamed.store, 0, 2**62)
+    _assert_equal(served, expected)
+    assert sum(r.rows for r in results) == len(expected)
+    # The correction differs from the stream: late events and duplicates are treated exactly.
+    realtime = query_view(streamed.store, view, 0, 2**62, prefer="realtime")
+    assert sum(realtime.column("event_count").to_pylist()) != sum(
+        v["event_count"] for v in expected.values()
+    )
+
+
+def test_each_hour_alone_reads_around_it(spark, streamed, view):
+    """Correcting one hour at a time: sessions that start in it are complete even when they run
+    into the next hour (read after it), and those that started before it and run into it are
+    neither published in it nor cut short in it (read before it)."""
+    hours = archive_hours(streamed.store)
+    assert len(hours) >= 2
+    oracle = oracle_sessions(view, streamed.events_frame(dedupe=True))
+    # Small Arrow batches: keys' sessions run across batches, which must carry them over.
+    batch_rows = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    previous = spark.conf.get(batch_rows)
+    spark.conf.set(batch_rows, "37")
+    try:
+        results = [correct_hours(spark, streamed.store, [view], [hour]) for hour in hours[:2]]
+    finally:
+        spark.conf.set(batch_rows, previous)
+    for hour, (result,) in zip(hours[:2], results, strict=True):
+        assert result.segment_start_ms == hour and not result.skipped
+        expected = {k: v for k, v in oracle.items() if hour <= k[1] < hour + HOUR_MS}
+        crossing_out = [v for v in expected.values() if v["session_end"] >= hour + HOUR_MS]
+        crossing_in = [k for k, v in oracle.items() if k[1] < hour <= v["session_end"]]
+        assert crossing_out if hour == hours[0] else crossing_in
+        served = _served(view, streamed.store, hour, hour + HOUR_MS)
+        _assert_equal(served, expected)
+
+
+def test_reconciliation_explains_late_and_duplicate_events_and_catches_lost_sessions(
+    corrected, streamed, view
+):
+    from pipelines.segments import read_parquet, realtime_prefix, to_parquet
+    from quality.reconcile import reconcile
+    from quality.sessions import SessionCauses, settled_frontier
+
+    hours = archive_hours(streamed.store)
+    results = reconcile(streamed.store, [view], hours)
+    assert [r.hour_ms for r in results] == hours and all(r.corrected for r in results)
+    assert all(r.passed for r in results), [f for r in results for f in r.failures]
+    differing = sum(len(r.comparison.missing) + len(r.comparison.extra) for r in results) + sum(
+        m.differing for r in results for m in r.metrics
+    )
+    assert differing > 0  # the data has late and duplicate events: there is something to explain
+    assert sum(r.causes.late_dropped for r in results) > 0
+    assert any(r.causes.duplicates for r in results)
+    count = next(m for m in results[0].metrics if m.column == "event_count")
+    assert count.compared > 0 and count.kind == "exact"
+
+    # Lose one realtime session whose span had neither duplicates nor late drops.
+    hour = hours[0]
+    result = next(r for r in results if r.hour_ms == hour)
+    from quality.sessions import _archive_rows
+
+    causes = SessionCauses(view, _archive_rows(streamed.store, view, hour, None))
+    key = next(iter(streamed.store.list(realtime_prefix(view.name, hour))))
+    table = read_parquet(streamed.store.get(key))
+    rows = table.to_pylist()
+    victim = next(
+        i
+        for i, r in enumerate(rows)
+        if not causes.of(r["client"], r["session_start"], r["session_end"]).explains_difference
+        and not r["open"]
+        and r["session_end"] < settled_frontier(streamed.store, view)
+    )
+    keep = [i for i in range(len(rows)) if i != victim]
+    streamed.store.put(key, to_parquet(table.take(keep)))
+    (after,) = reconcile(streamed.store, [view], [hour])
+    assert not after.passed and result.passed
+    assert len(after.comparison.missing) == len(result.comparison.missing) + 1
+    assert "session(s) missing or extra" in after.failures[0]
+
+
+def test_session_starts_continue_an_open_session():
+    """A batch of Spark rows may start inside a session: the open one is continued."""
+    times = pd.Series([70, 75, 90, 95]).to_numpy()
+    # joins (70 - 62 < 10, 70 - 50 < 25), then 75 - 50 >= 25 cuts; 90 - 75 >= 10 breaks.
+    starts = session_starts(times, gap_ms=10, max_duration_ms=25, open_session=(50, 62))
+    assert starts.tolist() == [50, 75, 90, 90]
+    assert session_starts(times, 10, 25, open_session=(40, 55)).tolist() == [70, 70, 90, 90]
