@@ -56,6 +56,12 @@ class TaskCheckpoint:
     generation: int = 0
     """The job-model generation of the owner that wrote it."""
 
+    @property
+    def state_bytes(self) -> int:
+        """What the task's state weighs (windows, sessions and pending events): what a move
+        carries."""
+        return sum(map(len, self.states.values())) + sum(map(len, self.pending.values()))
+
 
 def save_checkpoint(store: ObjectStore, checkpoint: TaskCheckpoint) -> None:
     header = {

@@ -123,7 +123,7 @@ class StreamTask:
                 raise ViewCrash(self.name, name, exc) from exc
             state.processed = saved["processed"]
             state.late = saved["late"]
-        self.state_bytes = sum(len(data) for data in checkpoint.states.values())
+        self.state_bytes = checkpoint.state_bytes
         self.archive = ArchiveBuffer(self.topic, self.partition, checkpoint.next_offset)
         self._check_fence()
         discard_uncommitted(self.store, self.topic, self.partition, checkpoint.next_offset)
@@ -247,7 +247,7 @@ class StreamTask:
         )
         save_checkpoint(self.store, checkpoint)
         self.checkpointed_offset = self.next_offset
-        self.state_bytes = sum(len(data) for data in checkpoint.states.values())
+        self.state_bytes = checkpoint.state_bytes
         if commit_offset is not None:  # 4
             commit_offset(self.next_offset)
         log.debug(
