@@ -110,16 +110,7 @@ def session_hours(view: View, segments: Sequence[int]) -> tuple[list[int], list[
 
 def session_batch_schema(view: View) -> pa.Schema:
     """Columns of a session view's batch segment file: key, bounds, counts, kept, metrics."""
-    assert view.session is not None
-    fields = [
-        pa.field(view.session.key, pa.string()),
-        pa.field(SESSION_START, pa.int64()),
-        pa.field(SESSION_END, pa.int64()),
-        pa.field(EVENT_COUNT, pa.int64()),
-        pa.field(OPEN, pa.bool_()),
-        pa.field(KEPT_EVENTS, pa.string()),
-        pa.field(KEPT_DROPPED, pa.int64()),
-    ]
+    fields = view.session_fields(pa.int64())
     for agg in view.aggregators:
         fields += agg.output_fields()
     meta = {"view": view.name, "fingerprint": view.fingerprint, "kind": "batch"}

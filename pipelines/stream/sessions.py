@@ -73,16 +73,7 @@ class _Session:
 
 def session_table_schema(view: View) -> pa.Schema:
     """Columns of a realtime session segment (and of a session view's checkpoint state)."""
-    assert view.session is not None
-    fields = [
-        pa.field(view.session.key, pa.string()),
-        pa.field(SESSION_START, pa.int64()),
-        pa.field(SESSION_END, pa.int64()),
-        pa.field(EVENT_COUNT, pa.int64()),
-        pa.field(OPEN, pa.bool_()),
-        pa.field(KEPT_EVENTS, pa.string()),
-        pa.field(KEPT_DROPPED, pa.int64()),
-    ]
+    fields = view.session_fields(pa.int64())
     fields += [pa.field(state_column(a.out), pa.binary()) for a in view.aggregators]
     meta = {"view": view.name, "fingerprint": view.fingerprint, "kind": "session"}
     return pa.schema(fields, metadata={"sluice": json.dumps(meta)})

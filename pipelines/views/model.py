@@ -114,19 +114,25 @@ class View:
         return pa.schema(fields)
 
     def _session_schema(self) -> pa.Schema:
+        fields = self.session_fields(pa.timestamp("ms", tz="UTC"))
+        for agg in self.aggregators:
+            fields += agg.output_fields()
+        return pa.schema(fields)
+
+    def session_fields(self, time_type: pa.DataType) -> list[pa.Field]:
+        """A session row's own columns, before its metrics: the key, its bounds (as
+        ``time_type``: timestamps in queries, epoch ms in segment files), counts and kept
+        events."""
         assert self.session is not None
-        fields = [
+        return [
             pa.field(self.session.key, pa.string()),
-            pa.field(SESSION_START, pa.timestamp("ms", tz="UTC")),
-            pa.field(SESSION_END, pa.timestamp("ms", tz="UTC")),
+            pa.field(SESSION_START, time_type),
+            pa.field(SESSION_END, time_type),
             pa.field(EVENT_COUNT, pa.int64()),
             pa.field(OPEN, pa.bool_()),
             pa.field(KEPT_EVENTS, pa.string()),
             pa.field(KEPT_DROPPED, pa.int64()),
         ]
-        for agg in self.aggregators:
-            fields += agg.output_fields()
-        return pa.schema(fields)
 
     @property
     def key_columns(self) -> list[str]:
