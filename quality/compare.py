@@ -240,7 +240,7 @@ def _metric_error(
         if expected == actual:
             if _is_number(expected):
                 abs_errors.append(0.0)
-                rel_errors.append(0.0)
+            rel_errors.append(0.0)  # an equal string or null is no error either
             continue
         mismatched += 1
         if _is_number(expected) and _is_number(actual):

@@ -64,6 +64,20 @@ def test_exact_metrics_beyond_tolerance_fail_with_a_reason() -> None:
     assert not compare_tables(expected, worse, KEYS, METRICS).passed  # mean 10% > 5%
 
 
+def test_a_string_metric_errs_by_the_share_of_rows_that_differ() -> None:
+    """An exact string metric (first/last of a field): one row of 40 differing is a 2.5% mean
+    error, not 100% (equal strings used to count for nothing, so any difference read as all)."""
+    rows = [(0, f"o{i}", 1, 1, "x") for i in range(40)]
+    kinds = {"events": EXACT, "top": EXACT}
+    differs = [*rows[:-1], (0, "o39", 1, 1, "y")]
+    result = compare_tables(table(rows), table(differs), KEYS, kinds)
+    top = result.metrics[1]
+    assert (top.mismatched, top.rel_mean, top.rel_max) == (1, pytest.approx(0.025), 1.0)
+    assert result.passed
+    many = [(0, f"o{i}", 1, 1, "y" if i < 4 else "x") for i in range(40)]
+    assert not compare_tables(table(rows), table(many), KEYS, kinds).passed  # 10% > 5%
+
+
 def test_group_mismatch_beyond_tolerance_fails() -> None:
     expected = table([(0, o, 1, 1, "x") for o in "abcdefghij"])
     actual = table([(0, o, 1, 1, "x") for o in "abcdefgh"])
