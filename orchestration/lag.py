@@ -22,6 +22,7 @@ from pipelines.config import KafkaSettings
 from pipelines.control import TaskStatus
 from pipelines.exceptions import BrokerUnavailable
 from pipelines.kafka import consumer, end_offsets
+from pipelines.stream import TaskId
 
 __all__ = [
     "STATUS_ORDER",
@@ -112,6 +113,14 @@ def newest_produced_timestamps(
         probe.close()
 
 
+def bucket_factor_of(task: str) -> int:
+    """The key-bucket factor of a task by its name (1 for a whole partition)."""
+    try:
+        return TaskId.parse(task).factor
+    except ValueError:
+        return 1
+
+
 def task_lags(
     statuses: Sequence[TaskStatus],
     produced: dict[str, dict[int, tuple[int, int | None]]] | None = None,
@@ -124,7 +133,8 @@ def task_lags(
     lags = []
     for status in statuses:
         end, newest_ts = (produced or {}).get(status.topic, {}).get(status.partition, (None, None))
-        backlog = max(0, (end if end is not None else status.end_offset) - status.next_offset)
+        gap = max(0, (end if end is not None else status.end_offset) - status.next_offset)
+        backlog = -(-gap // bucket_factor_of(status.task))  # a virtual task's share of the gap
         time_lag = None
         if backlog == 0:
             time_lag = 0.0
@@ -146,7 +156,7 @@ def collect_task_lags(
     try:
         bootstrap = runtime.bootstrap()
         for topic in sorted({s.topic for s in statuses}):
-            parts = sorted(s.partition for s in statuses if s.topic == topic)
+            parts = sorted({s.partition for s in statuses if s.topic == topic})
             if probe is not None:
                 produced[topic] = probe.newest(topic, parts)
             else:

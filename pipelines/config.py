@@ -11,7 +11,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import AliasChoices, Field, SecretStr
+from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from pipelines.settings import SluiceBaseSettings, load_settings
@@ -159,6 +159,34 @@ class SluiceSettings(SluiceBaseSettings):
     view_crash_window_s: float = Field(
         default=600.0, gt=0, description="The window of SLUICE_VIEW_CRASH_LIMIT."
     )
+    max_bucket_factor: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Most key buckets (virtual tasks, a power of two) the coordinator splits a "
+        "partition into so that more agents than partitions share the work; 1 = one task per "
+        "partition. The coordinator picks the factor that gives the live agents the most "
+        "capacity. Topics with a session view are not split.",
+    )
+    bucket_merge_delay_s: float = Field(
+        default=60.0,
+        ge=0,
+        description="How long fewer agents must call for fewer key buckets before the "
+        "coordinator merges them (a merge, like a split, moves every task's state).",
+    )
+    key_field: str = Field(
+        default="org",
+        description="The event field whose value is the Kafka record key (the generator's "
+        "--key-field). A split gives a view grouped by it each child's own groups; other views' "
+        "state stays with the first child. Results are exact either way.",
+    )
+
+    @field_validator("max_bucket_factor")
+    @classmethod
+    def _power_of_two(cls, value: int) -> int:
+        if value & (value - 1):
+            raise ValueError(f"must be a power of two (1, 2, 4, ... 64), got {value}")
+        return value
 
     @property
     def resolved_state_dir(self) -> Path:

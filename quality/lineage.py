@@ -8,6 +8,8 @@ listing those files (:mod:`pipelines.archive.writer`). For an hour H this module
    all the files it lists (every hour's events plus its dead letters) hold each offset of
    ``[first, end)`` exactly once, so archived + dead-lettered = produced. A listed file that
    is gone is named, and the offsets it held are reported missing.
+   A partition split into key buckets (virtual tasks) archives each bucket's records in ranges
+   of its own; the ranges that overlap are checked as one span.
 2. The chain of a partition's range records: no hole between consecutive ranges, none below
    the offset the task checkpointed (flushes precede checkpoints), and, given the broker's
    offsets, none between the log start and the first archived offset, and no archived offset
@@ -40,8 +42,8 @@ from pipelines.segments import (
     archive_dead_letters_key,
     archive_events_key,
     hour_label,
-    parse_checkpoint_key,
     parse_hour_label,
+    parse_task_checkpoint_key,
     read_parquet,
     read_range_records,
 )
@@ -386,16 +388,55 @@ def _committed_offsets(store: ObjectStore, topic: str | None) -> tuple[dict, lis
     prefix = f"{CHECKPOINTS_PREFIX}{topic}/" if topic else CHECKPOINTS_PREFIX
     committed: dict[tuple[str, int], int] = {}
     problems: list[str] = []
-    tasks = {parsed[:2] for key in store.list(prefix) if (parsed := parse_checkpoint_key(key))}
-    for name, partition in sorted(tasks):
+    tasks = {parsed[:4] for key in store.list(prefix) if (parsed := parse_task_checkpoint_key(key))}
+    for name, partition, bucket, factor in sorted(tasks):
         try:
-            checkpoint = load_checkpoint(store, name, partition)
+            checkpoint = load_checkpoint(store, name, partition, bucket, factor)
         except CheckpointError as exc:
             problems.append(str(exc))
             continue
-        if checkpoint is not None:
-            committed[(name, partition)] = checkpoint.next_offset
+        if checkpoint is not None:  # a split partition: the least of its buckets' offsets
+            offset = committed.get((name, partition), checkpoint.next_offset)
+            committed[(name, partition)] = min(offset, checkpoint.next_offset)
     return committed, problems
+
+
+def _spans(records: list[RangeRecord]) -> list[RangeRecord]:
+    """A partition's records as the spans to verify: each range of a whole-partition task, and
+    for key buckets (virtual tasks), the ranges that overlap joined into one, whose files
+    together must hold every offset once. Buckets cut their ranges at the same aligned offsets
+    (:data:`pipelines.archive.writer.ALIGN_OFFSETS`), so a joined span stays short."""
+    if all(r.factor == 1 for r in records):
+        return records
+    spans: list[list[RangeRecord]] = []
+    end = None
+    for record in sorted(records, key=lambda r: (r.first, r.end)):
+        if spans and end is not None and record.first < end:
+            spans[-1].append(record)
+            end = max(end, record.end)
+        else:
+            spans.append([record])
+            end = record.end
+    return [group[0] if len(group) == 1 else _joined(group) for group in spans]
+
+
+def _joined(group: list[RangeRecord]) -> RangeRecord:
+    events: dict[str, int] = defaultdict(int)
+    dead: dict[str, int] = defaultdict(int)
+    for record in group:
+        for hour, n in record.events.items():
+            events[hour] += n
+        for hour, n in record.dead_letters.items():
+            dead[hour] += n
+    return RangeRecord(
+        group[0].topic,
+        group[0].partition,
+        min(r.first for r in group),
+        max(r.end for r in group),
+        dict(events),
+        dict(dead),
+        tuple(f for r in group for f in _files_of(r)),
+    )
 
 
 def _broker_offsets(source: BrokerSource, topics: Sequence[str]) -> dict[tuple[str, int], tuple]:
@@ -446,6 +487,8 @@ def check_nothing_lost(
     by_source: dict[tuple[str, int], list[RangeRecord]] = defaultdict(list)
     for record in records:
         by_source[(record.topic, record.partition)].append(record)
+    by_source = defaultdict(list, {key: _spans(recs) for key, recs in by_source.items()})
+    records = [r for recs in by_source.values() for r in recs]
     topics = sorted({t for t, _ in by_source} | {t for t, _ in committed} | ({topic} - {None}))
     broker = {k: v for k, v in _broker_offsets(broker_offsets, topics).items() if k[0] in topics}
     chains = {

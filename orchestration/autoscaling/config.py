@@ -48,9 +48,20 @@ class FleetSettings(BaseModel):
         description="True processing rate of one worker, msg per busy-second (one agent with the "
         "example views on librdkafka measured 105-159k on 2 cores: benchmarks/ingest.py).",
     )
+    max_bucket_factor: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Most key buckets per partition (virtual tasks, a power of two): the "
+        "planner's and the simulator's assumption, so counts above the partitions can carry "
+        "more. The lag sensor reads the live fleet's SLUICE_MAX_BUCKET_FACTOR instead.",
+    )
     min_workers: int = Field(1, ge=1, description="Fewest workers any policy may ask for.")
     max_workers: int | None = Field(
-        None, ge=1, description="Most workers any policy may ask for; default: the partitions."
+        None,
+        ge=1,
+        description="Most workers any policy may ask for; default: the partitions times "
+        "max_bucket_factor.",
     )
     move_pause_s: float = Field(
         1.6,
@@ -89,10 +100,22 @@ class FleetSettings(BaseModel):
         50, ge=1, description="How many of the newest recorded rescales the fit reads."
     )
 
+    @field_validator("max_bucket_factor")
+    @classmethod
+    def _power_of_two(cls, value: int) -> int:
+        if value & (value - 1):
+            raise ValueError(f"must be a power of two (1, 2, 4, ... 64), got {value}")
+        return value
+
+    @property
+    def tasks(self) -> int:
+        """The most tasks the fleet can have: partitions times the bucket factor."""
+        return self.partitions * self.max_bucket_factor
+
     @property
     def upper(self) -> int:
         """Effective maximum worker count."""
-        return min(self.max_workers or self.partitions, self.partitions)
+        return min(self.max_workers or self.tasks, self.tasks)
 
 
 class SimulationSettings(BaseModel):

@@ -60,16 +60,19 @@ class Guard(Protocol):
 
 @dataclass(frozen=True)
 class BoundsGuard:
-    """Clamps the target into [min_workers, max_workers] (and the partition count)."""
+    """Clamps the target into [min_workers, max_workers] (and the tasks the partitions can be
+    split into: more workers would idle)."""
 
     min_workers: int
     max_workers: int
     name: str = "bounds"
+    max_factor: int = 1
 
     def review(
         self, decision: ScalingDecision, metrics: FleetMetrics, context: GuardContext
     ) -> GuardVerdict:
-        hi = min(self.max_workers, metrics.partitions) if metrics.partitions else self.max_workers
+        tasks = metrics.partitions * self.max_factor
+        hi = min(self.max_workers, tasks) if tasks else self.max_workers
         target = max(self.min_workers, min(hi, decision.target))
         if target == decision.target:
             return GuardVerdict(decision)
@@ -128,7 +131,7 @@ def default_guards(settings: AutoscaleSettings, *, cooldown_s: float | None = No
     the live sensor's own) and hysteresis as configured: one guard of each kind."""
     fleet = settings.fleet
     return [
-        BoundsGuard(fleet.min_workers, fleet.upper),
+        BoundsGuard(fleet.min_workers, fleet.upper, max_factor=fleet.max_bucket_factor),
         CooldownGuard(settings.guards.cooldown_s if cooldown_s is None else cooldown_s),
         HysteresisGuard(settings.guards.hysteresis_workers),
     ]

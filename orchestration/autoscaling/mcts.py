@@ -129,6 +129,8 @@ class PlanningProblem:
     down_floor: int = 0
     """No plan goes down below this count (or the current one, if lower): what carries the
     recent mean rate. A dip of a noisy rate is not a reason to rescale."""
+    max_factor: int = 1
+    """Most key buckets per partition: counts above the partitions carry more (capacity)."""
 
     @property
     def steps(self) -> int:
@@ -136,7 +138,8 @@ class PlanningProblem:
 
     @property
     def upper(self) -> int:
-        return min(self.max_workers or self.partitions, self.partitions)
+        tasks = self.partitions * self.max_factor
+        return min(self.max_workers or tasks, tasks)
 
 
 @dataclass(frozen=True)
@@ -243,21 +246,23 @@ def sla_window_arrivals(
 
 
 @lru_cache(maxsize=64)
-def _efficient(partitions: int, lo: int, hi: int) -> tuple[int, ...]:
-    return tuple(efficient_counts(partitions, lo, hi))
+def _efficient(partitions: int, lo: int, hi: int, max_factor: int = 1) -> tuple[int, ...]:
+    return tuple(efficient_counts(partitions, lo, hi, max_factor))
 
 
 @lru_cache(maxsize=4096)
-def _children(n: int, lo: int, hi: int, partitions: int, k: int) -> tuple[int, ...]:
+def _children(
+    n: int, lo: int, hi: int, partitions: int, k: int, max_factor: int = 1
+) -> tuple[int, ...]:
     out = {n}
     step = 1
     while True:  # the first step past a bound lands on it: the bounds are always reachable
         for cand in (n - step, n + step):
-            out.add(max(lo, efficient_count(min(max(cand, lo), hi), partitions)))
+            out.add(max(lo, efficient_count(min(max(cand, lo), hi), partitions, max_factor)))
         if step > hi - lo:
             break
         step = step * k if step > 1 else k
-    levels = _efficient(partitions, lo, hi)
+    levels = _efficient(partitions, lo, hi, max_factor)
     i = bisect.bisect_right(levels, n)
     if i < len(levels):
         out.add(levels[i])
@@ -268,9 +273,12 @@ def _children(n: int, lo: int, hi: int, partitions: int, k: int) -> tuple[int, .
 
 
 @lru_cache(maxsize=64)
-def _capacity_table(top: int, partitions: int, worker_rate: float) -> np.ndarray:
+def _capacity_table(
+    top: int, partitions: int, worker_rate: float, max_factor: int = 1
+) -> np.ndarray:
     table = np.array(
-        [fleet_capacity(w, partitions, worker_rate) for w in range(top + 1)], dtype=float
+        [fleet_capacity(w, partitions, worker_rate, max_factor) for w in range(top + 1)],
+        dtype=float,
     )
     table.flags.writeable = False
     return table
@@ -305,7 +313,9 @@ class _Context:
     @classmethod
     def build(cls, p: PlanningProblem, cost: CostModel) -> _Context:
         dt = p.step_s
-        capacity = _capacity_table(max(p.upper, p.workers), p.partitions, p.worker_rate)
+        capacity = _capacity_table(
+            max(p.upper, p.workers), p.partitions, p.worker_rate, p.max_factor
+        )
         rates = np.asarray(p.rates, dtype=float)
         arrivals = np.asarray(p.sla_arrivals, dtype=float)
         rate = np.maximum(rates, 1e-9)
@@ -378,10 +388,10 @@ class MctsPlanner:
         self.cost = cost or CostModel.from_settings(self.settings)
 
     # -- tree shape -------------------------------------------------------------------------
-    def children(self, n: int, lo: int, hi: int, partitions: int) -> list[int]:
+    def children(self, n: int, lo: int, hi: int, partitions: int, max_factor: int = 1) -> list[int]:
         """Counts reachable from n: n, n+-1, n+-k, n+-k^2, ... and the neighbouring capacity
         levels, each snapped to the cheapest count with the same capacity."""
-        return list(_children(n, lo, hi, partitions, self.settings.k))
+        return list(_children(n, lo, hi, partitions, self.settings.k, max_factor))
 
     def _duration_steps(self, depth: int, step_s: float) -> int:
         s = self.settings
@@ -502,7 +512,9 @@ class MctsPlanner:
         return extra, tuple(stack)
 
     def _expand(self, p: PlanningProblem, ctx: _Context, node: _Node) -> None:
-        counts = _children(node.workers, p.min_workers, p.upper, p.partitions, self.settings.k)
+        counts = _children(
+            node.workers, p.min_workers, p.upper, p.partitions, self.settings.k, p.max_factor
+        )
         depth = node.depth + 1
         j0 = node.j_end
         if j0 < node.hold_until:  # within the dwell: hold or go up, never down

@@ -205,7 +205,13 @@ class Simulator:
         first = float(self.rate[: self.ticks_per_step + 1].mean())
         return max(
             fleet.min_workers,
-            workers_for_rate(first * 1.2, fleet.partitions, fleet.worker_rate, fleet.upper),
+            workers_for_rate(
+                first * 1.2,
+                fleet.partitions,
+                fleet.worker_rate,
+                fleet.upper,
+                fleet.max_bucket_factor,
+            ),
         )
 
     def _lag(self, t_idx: np.ndarray, done: np.ndarray) -> np.ndarray:
@@ -314,7 +320,9 @@ class Simulator:
             if interruptions:
                 pause_left += interruptions * spot.task_move_pause_s / max(workers, 1)
             # process one step on the tick grid
-            cap = fleet_capacity(workers, fleet.partitions, fleet.worker_rate)
+            cap = fleet_capacity(
+                workers, fleet.partitions, fleet.worker_rate, fleet.max_bucket_factor
+            )
             rel = np.arange(1, ticks + 1) * dt
             tau = np.maximum(rel - pause_left, 0.0)
             paused = min(pause_left, self.step_s)

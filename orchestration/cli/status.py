@@ -136,6 +136,7 @@ TASK_COLUMNS = (
     ("pid", "right", False),
     ("state", "left", False),
     ("in", "right", False),
+    ("bucket", "right", False),
     ("rate/s", "right", True),
     ("util", "right", False),
     ("backlog", "right", True),
@@ -187,6 +188,7 @@ def render(
                 str(s.pid),
                 state,
                 f"{s.consumed:,}",
+                _bucket_cell(s.views.get("bucket")),
                 f"{s.rate_in:,.0f}",
                 f"{s.utilization:.0%}",
                 f"{lag.backlog:,}",
@@ -206,7 +208,7 @@ def render(
                 Text(health, style={"OK": "green", "WARN": "yellow"}.get(health, "bold red")),
                 _job_cell(job, task),
                 a.agent_id or "-",
-                *["-"] * 11,
+                *["-"] * 12,
             ]
         )
     for row in rows:
@@ -251,6 +253,17 @@ def task_statuses(lags: list[TaskLag], statuses: dict[str, str], job: JobView) -
         if from_job is not None:
             out[task] = worst([out.get(task, "OK"), from_job])
     return out
+
+
+def _bucket_cell(bucket: dict | None) -> str:
+    """``1/4 26% 0.3µs``: a virtual task's bucket of its factor, the share of the partition's
+    records it kept and its hashing time per record read; ``-`` for a whole partition."""
+    if not bucket or bucket.get("factor", 1) == 1:
+        return "-"
+    seen = bucket.get("seen", 0)
+    kept = f" {bucket.get('kept', 0) / seen:.0%}" if seen else ""
+    hashing = f" {bucket.get('hash_s', 0.0) / seen * 1e6:.1f}µs" if seen else ""
+    return f"{bucket['bucket']}/{bucket['factor']}{kept}{hashing}"
 
 
 def _job_cell(job: JobView, task: str) -> Text:

@@ -36,6 +36,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from orchestration.fleet.coordinator import COORDINATOR_LEASE, Coordinator
 from orchestration.fleet.imds import InstanceMetadata, Notice
+from orchestration.fleet.rebucketing import Rebucketer
 from orchestration.fleet.rescales import RescaleMeter
 from orchestration.runtime import Runtime
 from pipelines.kafka import consumer
@@ -81,6 +82,15 @@ class Agent:
             self._partitions,
             self.settings.agent_loss_after_s,
             RescaleMeter(runtime.control, self.topic),
+            Rebucketer(
+                runtime.control,
+                runtime.store,
+                self.topic,
+                lambda: self.views,
+                self.settings.max_bucket_factor,
+                self.settings.key_field,
+                self.settings.bucket_merge_delay_s,
+            ),
         )
         self.worker = StreamWorker(
             agent_id,

@@ -1,5 +1,6 @@
 """The coordinator: whoever holds the lease applies :func:`plan_changes` to the job model
-(and times each rescale, :mod:`orchestration.fleet.rescales`).
+(and times each rescale, :mod:`orchestration.fleet.rescales`, and splits or merges key
+buckets, :mod:`orchestration.fleet.rebucketing`).
 
 Any agent may hold the ``coordinator`` lease (a row in the control store with a term and an
 expiry); it renews it every tick and loses it if it stops renewing, so when the leader dies
@@ -14,6 +15,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from orchestration.fleet.rebucketing import Rebucketer
 from orchestration.fleet.rescales import RescaleMeter
 from orchestration.fleet.scheduling import Change, live_agents, plan_changes
 from pipelines.control import JobModelStore
@@ -33,8 +35,11 @@ class Coordinator:
         partitions: Callable[[], list[int]],
         loss_after_s: float,
         meter: RescaleMeter | None = None,
+        rebucketer: Rebucketer | None = None,
     ) -> None:
         self.jobs = jobs
+        self.rebucketer = rebucketer
+        """Splits and merges partitions' key buckets (None: one task per partition)."""
         self.meter = meter
         """Records what each rescale paused (None: not measured)."""
         self.topic = topic
@@ -52,6 +57,12 @@ class Coordinator:
             self.next_partition_check = now + 30.0
         assignments = self.jobs.assignments(self.topic)
         agents = self.jobs.agents()
+        done: list[str] = []
+        if self.rebucketer is not None:
+            live = live_agents(agents, now, self.loss_after_s)
+            done = self.rebucketer.step(assignments, live, len(self.known_partitions))
+            if done:
+                assignments = self.jobs.assignments(self.topic)
         changes = plan_changes(assignments, agents, now, self.loss_after_s)
         if self.meter is not None:
             live = live_agents(agents, now, self.loss_after_s)
@@ -59,7 +70,7 @@ class Coordinator:
                 self.meter.observe(now, agents, live, assignments, len(changes))
             except Exception:  # a measurement must never stop the coordinator
                 log.exception("measuring the rescale of %s failed", self.topic)
-        return [text for change in changes if (text := self._apply(change))]
+        return done + [text for change in changes if (text := self._apply(change))]
 
     def _apply(self, change: Change) -> str | None:
         if change.kind == "unassign":

@@ -51,7 +51,8 @@ def measure_rescale(
 ) -> RescaleRecord | None:
     """The record of the moves in ``events`` (the job model's history over one rescale), or
     None if no task of ``topic`` moved. A task counts once, by its first stop and the first
-    Running on another agent after it."""
+    Running on another agent after it; a task split or merged from others counts from their
+    stop to its first Running."""
     prefix = f"{topic}:"
     stopped: dict[str, float] = {}
     released_by: dict[str, str | None] = {}
@@ -60,7 +61,11 @@ def measure_rescale(
         task = event.task
         if task is None or not task.startswith(prefix) or task in resumed:
             continue
-        if _stops(event):
+        parents = _rebucketed_from(event)
+        if parents and any(p in stopped for p in parents):  # a split or merge: the new task
+            stopped.setdefault(task, min(stopped[p] for p in parents if p in stopped))
+            released_by.setdefault(task, None)  # pauses from its parent's stop
+        elif _stops(event):
             stopped.setdefault(task, event.at)
             if event.state == "Waiting":
                 released_by.setdefault(task, event.agent_id)
@@ -88,6 +93,17 @@ def measure_rescale(
         task_pause_s=sum(pauses),
         max_task_pause_s=max(pauses),
     )
+
+
+def _rebucketed_from(event: JobEvent) -> list[str]:
+    """The tasks a new task was split or merged from (its first Waiting says so)."""
+    if event.state != "Waiting":
+        return []
+    if event.reason.startswith("split from "):
+        return [event.reason.removeprefix("split from ")]
+    if event.reason.startswith("merged from "):
+        return event.reason.removeprefix("merged from ").split(" and ")
+    return []
 
 
 @dataclass

@@ -5,7 +5,8 @@ dead by a supervisor, or gone) goes back to Waiting; loss never disables. Waitin
 scheduled on the least-loaded live agent (the one a hand-off named, if it is live). When
 nothing waits and some loads differ by two or more, every hand-off that evens them out is
 planned at once (they run in parallel), and every task of a draining agent is handed off;
-while any hand-off is pending, nothing new is planned. A hand-off is graceful: the owner stops
+while any hand-off is pending, nothing new is planned. A task stopped for a split or merge of
+its key buckets waits for the coordinator to replace it, and nothing is balanced meanwhile. A hand-off is graceful: the owner stops
 the task at a checkpoint and releases it.
 """
 
@@ -17,7 +18,15 @@ from dataclasses import dataclass
 
 from pipelines.control import AgentRecord, Assignment
 
-__all__ = ["Change", "describe_assignments", "live_agents", "plan_changes"]
+__all__ = [
+    "MERGE",
+    "SPLIT",
+    "Change",
+    "describe_assignments",
+    "is_rebucketing",
+    "live_agents",
+    "plan_changes",
+]
 
 
 @dataclass(frozen=True)
@@ -31,6 +40,16 @@ class Change:
     agent_id: str | None
     """unassign: the lost owner; schedule and handoff: the target."""
     reason: str
+
+
+SPLIT = "@split"
+MERGE = "@merge"
+"""``handoff_to`` marks: stop the task at a checkpoint for a split or merge of its key buckets
+(:mod:`orchestration.fleet.rebucketing`), not for another agent."""
+
+
+def is_rebucketing(a: Assignment) -> bool:
+    return a.handoff_to in (SPLIT, MERGE)
 
 
 def live_agents(
@@ -63,6 +82,7 @@ def plan_changes(
     load = Counter({a: 0 for a, record in live.items() if record.state == "running"})
     changes: list[Change] = []
     waiting: list[tuple[Assignment, str | None, str]] = []
+    rebucketing = False
     for a in assignments:
         if a.state in ("Scheduled", "Running"):
             if a.agent_id in live:
@@ -72,6 +92,8 @@ def plan_changes(
             reason = _loss_reason(by_id.get(a.agent_id or ""), a.agent_id, now)
             changes.append(Change("unassign", a.task, a.generation, a.agent_id, reason))
             waiting.append((a, None, reason))
+        elif a.state == "Waiting" and is_rebucketing(a):
+            rebucketing = True  # stopped for a split or merge: the coordinator replaces it
         elif a.state == "Waiting":
             waiting.append((a, a.handoff_to, a.reason))
     for a, prefer, why in waiting:
@@ -80,7 +102,12 @@ def plan_changes(
         target = prefer if prefer in load else min(load, key=lambda x: (load[x], x))
         load[target] += 1
         changes.append(Change("schedule", a.task, a.generation, target, f"{why}; on {target}"))
-    if waiting or not load or any(a.handoff_to for a in assignments if a.state == "Running"):
+    if (
+        waiting
+        or rebucketing
+        or not load
+        or any(a.handoff_to for a in assignments if a.state == "Running")
+    ):
         return changes
     draining = [
         a
@@ -125,9 +152,9 @@ def _balance(assignments: Sequence[Assignment], load: Counter[str]) -> list[Chan
 
 
 def describe_assignments(assignments: Sequence[Assignment]) -> str:
-    """``a0: 0,2; a1: 1,3; Waiting: 4`` — who runs which partitions."""
+    """``a0: 0,2; a1: 1#0/2,1#1/2; Waiting: 3`` — who runs which partitions (and buckets)."""
     owners: dict[str, list[str]] = {}
     for a in assignments:
         owner = a.agent_id if a.state in ("Scheduled", "Running") else a.state
-        owners.setdefault(owner or "Waiting", []).append(str(a.partition))
+        owners.setdefault(owner or "Waiting", []).append(a.task.rpartition(":")[2])
     return "; ".join(f"{owner}: {','.join(parts)}" for owner, parts in sorted(owners.items()))

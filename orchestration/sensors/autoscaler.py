@@ -37,6 +37,7 @@ from orchestration.autoscaling.policies import make_policy
 from orchestration.autoscaling.step import decide
 from orchestration.lag import task_lags
 from orchestration.resources.control import ControlStoreResource
+from pipelines.config import get_settings
 from pipelines.control import TaskStatus
 from pipelines.settings import load_settings
 
@@ -153,6 +154,12 @@ def decide_scaling(
     return request, new_cursor
 
 
+def with_live_bucket_factor(settings: AutoscaleSettings, factor: int) -> AutoscaleSettings:
+    """``settings`` with the fleet's key-bucket factor set to the live fleet's."""
+    fleet = settings.fleet.model_copy(update={"max_bucket_factor": factor})
+    return settings.model_copy(update={"fleet": fleet})
+
+
 def make_autoscaling_sensor(
     job: dg.JobDefinition,
     views: Sequence[Any] = (),
@@ -160,8 +167,12 @@ def make_autoscaling_sensor(
     clock: Callable[[], float] = time.time,
 ) -> dg.SensorDefinition:
     """The ``lag_autoscaler`` sensor; ``settings`` are read once here (default: the
-    environment and the settings file) and ``clock`` gives each tick's time."""
-    settings = settings or load_settings(AutoscaleSettings)
+    environment and the settings file) and ``clock`` gives each tick's time. The key-bucket
+    factor is the live fleet's (``SLUICE_MAX_BUCKET_FACTOR``): the policy sizes counts above
+    the partitions only when the coordinator will split for them."""
+    settings = with_live_bucket_factor(
+        settings or load_settings(AutoscaleSettings), get_settings().max_bucket_factor
+    )
     interval = settings.sensor_interval_s
     running = settings.sensor
 

@@ -9,6 +9,7 @@ anyone can tell which offsets of which partitions an hour has.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 
@@ -28,7 +29,7 @@ from pipelines.segments import (
 )
 from pipelines.storage import ObjectStore
 
-__all__ = ["ARCHIVE_SCHEMA", "DEAD_LETTER_SCHEMA", "ArchiveBuffer"]
+__all__ = ["ALIGN_OFFSETS", "ARCHIVE_SCHEMA", "DEAD_LETTER_SCHEMA", "ArchiveBuffer"]
 
 log = logging.getLogger(__name__)
 
@@ -61,12 +62,25 @@ DEAD_LETTER_SCHEMA = pa.schema(
 )
 
 
-class ArchiveBuffer:
-    """Valid events and dead letters of one task since its last archive write."""
+ALIGN_OFFSETS = 65_536
+"""A virtual task cuts its ranges at multiples of this offset, so the ranges of a partition's
+buckets line up and the nothing-lost check reads at most this many offsets to prove a span."""
 
-    def __init__(self, topic: str, partition: int, first_offset: int) -> None:
+
+class ArchiveBuffer:
+    """Valid events and dead letters of one task since its last archive write.
+
+    A virtual task (bucket of factor) archives only its bucket's records under names that
+    carry the bucket, and cuts its ranges at multiples of :data:`ALIGN_OFFSETS`.
+    """
+
+    def __init__(
+        self, topic: str, partition: int, first_offset: int, bucket: int = 0, factor: int = 1
+    ) -> None:
         self.topic = topic
         self.partition = partition
+        self.bucket = bucket
+        self.factor = factor
         self.first = first_offset
         self._batches: list[DecodedBatch] = []
         self._dead: list[DeadLetter] = []
@@ -79,41 +93,76 @@ class ArchiveBuffer:
         if batch.next_offset > self._end:
             self._end = batch.next_offset
 
+    def advance(self, end: int) -> None:
+        """Offsets up to ``end`` were read and none was this task's (another bucket's)."""
+        self._end = max(self._end, end)
+
     def write(self, store: ObjectStore) -> RangeRecord | None:
-        """Write the buffered range; the range record goes last, after its files."""
+        """Write the buffered range (a virtual task: cut at aligned offsets); the range record
+        goes last, after its files. The last record written, or None."""
         if self._end <= self.first:
             return None
         first, end = self.first, self._end
+        cuts = [first, end]
+        if self.factor > 1:
+            step = ALIGN_OFFSETS
+            cuts = [first, *range((first // step + 1) * step, end, step), end]
+        table = self._events_table() if self._batches else None
+        record = None
+        for lo, hi in itertools.pairwise(cuts):
+            part = table
+            if table is not None and len(cuts) > 2:
+                offsets = table.column("offset").to_numpy()
+                part = table.filter(pa.array((offsets >= lo) & (offsets < hi)))
+            dead = [d for d in self._dead if lo <= d.offset < hi]
+            record = self._write_range(store, lo, hi, part, dead)
+        self.first = end
+        self._batches.clear()
+        self._dead.clear()
+        return record
+
+    def _write_range(
+        self,
+        store: ObjectStore,
+        first: int,
+        end: int,
+        table: pa.Table | None,
+        dead_letters: list[DeadLetter],
+    ) -> RangeRecord:
+        where = (self.topic, self.partition, first, end, self.bucket, self.factor)
         files: list[str] = []
         events: dict[str, int] = {}
-        if self._batches:
-            table = self._events_table()
+        if table is not None and table.num_rows:
             times = table.column("event_time").to_numpy()
             hours = times - times % HOUR_MS
             for hour in np.unique(hours).tolist():
                 part = table.filter(pa.array(hours == hour))
-                key = archive_events_key(hour, self.topic, self.partition, first, end)
+                key = archive_events_key(hour, *where)
                 store.put(key, to_parquet(part))
                 files.append(key)
                 events[key.split("/")[2].removeprefix("hour=")] = part.num_rows
         dead: dict[str, int] = {}
-        if self._dead:
+        if dead_letters:
             by_hour: dict[int, list[DeadLetter]] = {}
-            for letter in self._dead:
+            for letter in dead_letters:
                 by_hour.setdefault(hour_start(letter.timestamp), []).append(letter)
             for hour, letters in sorted(by_hour.items()):
-                key = archive_dead_letters_key(hour, self.topic, self.partition, first, end)
+                key = archive_dead_letters_key(hour, *where)
                 store.put(key, to_parquet(self._dead_table(letters)))
                 files.append(key)
                 dead[key.split("/")[2].removeprefix("hour=")] = len(letters)
-        record = RangeRecord(self.topic, self.partition, first, end, events, dead, tuple(files))
-        store.put(
-            archive_range_key(self.topic, self.partition, first, end),
-            record.to_json(),
+        record = RangeRecord(
+            self.topic,
+            self.partition,
+            first,
+            end,
+            events,
+            dead,
+            tuple(files),
+            self.bucket,
+            self.factor,
         )
-        self.first = end
-        self._batches.clear()
-        self._dead.clear()
+        store.put(archive_range_key(*where), record.to_json())
         return record
 
     def _events_table(self) -> pa.Table:
@@ -145,11 +194,18 @@ class ArchiveBuffer:
         )
 
 
-def discard_uncommitted(store: ObjectStore, topic: str, partition: int, offset: int) -> int:
-    """Remove ranges starting at or after ``offset`` (written after the last checkpoint)."""
+def discard_uncommitted(
+    store: ObjectStore, topic: str, partition: int, offset: int, bucket: int = 0, factor: int = 1
+) -> int:
+    """Remove the task's ranges starting at or after ``offset`` (written after its last
+    checkpoint); a virtual task removes only its own bucket's."""
     removed = 0
+    suffix = ".json" if factor == 1 else f"-b{bucket}of{factor}.json"
     for key in store.list(archive_ranges_prefix(topic, partition)):
-        first = int(key.rsplit("/", 1)[1].split("-")[0])
+        name = key.rsplit("/", 1)[1]
+        if not name.endswith(suffix) or (factor == 1 and "-b" in name):
+            continue
+        first = int(name.split("-")[0])
         if first < offset:
             continue
         try:

@@ -151,6 +151,10 @@ class JobEvent:
     reason: str
 
 
+class _Changed(Exception):
+    """A conditional step of a multi-row change matched nothing: undo it all."""
+
+
 def _insert_ignore(conn: Any, table: Table, row: dict[str, Any]) -> bool:
     """Insert ``row`` unless its key exists; True if inserted."""
     dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
@@ -275,11 +279,16 @@ class JobModelStore:
     # --- assignments ---------------------------------------------------------------------
 
     def ensure_tasks(self, topic: str, partitions: list[int]) -> list[str]:
-        """Add the tasks of ``topic`` that have no row yet, Waiting; returns them."""
+        """Add a task for each partition of ``topic`` that has none yet (of any key bucket),
+        Waiting; returns them."""
         now = time.time()
         added = []
+        c = task_assignments.c
         with self.engine.begin() as conn:
+            held = set(conn.execute(select(c.partition).where(c.topic == topic)).scalars())
             for partition in partitions:
+                if partition in held:
+                    continue
                 task = f"{topic}:{partition}"
                 row = {
                     "task": task,
@@ -296,6 +305,60 @@ class JobModelStore:
                     self._event(conn, now, task, None, None, 0, "Waiting", "new task")
                     added.append(task)
         return added
+
+    def replace_tasks(
+        self, topic: str, old: dict[str, int], new: list[tuple[str, int]], reason: str
+    ) -> bool:
+        """Replace tasks that wait for a split or merge (``old``: task -> generation, each
+        Waiting with its ``handoff_to`` a ``@`` mark) by ``new`` (task, partition), Waiting at
+        the highest old generation; all or nothing. False if any old task changed meanwhile."""
+        now = time.time()
+        generation = max(old.values())
+        try:
+            with self.engine.begin() as conn:
+                self._replace(conn, topic, old, new, reason, generation, now)
+        except _Changed:
+            return False
+        return True
+
+    def _replace(
+        self,
+        conn: Any,
+        topic: str,
+        old: dict[str, int],
+        new: list[tuple[str, int]],
+        reason: str,
+        generation: int,
+        now: float,
+    ) -> None:
+        c = task_assignments.c
+        for task, held in old.items():
+            gone = conn.execute(
+                task_assignments.delete().where(
+                    c.task == task,
+                    c.generation == held,
+                    c.state == "Waiting",
+                    c.handoff_to.like("@%"),
+                )
+            ).rowcount
+            if not gone:
+                raise _Changed(task)
+            self._event(conn, now, task, None, None, held, "Retired", reason)
+        for task, partition in new:
+            row = {
+                "task": task,
+                "topic": topic,
+                "partition": partition,
+                "agent_id": None,
+                "generation": generation,
+                "state": "Waiting",
+                "since": now,
+                "reason": reason,
+                "handoff_to": None,
+            }
+            if not _insert_ignore(conn, task_assignments, row):
+                raise _Changed(task)
+            self._event(conn, now, task, None, None, generation, "Waiting", reason)
 
     def assignments(self, topic: str | None = None) -> list[Assignment]:
         query = select(task_assignments).order_by(task_assignments.c.task)

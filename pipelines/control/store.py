@@ -243,6 +243,11 @@ class ControlStore:
                 conn, worker_status, {"worker_id": worker_id}, values, on_insert={"started_at": now}
             )
 
+    def forget_tasks(self, tasks: list[str]) -> None:
+        """Remove the status rows of tasks that no longer exist (split or merged away)."""
+        with self.engine.begin() as conn:
+            conn.execute(task_status.delete().where(task_status.c.task.in_(tasks)))
+
     def tasks(self) -> list[TaskStatus]:
         with self.engine.connect() as conn:
             rows = conn.execute(select(task_status).order_by(task_status.c.task)).all()

@@ -31,11 +31,14 @@ from pipelines.segments.layout import (
     checkpoint_prefix,
     legacy_checkpoint_key,
     parse_checkpoint_key,
+    parse_task_checkpoint_key,
+    parse_task_label,
     published_key,
     realtime_key,
     realtime_prefix,
     report_keys,
     segment_prefix,
+    task_label,
     view_prefix,
 )
 from pipelines.segments.parquet import read_parquet, to_parquet
@@ -69,6 +72,8 @@ __all__ = [
     "legacy_checkpoint_key",
     "parse_checkpoint_key",
     "parse_hour_label",
+    "parse_task_checkpoint_key",
+    "parse_task_label",
     "published_key",
     "read_parquet",
     "read_range_records",
@@ -76,6 +81,7 @@ __all__ = [
     "realtime_prefix",
     "report_keys",
     "segment_prefix",
+    "task_label",
     "to_parquet",
     "view_prefix",
 ]

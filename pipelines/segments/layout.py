@@ -20,11 +20,14 @@ __all__ = [
     "checkpoint_prefix",
     "legacy_checkpoint_key",
     "parse_checkpoint_key",
+    "parse_task_checkpoint_key",
+    "parse_task_label",
     "published_key",
     "realtime_key",
     "realtime_prefix",
     "report_keys",
     "segment_prefix",
+    "task_label",
     "view_prefix",
 ]
 
@@ -41,8 +44,27 @@ def realtime_prefix(view: str, segment_start_ms: int) -> str:
     return f"{segment_prefix(view, segment_start_ms)}realtime/"
 
 
-def realtime_key(view: str, segment_start_ms: int, topic: str, partition: int) -> str:
-    return f"{realtime_prefix(view, segment_start_ms)}{topic}-{partition}.parquet"
+def task_label(partition: int, bucket: int = 0, factor: int = 1) -> str:
+    """``3`` for a whole partition, ``3-b5of8`` for bucket 5 of 8 of it (a virtual task)."""
+    return str(partition) if factor == 1 else f"{partition}-b{bucket}of{factor}"
+
+
+def parse_task_label(label: str) -> tuple[int, int, int] | None:
+    """(partition, bucket, factor) of a :func:`task_label`, None for anything else."""
+    if label.isdigit():
+        return int(label), 0, 1
+    partition, sep, rest = label.partition("-b")
+    bucket, of, factor = rest.partition("of")
+    if sep and of and partition.isdigit() and bucket.isdigit() and factor.isdigit():
+        return int(partition), int(bucket), int(factor)
+    return None
+
+
+def realtime_key(
+    view: str, segment_start_ms: int, topic: str, partition: int, bucket: int = 0, factor: int = 1
+) -> str:
+    label = task_label(partition, bucket, factor)
+    return f"{realtime_prefix(view, segment_start_ms)}{topic}-{label}.parquet"
 
 
 def batch_prefix(view: str, segment_start_ms: int, version: int) -> str:
@@ -53,13 +75,15 @@ def published_key(view: str, segment_start_ms: int) -> str:
     return f"{segment_prefix(view, segment_start_ms)}_published.json"
 
 
-def checkpoint_prefix(topic: str, partition: int) -> str:
-    return f"checkpoints/{topic}/{partition}/"
+def checkpoint_prefix(topic: str, partition: int, bucket: int = 0, factor: int = 1) -> str:
+    return f"checkpoints/{topic}/{task_label(partition, bucket, factor)}/"
 
 
-def checkpoint_key(topic: str, partition: int, generation: int) -> str:
+def checkpoint_key(
+    topic: str, partition: int, generation: int, bucket: int = 0, factor: int = 1
+) -> str:
     """One object per owner generation: a fenced owner's write never replaces a newer one's."""
-    return f"{checkpoint_prefix(topic, partition)}g{generation:010d}.parquet"
+    return f"{checkpoint_prefix(topic, partition, bucket, factor)}g{generation:010d}.parquet"
 
 
 def checkpoint_generation(key: str) -> int | None:
@@ -72,7 +96,8 @@ def checkpoint_generation(key: str) -> int | None:
 
 
 def parse_checkpoint_key(key: str) -> tuple[str, int, int] | None:
-    """(topic, partition, generation) of a checkpoint key of either layout, else None."""
+    """(topic, partition, generation) of a whole partition's checkpoint key of either layout,
+    else None (see :func:`parse_task_checkpoint_key` for virtual tasks' too)."""
     parts = key.split("/")
     if len(parts) == 4 and parts[0] == "checkpoints" and parts[2].isdigit():
         generation = checkpoint_generation(key)
@@ -84,19 +109,41 @@ def parse_checkpoint_key(key: str) -> tuple[str, int, int] | None:
     return None
 
 
+def parse_task_checkpoint_key(key: str) -> tuple[str, int, int, int, int] | None:
+    """(topic, partition, bucket, factor, generation) of any task's checkpoint key, else None."""
+    parts = key.split("/")
+    if len(parts) == 4 and parts[0] == "checkpoints":
+        task = parse_task_label(parts[2])
+        generation = checkpoint_generation(key)
+        if task is not None and generation is not None:
+            return parts[1], *task, generation
+        return None
+    parsed = parse_checkpoint_key(key)
+    return None if parsed is None else (parsed[0], parsed[1], 0, 1, parsed[2])
+
+
 def legacy_checkpoint_key(topic: str, partition: int) -> str:
     """Where checkpoints lived before generations (read as generation 0, never written)."""
     return f"checkpoints/{topic}/{partition}.parquet"
 
 
-def archive_events_key(hour_ms: int, topic: str, partition: int, first: int, end: int) -> str:
-    return f"archive/events/hour={hour_label(hour_ms)}/{topic}-{partition}-{first}-{end}.parquet"
+def _range_name(topic: str, partition: int, first: int, end: int, bucket: int, factor: int) -> str:
+    suffix = "" if factor == 1 else f"-b{bucket}of{factor}"
+    return f"{topic}-{partition}-{first}-{end}{suffix}"
 
 
-def archive_dead_letters_key(hour_ms: int, topic: str, partition: int, first: int, end: int) -> str:
-    return (
-        f"archive/dead_letters/hour={hour_label(hour_ms)}/{topic}-{partition}-{first}-{end}.parquet"
-    )
+def archive_events_key(
+    hour_ms: int, topic: str, partition: int, first: int, end: int, bucket: int = 0, factor: int = 1
+) -> str:
+    name = _range_name(topic, partition, first, end, bucket, factor)
+    return f"archive/events/hour={hour_label(hour_ms)}/{name}.parquet"
+
+
+def archive_dead_letters_key(
+    hour_ms: int, topic: str, partition: int, first: int, end: int, bucket: int = 0, factor: int = 1
+) -> str:
+    name = _range_name(topic, partition, first, end, bucket, factor)
+    return f"archive/dead_letters/hour={hour_label(hour_ms)}/{name}.parquet"
 
 
 RANGES_PREFIX = "archive/ranges/"
@@ -108,8 +155,11 @@ def archive_ranges_prefix(topic: str, partition: int) -> str:
     return f"{RANGES_PREFIX}{topic}/{partition}/"
 
 
-def archive_range_key(topic: str, partition: int, first: int, end: int) -> str:
-    return f"{archive_ranges_prefix(topic, partition)}{first:020d}-{end:020d}.json"
+def archive_range_key(
+    topic: str, partition: int, first: int, end: int, bucket: int = 0, factor: int = 1
+) -> str:
+    suffix = "" if factor == 1 else f"-b{bucket}of{factor}"
+    return f"{archive_ranges_prefix(topic, partition)}{first:020d}-{end:020d}{suffix}.json"
 
 
 def report_keys(day: date) -> dict[str, str]:

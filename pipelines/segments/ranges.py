@@ -29,6 +29,10 @@ class RangeRecord:
     dead_letters: dict[str, int]
     files: tuple[str, ...] = ()
     """The archive files the range wrote (events of each hour, dead letters of each hour)."""
+    bucket: int = 0
+    factor: int = 1
+    """The key bucket of a virtual task (bucket of factor): it archived only that bucket's
+    records of [first, end); 0 of 1 is the whole partition."""
 
     @property
     def source(self) -> str:
@@ -48,6 +52,8 @@ class RangeRecord:
             events={k: int(v) for k, v in raw.get("events", {}).items()},
             dead_letters={k: int(v) for k, v in raw.get("dead_letters", {}).items()},
             files=tuple(raw.get("files", ())),
+            bucket=int(raw.get("bucket", 0)),
+            factor=int(raw.get("factor", 1)),
         )
 
 

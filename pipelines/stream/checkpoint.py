@@ -34,7 +34,7 @@ from pipelines.segments import (
 )
 from pipelines.storage import ObjectStore
 
-__all__ = ["TaskCheckpoint", "load_checkpoint", "save_checkpoint"]
+__all__ = ["TaskCheckpoint", "delete_checkpoints", "load_checkpoint", "save_checkpoint"]
 
 FORMAT_VERSION = 1
 
@@ -55,6 +55,10 @@ class TaskCheckpoint:
     """Per session view: the Parquet bytes of its unsettled events (``pending_table``)."""
     generation: int = 0
     """The job-model generation of the owner that wrote it."""
+    bucket: int = 0
+    factor: int = 1
+    skips: tuple[tuple[int, int, int], ...] = ()
+    """(bucket, factor, until): records of that bucket below ``until`` are already counted."""
 
     @property
     def state_bytes(self) -> int:
@@ -74,6 +78,9 @@ def save_checkpoint(store: ObjectStore, checkpoint: TaskCheckpoint) -> None:
         "dead_lettered": checkpoint.dead_lettered,
         "views": checkpoint.views,
         "generation": checkpoint.generation,
+        "bucket": checkpoint.bucket,
+        "factor": checkpoint.factor,
+        "skips": [list(s) for s in checkpoint.skips],
     }
     names = sorted(checkpoint.states)
     table = pa.table(
@@ -91,27 +98,47 @@ def save_checkpoint(store: ObjectStore, checkpoint: TaskCheckpoint) -> None:
             metadata={"sluice_checkpoint": json.dumps(header)},
         ),
     )
-    topic, partition = checkpoint.topic, checkpoint.partition
-    store.put(checkpoint_key(topic, partition, checkpoint.generation), to_parquet(table))
-    for key, generation in _generations(store, topic, partition):
+    task = (checkpoint.topic, checkpoint.partition)
+    where = (checkpoint.bucket, checkpoint.factor)
+    store.put(checkpoint_key(*task, checkpoint.generation, *where), to_parquet(table))
+    for key, generation in _generations(store, *task, *where):
         if generation < checkpoint.generation:
             store.delete(key)
 
 
-def _generations(store: ObjectStore, topic: str, partition: int) -> list[tuple[str, int]]:
+def delete_checkpoints(
+    store: ObjectStore, topic: str, partition: int, bucket: int = 0, factor: int = 1
+) -> None:
+    """Remove every checkpoint of a task that no longer exists (split or merged away)."""
+    for key, _ in _generations(store, topic, partition, bucket, factor):
+        store.delete(key)
+    if factor == 1:
+        store.delete(legacy_checkpoint_key(topic, partition))
+
+
+def _generations(
+    store: ObjectStore, topic: str, partition: int, bucket: int = 0, factor: int = 1
+) -> list[tuple[str, int]]:
     """(key, generation) of every checkpoint object of a task, newest generation last."""
     found = [
         (key, generation)
-        for key in store.list(checkpoint_prefix(topic, partition))
+        for key in store.list(checkpoint_prefix(topic, partition, bucket, factor))
         if (generation := checkpoint_generation(key)) is not None
     ]
     return sorted(found, key=lambda item: item[1])
 
 
-def load_checkpoint(store: ObjectStore, topic: str, partition: int) -> TaskCheckpoint | None:
+def load_checkpoint(
+    store: ObjectStore, topic: str, partition: int, bucket: int = 0, factor: int = 1
+) -> TaskCheckpoint | None:
     """The newest generation's checkpoint of a task (or one written before generations)."""
-    generations = _generations(store, topic, partition)
-    key = generations[-1][0] if generations else legacy_checkpoint_key(topic, partition)
+    generations = _generations(store, topic, partition, bucket, factor)
+    if generations:
+        key = generations[-1][0]
+    elif factor == 1:
+        key = legacy_checkpoint_key(topic, partition)
+    else:
+        return None
     try:
         data = store.get(key)
     except FileNotFoundError:
@@ -146,4 +173,7 @@ def load_checkpoint(store: ObjectStore, topic: str, partition: int) -> TaskCheck
         states=states,
         pending=pending,
         generation=header.get("generation", 0),
+        bucket=header.get("bucket", 0),
+        factor=header.get("factor", 1),
+        skips=tuple(tuple(s) for s in header.get("skips", ())),
     )

@@ -171,10 +171,18 @@ class ViewState:
         return pa.Table.from_pydict(data, schema=schema)
 
     def load(self, table: pa.Table, pending: pa.Table | None = None) -> None:
-        """Restore buckets from :meth:`all_table` output (a checkpoint)."""
+        """Restore buckets from :meth:`all_table` output (a checkpoint); a group already held
+        is merged with the loaded one (how a merge of virtual tasks joins their states)."""
         rows = table.to_pylist()
         for row in rows:
             key = (row[WINDOW_START], *(row[c] for c in self.view.grouping_cols))
             states = [agg.deserialize(row[state_column(agg.out)]) for agg in self.aggregators]
             segment = key[0] - key[0] % self.view.segment_ms
-            self.buckets.setdefault(segment, {})[key] = states
+            bucket = self.buckets.setdefault(segment, {})
+            held = bucket.get(key)
+            if held is not None:
+                states = [
+                    agg.merge(a, b)
+                    for agg, a, b in zip(self.aggregators, held, states, strict=True)
+                ]
+            bucket[key] = states

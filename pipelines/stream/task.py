@@ -1,8 +1,14 @@
-"""A stream task: one partition of a topic, aggregated into every view on that topic.
+"""A stream task: one partition of a topic (or one key bucket of it, a virtual task),
+aggregated into every view on that topic.
 
 Its output is a deterministic function of the partition's contents: windows and lateness
 follow event time and the task's own watermark, so a replay after a crash rewrites
 identical segments. At-least-once delivery plus idempotent writes give exactly-once results.
+
+A virtual task (bucket ``b`` of factor ``F``, :mod:`pipelines.stream.buckets`) sees every
+record of its partition but keeps only its bucket's, hashing keys before decoding anything,
+and skips what a merge said was counted already. Its watermark is its own records'; its
+checkpoint, realtime segments and archive ranges carry its bucket in their names.
 
 Under a job model a task carries its owner's generation: it asks ``fence`` before every write
 (raising :class:`TaskFenced` once a newer generation owns it), its checkpoints are written
@@ -19,6 +25,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 
+import numpy as np
 import pyarrow as pa
 
 from pipelines.archive import ArchiveBuffer, discard_uncommitted
@@ -28,10 +35,12 @@ from pipelines.events.decode import NO_WATERMARK, RawRecord, RecordBatch, decode
 from pipelines.exceptions import TaskFenced, ViewCrash
 from pipelines.segments import read_parquet, realtime_key, to_parquet
 from pipelines.storage import ObjectStore
+from pipelines.stream.buckets import key_hashes
 from pipelines.stream.checkpoint import TaskCheckpoint, load_checkpoint, save_checkpoint
 from pipelines.stream.dead_letters import DeadLetterSink
 from pipelines.stream.sessions import SessionState
 from pipelines.stream.state import ViewState
+from pipelines.stream.task_id import TaskId
 from pipelines.views.model import View
 
 __all__ = ["StreamTask", "view_state"]
@@ -55,14 +64,21 @@ class StreamTask:
         settings: SluiceSettings,
         generation: int | None = None,
         fence: Callable[[], bool] | None = None,
+        bucket: int = 0,
+        factor: int = 1,
     ) -> None:
+        self.id = TaskId(topic, partition, bucket, factor)
         self.topic = topic
+        self.bucket = bucket
+        self.factor = factor
+        self.skips: tuple[tuple[int, int, int], ...] = ()
+        """(bucket, factor, until) left by a merge: those records below ``until`` are counted."""
         self.generation = generation
         """The owner's job-model generation; None (no job model) inherits the checkpoint's."""
         self.fence = fence
         """True while this owner still owns the task (the job model's fence); None = always."""
         self.partition = partition
-        self.name = f"{topic}:{partition}"
+        self.name = str(self.id)
         self.views = [v for v in views if v.topic == topic and not v.disabled]
         self.store = store
         self.sink = dead_letters
@@ -76,19 +92,23 @@ class StreamTask:
         self.checkpointed_offset: int | None = None
         self.state_bytes = 0
         """Window state in the last checkpoint written or restored (what a move carries)."""
-        self.archive = ArchiveBuffer(topic, partition, 0)
+        self.archive = ArchiveBuffer(topic, partition, 0, bucket, factor)
         self.seconds: Counter[str] = Counter()
-        """Wall seconds spent decoding, aggregating and buffering the archive (for status)."""
+        """Wall seconds spent hashing keys, decoding, aggregating and buffering the archive."""
+        self.seen = 0
+        """Records read from the partition (a virtual task's siblings' included)."""
+        self.kept = 0
+        """Records this task kept: its bucket's, not skipped."""
 
     # --- lifecycle -----------------------------------------------------------------------
 
     def restore(self) -> int | None:
         """Load the last checkpoint; the offset to resume from, or None to start at the beginning."""
-        checkpoint = load_checkpoint(self.store, self.topic, self.partition)
+        checkpoint = load_checkpoint(self.store, self.topic, self.partition, *self.id.where)
         if checkpoint is None:
             self.generation = self.generation or 0
             self._check_fence()
-            discard_uncommitted(self.store, self.topic, self.partition, 0)
+            discard_uncommitted(self.store, self.topic, self.partition, 0, *self.id.where)
             return None
         if self.generation is None:
             self.generation = checkpoint.generation
@@ -124,9 +144,14 @@ class StreamTask:
             state.processed = saved["processed"]
             state.late = saved["late"]
         self.state_bytes = checkpoint.state_bytes
-        self.archive = ArchiveBuffer(self.topic, self.partition, checkpoint.next_offset)
+        self.skips = checkpoint.skips
+        self.archive = ArchiveBuffer(
+            self.topic, self.partition, checkpoint.next_offset, *self.id.where
+        )
         self._check_fence()
-        discard_uncommitted(self.store, self.topic, self.partition, checkpoint.next_offset)
+        discard_uncommitted(
+            self.store, self.topic, self.partition, checkpoint.next_offset, *self.id.where
+        )
         log.info("%s: restored checkpoint at offset %d", self.name, checkpoint.next_offset)
         return checkpoint.next_offset
 
@@ -138,20 +163,42 @@ class StreamTask:
         self.dead_lettered = Counter()
         self.checkpointed_offset = None
         self.state_bytes = 0
-        discard_uncommitted(self.store, self.topic, self.partition, 0)
+        self.skips = ()
+        discard_uncommitted(self.store, self.topic, self.partition, 0, *self.id.where)
 
     def start_at(self, offset: int) -> None:
         """Where consumption begins when there is no checkpoint (the log start)."""
         self.next_offset = offset
-        self.archive = ArchiveBuffer(self.topic, self.partition, offset)
+        self.archive = ArchiveBuffer(self.topic, self.partition, offset, *self.id.where)
 
     # --- the hot path --------------------------------------------------------------------
 
-    def process(self, records: RecordBatch | Sequence[RawRecord]) -> None:
+    @property
+    def filters(self) -> bool:
+        """True if this task keeps only some of its partition's records (hashes needed)."""
+        return self.factor > 1 or bool(self.skips)
+
+    def process(
+        self, records: RecordBatch | Sequence[RawRecord], hashes: np.ndarray | None = None
+    ) -> None:
+        """Fold a batch of the partition in; ``hashes`` are its records' bucket hashes if the
+        caller computed them for all the partition's virtual tasks at once."""
         if not records:
             return
         if not isinstance(records, RecordBatch):
             records = RecordBatch.of(records)
+        end = records.offsets[-1] + 1
+        if end <= self.next_offset:
+            return  # a sibling on this reader is behind: all of it was ours before
+        if self.filters or records.offsets[0] < self.next_offset:
+            records = self._own(records, hashes)
+            if not records:
+                self.next_offset = end
+                self.archive.advance(end)
+                return
+        else:
+            self.seen += len(records)
+            self.kept += len(records)
         started = time.perf_counter()
         batch = decode_batch(
             records,
@@ -159,6 +206,7 @@ class StreamTask:
             max_message_bytes=self.settings.max_message_bytes,
             max_future_ms=int(self.settings.max_future_s * 1000),
         )
+        batch.next_offset = end
         for letter in batch.dead_letters:
             self.sink.send(self.topic, self.partition, letter)
             self.dead_lettered[letter.reason] += 1
@@ -177,6 +225,33 @@ class StreamTask:
         self.consumed += batch.consumed
         self.next_offset = batch.next_offset
         self.last_processed_ts = records.timestamps[-1]
+
+    def _own(self, records: RecordBatch, hashes: np.ndarray | None) -> RecordBatch:
+        """The records of the batch that are this task's to count."""
+        started = time.perf_counter()
+        offsets = np.asarray(records.offsets, dtype=np.int64)
+        keep = offsets >= self.next_offset
+        self.seen += int(keep.sum())
+        if self.filters:
+            if hashes is None:
+                hashes = key_hashes(records.keys, records.offsets)
+            if self.factor > 1:
+                keep &= hashes % np.uint64(self.factor) == np.uint64(self.bucket)
+            for bucket, factor, until in self.skips:
+                keep &= ~((hashes % np.uint64(factor) == np.uint64(bucket)) & (offsets < until))
+            if self.skips and offsets[-1] + 1 >= max(until for *_, until in self.skips):
+                self.skips = ()  # every record the merged tasks had counted is behind us
+        index = np.flatnonzero(keep).tolist()
+        self.kept += len(index)
+        self.seconds["hash"] += time.perf_counter() - started
+        if len(index) == len(offsets):
+            return records
+        return RecordBatch(
+            [records.offsets[i] for i in index],
+            [records.timestamps[i] for i in index],
+            [records.values[i] for i in index],
+            [records.keys[i] for i in index],
+        )
 
     # --- durability ----------------------------------------------------------------------
 
@@ -197,7 +272,9 @@ class StreamTask:
         for state in self.states.values():  # 2
             state.settle(self.watermark)
             for segment in sorted(state.dirty):
-                key = realtime_key(state.view.name, segment, self.topic, self.partition)
+                key = realtime_key(
+                    state.view.name, segment, self.topic, self.partition, *self.id.where
+                )
                 previous = self._current(key) if state.keeps_rows_elsewhere else None
                 self.store.put(key, to_parquet(state.segment_table(segment, previous)))
             state.flushed()
@@ -244,6 +321,9 @@ class StreamTask:
                 if (table := s.pending_table()) is not None
             },
             generation=self.generation or 0,
+            bucket=self.bucket,
+            factor=self.factor,
+            skips=self.skips,
         )
         save_checkpoint(self.store, checkpoint)
         self.checkpointed_offset = self.next_offset
@@ -307,12 +387,22 @@ class StreamTask:
             rate_in=rate_in,
             next_offset=self.next_offset,
             end_offset=end_offset,
-            backlog=max(0, end_offset - self.next_offset),
+            backlog=-(-max(0, end_offset - self.next_offset) // self.factor),
             last_processed_ts=self.last_processed_ts,
             watermark=self.watermark if self.watermark > 0 else None,
             checkpointed_offset=self.checkpointed_offset,
             state=state,
-            views={"counters": counters, "dead_letter_reasons": dict(self.dead_lettered)},
+            views={
+                "counters": counters,
+                "dead_letter_reasons": dict(self.dead_lettered),
+                "bucket": {
+                    "bucket": self.bucket,
+                    "factor": self.factor,
+                    "seen": self.seen,
+                    "kept": self.kept,
+                    "hash_s": round(self.seconds["hash"], 4),
+                },
+            },
             generation=self.generation or 0,
             state_bytes=self.state_bytes,
         )

@@ -1,7 +1,8 @@
 """A stream worker: one process running the tasks the job model gave it.
 
 It consumes its partitions by manual assignment (no group rebalancing: the control plane
-decides who runs what), feeds each task its records, flushes and checkpoints on schedule,
+decides who runs what), feeds each task its records (the virtual tasks of one partition on
+this worker share one read, from the lowest of their offsets, and its key hashes), flushes and checkpoints on schedule,
 and reports per-task metrics to the control store. SIGTERM or SIGINT stop it gracefully,
 with a final checkpoint; SIGKILL loses nothing either, since it resumes from the last one.
 
@@ -40,36 +41,22 @@ from pipelines.kafka import fetched_log_end
 from pipelines.kafka import producer as make_producer
 from pipelines.kafka.reader import open_reader
 from pipelines.storage import ObjectStore
+from pipelines.stream.buckets import key_hashes
 from pipelines.stream.dead_letters import KafkaDeadLetterSink
 from pipelines.stream.task import StreamTask
+from pipelines.stream.task_id import TaskId
 from pipelines.views.model import View
 
 __all__ = ["StreamWorker", "TaskEvent", "TaskId", "consumer_group"]
 
 log = logging.getLogger(__name__)
 
-TIME_PARTS = ("read", "decode", "aggregate", "archive", "flush", "checkpoint")
+TIME_PARTS = ("read", "hash", "decode", "aggregate", "archive", "flush", "checkpoint")
 """Where a worker's time goes, as status shows it (the rest is waiting)."""
 
 THROTTLE_SLICE_S = 0.2
 """A rate-capped worker polls at most ``rate * THROTTLE_SLICE_S`` records at a time, so one
 pause is about this long."""
-
-
-@dataclass(frozen=True, order=True)
-class TaskId:
-    topic: str
-    partition: int
-
-    def __str__(self) -> str:
-        return f"{self.topic}:{self.partition}"
-
-    @classmethod
-    def parse(cls, text: str) -> TaskId:
-        topic, _, partition = text.rpartition(":")
-        if not topic or not partition.isdigit():
-            raise ValueError(f"task {text!r} is not TOPIC:PARTITION")
-        return cls(topic, int(partition))
 
 
 @dataclass(frozen=True)
@@ -139,7 +126,7 @@ class StreamWorker:
         self.stop_event = threading.Event()
         self.producer = make_producer(bootstrap, kafka)
         self.sink = KafkaDeadLetterSink(self.producer, settings.dead_letter_topic)
-        self.tasks: dict[TopicPartition, StreamTask] = {}
+        self.tasks: dict[TaskId, StreamTask] = {}
         for t in tasks:
             self.commands.put(_Start(t, None, tuple(views), None))
         self.reader = open_reader(bootstrap, kafka, consumer_group(self.topic))
@@ -180,9 +167,7 @@ class StreamWorker:
 
     def running(self) -> dict[TaskId, int]:
         """Task -> generation of what runs now (a snapshot, safe from any thread)."""
-        return {
-            TaskId(tp.topic, tp.partition): t.generation or 0 for tp, t in list(self.tasks.items())
-        }
+        return {task_id: t.generation or 0 for task_id, t in list(self.tasks.items())}
 
     # --- the worker thread ---------------------------------------------------------------
 
@@ -210,19 +195,18 @@ class StreamWorker:
             detail,
         )
         if self.on_event is not None:
-            event = TaskEvent(
-                kind, TaskId(task.topic, task.partition), task.generation or 0, detail, view
-            )
+            event = TaskEvent(kind, task.id, task.generation or 0, detail, view)
             self.on_event(event)
 
     def _start(self, command: _Start) -> bool:
-        tp = TopicPartition(command.task.topic, command.task.partition)
-        if command.task.topic != self.topic:
-            raise ValueError(f"worker {self.worker_id} serves {self.topic}, not {command.task}")
-        if tp in self.tasks:
-            if self.tasks[tp].generation == command.generation:
+        task_id = command.task
+        tp = TopicPartition(task_id.topic, task_id.partition)
+        if task_id.topic != self.topic:
+            raise ValueError(f"worker {self.worker_id} serves {self.topic}, not {task_id}")
+        if task_id in self.tasks:
+            if self.tasks[task_id].generation == command.generation:
                 return False
-            del self.tasks[tp]  # a new generation of a task we ran: restore it afresh
+            del self.tasks[task_id]  # a new generation of a task we ran: restore it afresh
         task = StreamTask(
             tp.topic,
             tp.partition,
@@ -232,6 +216,8 @@ class StreamWorker:
             self.settings,
             command.generation,
             command.fence,
+            task_id.bucket,
+            task_id.factor,
         )
         try:
             offset = task.restore()
@@ -255,20 +241,19 @@ class StreamWorker:
         except (TaskFenced, ViewCrash) as exc:
             self._lose(task, exc)
             return False
-        self.tasks[tp] = task
+        self.tasks[task_id] = task
         self._emit("started", task, f"at offset {task.next_offset}")
         return True
 
     def _stop(self, command: _Stop) -> bool:
-        tp = TopicPartition(command.task.topic, command.task.partition)
-        task = self.tasks.pop(tp, None)
+        task = self.tasks.pop(command.task, None)
         if task is None:
             return False
         if not command.checkpoint:
             self._emit("fenced", task, command.reason)
             return True
         try:
-            task.checkpoint(self._commit(tp))
+            task.checkpoint(self._commit(task))
         except TaskFenced as exc:
             self._emit("fenced", task, str(exc))
             return True
@@ -280,8 +265,7 @@ class StreamWorker:
         """``task`` cannot go on: drop it without writing (it resumes from its checkpoint)."""
         if self.on_event is None:
             raise exc  # no agent to restart it: the process fails, its supervisor sees it
-        tp = TopicPartition(task.topic, task.partition)
-        self.tasks.pop(tp, None)
+        self.tasks.pop(task.id, None)
         if isinstance(exc, ViewCrash):
             self._emit("crashed", task, str(exc), exc.view)
         else:
@@ -289,9 +273,26 @@ class StreamWorker:
 
     def _reassign(self) -> None:
         """Point the reader at the current tasks, each at its next offset."""
-        self.reader.assign({tp: task.next_offset for tp, task in self.tasks.items()})
+        positions: dict[TopicPartition, int] = {}
+        for task in self.tasks.values():
+            tp = TopicPartition(task.topic, task.partition)
+            positions[tp] = min(positions.get(tp, task.next_offset), task.next_offset)
+        self.reader.assign(positions)
 
-    def _commit(self, tp: TopicPartition):
+    def _partitions(self) -> dict[TopicPartition, list[StreamTask]]:
+        """The tasks of each partition read (virtual tasks of one partition share its reads)."""
+        out: dict[TopicPartition, list[StreamTask]] = {}
+        for task in self.tasks.values():
+            out.setdefault(TopicPartition(task.topic, task.partition), []).append(task)
+        return out
+
+    def _commit(self, task: StreamTask):
+        """Commit a checkpointed offset to the consumer group: the whole partition's task, or
+        bucket 0 of a split one (the group has one offset per partition)."""
+        if task.bucket != 0:
+            return None
+        tp = TopicPartition(task.topic, task.partition)
+
         def commit(offset: int) -> None:
             try:
                 self.reader.commit(tp, offset)
@@ -333,15 +334,20 @@ class StreamWorker:
                     self.seconds["read"] += polled_at - poll_started
                     work_s = min(polled_at - poll_started, time.process_time() - poll_cpu)
                     lost = False
+                    readers = self._partitions()
                     for tp, records in polled.items():
-                        task = self.tasks.get(tp)
-                        if task is None:  # stopped since the fetch
-                            continue
-                        try:
-                            task.process(records)
-                        except (TaskFenced, ViewCrash) as exc:
-                            self._lose(task, exc)
-                            lost = True
+                        tasks = readers.get(tp, [])  # none: stopped since the fetch
+                        hashes = None
+                        if len(tasks) > 1 and any(t.filters for t in tasks):  # hash once
+                            hashed = time.perf_counter()
+                            hashes = key_hashes(records.keys, records.offsets)
+                            self.seconds["hash"] += time.perf_counter() - hashed
+                        for task in tasks:
+                            try:
+                                task.process(records, hashes)
+                            except (TaskFenced, ViewCrash) as exc:
+                                self._lose(task, exc)
+                                lost = True
                     if lost:
                         self._reassign()
                     idle_since = None
@@ -357,7 +363,7 @@ class StreamWorker:
                 now = time.monotonic()
                 if now >= next_checkpoint:
                     started = now
-                    self._durable(lambda tp, task: task.checkpoint(self._commit(tp)))
+                    self._durable(lambda task: task.checkpoint(self._commit(task)))
                     now = time.monotonic()
                     self.busy_s += now - started
                     self.seconds["checkpoint"] += now - started
@@ -365,7 +371,7 @@ class StreamWorker:
                     next_flush = now + settings.flush_interval_s
                 elif now >= next_flush:
                     started = now
-                    self._durable(lambda _tp, task: task.flush())
+                    self._durable(lambda task: task.flush())
                     now = time.monotonic()
                     self.busy_s += now - started
                     self.seconds["flush"] += now - started
@@ -374,7 +380,7 @@ class StreamWorker:
                     elapsed = max(now - last_status, 1e-6)
                     util = min(1.0, (self.busy_s - busy_at_status) / elapsed)
                     self._report(util, elapsed, last_consumed)
-                    last_consumed = {tp: t.consumed for tp, t in self.tasks.items()}
+                    last_consumed = {k: t.consumed for k, t in self.tasks.items()}
                     busy_at_status, last_status = self.busy_s, now
                     next_status = now + settings.status_interval_s
                 if (
@@ -386,12 +392,12 @@ class StreamWorker:
         finally:
             self._shutdown()
 
-    def _durable(self, write: Callable[[TopicPartition, StreamTask], None]) -> None:
+    def _durable(self, write: Callable[[StreamTask], None]) -> None:
         """Flush or checkpoint every task; a fenced one is dropped, the others go on."""
         lost = False
-        for tp, task in list(self.tasks.items()):
+        for task in list(self.tasks.values()):
             try:
-                write(tp, task)
+                write(task)
             except TaskFenced as exc:
                 self._lose(task, exc)
                 lost = True
@@ -417,13 +423,13 @@ class StreamWorker:
     def _report(
         self, util: float, elapsed: float, last_consumed: dict, state: str = "running"
     ) -> None:
-        ends = self.reader.end_offsets(list(self.tasks)) if self.tasks else {}
+        ends = self.reader.end_offsets(list(self._partitions())) if self.tasks else {}
         self._ends = ends
         if self.control is None:
             return
         statuses = [
-            self._status(tp, task, ends, util, elapsed, last_consumed, state)
-            for tp, task in self.tasks.items()
+            self._status(task, ends, util, elapsed, last_consumed, state)
+            for task in self.tasks.values()
         ]
         try:
             self.control.report_tasks(statuses)
@@ -453,12 +459,7 @@ class StreamWorker:
         """A task handed off: its last figures, as ``stopped``."""
         if self.control is None:
             return
-        statuses = [
-            self._status(
-                TopicPartition(t.topic, t.partition), t, self._ends, 0.0, 1.0, {}, "stopped"
-            )
-            for t in tasks
-        ]
+        statuses = [self._status(t, self._ends, 0.0, 1.0, {}, "stopped") for t in tasks]
         try:
             self.control.report_tasks(statuses)
         except Exception as exc:  # reporting must never stop processing
@@ -466,7 +467,6 @@ class StreamWorker:
 
     def _status(
         self,
-        tp: TopicPartition,
         task: StreamTask,
         ends: dict,
         util: float,
@@ -476,17 +476,17 @@ class StreamWorker:
     ) -> TaskStatus:
         return task.status(
             self.worker_id,
-            ends.get(tp, 0),
+            ends.get(TopicPartition(task.topic, task.partition), 0),
             busy_s=self.busy_s,
             utilization=util,
-            rate_in=(task.consumed - last_consumed.get(tp, task.consumed)) / elapsed,
+            rate_in=(task.consumed - last_consumed.get(task.id, task.consumed)) / elapsed,
             state=state,
         )
 
     def _shutdown(self) -> None:
         try:
-            self._durable(lambda tp, task: task.checkpoint(self._commit(tp)))
-            self._report(0.0, 1.0, {tp: t.consumed for tp, t in self.tasks.items()}, "stopped")
+            self._durable(lambda task: task.checkpoint(self._commit(task)))
+            self._report(0.0, 1.0, {k: t.consumed for k, t in self.tasks.items()}, "stopped")
             for task in list(self.tasks.values()):
                 self._emit("stopped", task, f"at offset {task.next_offset}: the worker stopped")
         finally:

@@ -223,3 +223,47 @@ def test_on_an_80_column_terminal_the_table_keeps_whole_headers_and_task_names()
     wide = io.StringIO()
     Console(file=wide, width=200, color_system=None).print(render(lags, width=200))
     assert "checkpoint" in wide.getvalue() and "checkpoint" not in text
+
+
+def test_a_virtual_task_shows_its_bucket_and_its_share_of_the_backlog(tmp_path) -> None:
+    """A bucket of 4 that ran over a partition's records: status shows ``b/4``, the share of
+    the records it kept and its hashing time, and a quarter of the offset gap as backlog."""
+    import io
+    import time
+
+    from rich.console import Console
+
+    from orchestration.cli.status import render
+    from orchestration.lag import task_lags
+    from pipelines.config import PROJECT_ROOT, SluiceSettings
+    from pipelines.generator import GeneratorOptions, load_trace, synthesize
+    from pipelines.storage import LocalObjectStore
+    from pipelines.stream.task import StreamTask
+    from pipelines.testing import CollectingDeadLetters, Record
+    from pipelines.views import load_views
+
+    views = [v for v in load_views(PROJECT_ROOT / "data" / "views.yaml") if not v.is_session]
+    messages = synthesize(load_trace("nyc_taxi"), GeneratorOptions(max_events=4_000))
+    records = [Record(i, 1_000 + i, m.key, m.value) for i, m in enumerate(messages)]
+    task = StreamTask(
+        "events",
+        2,
+        views,
+        LocalObjectStore(tmp_path),
+        CollectingDeadLetters(),
+        SluiceSettings(state_dir=tmp_path),
+        bucket=3,
+        factor=4,
+    )
+    task.restore()
+    task.start_at(0)
+    task.process(records)
+    status = task.status("vm-a0", end_offset=len(records) + 400)
+    assert status.task == "events:2#3/4" and status.backlog == 100
+    assert 0 < task.kept < task.seen == len(records)
+    out = io.StringIO()
+    lags = task_lags([status], now=time.time())
+    Console(file=out, width=220, color_system=None).print(render(lags, width=220))
+    text = out.getvalue()
+    share = f"{task.kept / task.seen:.0%}"
+    assert "events:2#3/4" in text and f"3/4 {share}" in text, text

@@ -158,7 +158,9 @@ class MctsPolicy:
             return 0
         fleet = self.settings.fleet
         mean = float(np.mean(recent))
-        return workers_for_rate(mean, metrics.partitions, worker_rate, fleet.upper)
+        return workers_for_rate(
+            mean, metrics.partitions, worker_rate, fleet.upper, fleet.max_bucket_factor
+        )
 
     def problem(self, metrics: FleetMetrics, history: Sequence[FleetMetrics]) -> PlanningProblem:
         """The planning problem for this snapshot (exposed for tests and reports)."""
@@ -195,6 +197,7 @@ class MctsPolicy:
             dwell_left_s=self.dwell_left_s(metrics, history),
             penalty_factor=factor,
             down_floor=self.down_floor(metrics, times, rates, worker_rate),
+            max_factor=s.fleet.max_bucket_factor,
         )
 
     def decide(self, metrics: FleetMetrics, history: Sequence[FleetMetrics]) -> ScalingDecision:

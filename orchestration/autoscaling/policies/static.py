@@ -25,7 +25,11 @@ class StaticPolicy:
         """The configured count, or the fewest workers whose (uneven) capacity covers the peak."""
         fleet = settings.fleet
         workers = settings.static.workers or workers_for_rate(
-            settings.simulation.peak_rate, fleet.partitions, fleet.worker_rate, fleet.upper
+            settings.simulation.peak_rate,
+            fleet.partitions,
+            fleet.worker_rate,
+            fleet.upper,
+            fleet.max_bucket_factor,
         )
         return cls(workers)
 

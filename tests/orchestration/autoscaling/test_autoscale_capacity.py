@@ -43,3 +43,33 @@ def test_efficient_counts_between_24_and_32() -> None:
 def test_workers_for_rate(rate: float, expected: int) -> None:
     assert workers_for_rate(rate, 288, 1000.0, 288) == expected
     assert fleet_capacity(expected, 288, 1000.0) >= rate
+
+
+def test_key_buckets_let_four_partitions_keep_eight_and_sixteen_workers_busy() -> None:
+    from orchestration.autoscaling.capacity import bucket_factor
+
+    assert fleet_capacity(8, 4, 100.0) == fleet_capacity(4, 4, 100.0) == 400.0
+    assert fleet_capacity(8, 4, 100.0, max_factor=4) == 800.0
+    assert fleet_capacity(16, 4, 100.0, max_factor=4) == 1600.0
+    assert bucket_factor(8, 4, 4) == 2 and bucket_factor(16, 4, 4) == 4
+    # 6 workers: 8 tasks leave two workers with 2 (4 workers' worth); 16 tasks give 5.33
+    assert bucket_factor(6, 4, 4) == 4 and bucket_factor(6, 4, 2) == 1
+    assert bucket_factor(3, 4, 1) == 1 and bucket_factor(4, 4, 64) == 1  # no gain, no split
+
+
+def test_key_buckets_give_the_counts_between_24_and_32_over_288_partitions() -> None:
+    from orchestration.autoscaling.capacity import bucket_factor
+
+    assert bucket_factor(26, 288, 2) == 2
+    assert fleet_capacity(26, 288, 1.0, max_factor=2) == pytest.approx(576 / 23)
+    between = [c for c in efficient_counts(288, max_factor=2) if 24 <= c <= 32]
+    assert between == [24, 26, 27, 28, 29, 31, 32]
+    assert efficient_count(25, 288, max_factor=2) == 24  # 25 still carries what 24 do
+    assert efficient_count(26, 288, max_factor=2) == 26
+
+
+def test_a_rate_beyond_the_partitions_needs_more_workers_only_with_buckets() -> None:
+    assert workers_for_rate(1000.0, 4, 100.0, 64) == 4  # capped by the partitions
+    assert workers_for_rate(1000.0, 4, 100.0, 64, max_factor=4) == 16
+    assert workers_for_rate(700.0, 4, 100.0, 64, max_factor=4) == 8
+    assert fleet_capacity(8, 4, 100.0, max_factor=4) >= 700.0

@@ -47,3 +47,19 @@ def test_chain_stops_at_the_first_veto(settings: AutoscaleSettings) -> None:
     )
     assert verdict.guard == "cooldown"
     assert verdict.decision.target == 4
+
+
+def test_bounds_allow_more_workers_than_partitions_only_up_to_their_buckets() -> None:
+    whole = BoundsGuard(1, 100).review(up(50), snapshot(), GuardContext(now=0.0))
+    assert whole.decision.target == 16  # the snapshot's 16 partitions
+    split = BoundsGuard(1, 100, max_factor=2).review(up(50), snapshot(), GuardContext(now=0.0))
+    assert split.decision.target == 32
+    settings = AutoscaleSettings.model_validate({"fleet": {"max_bucket_factor": 4}})
+    assert default_guards(settings)[0].max_factor == 4
+
+
+def test_the_live_sensor_sizes_with_the_fleets_bucket_factor() -> None:
+    from orchestration.sensors.autoscaler import with_live_bucket_factor
+
+    settings = with_live_bucket_factor(AutoscaleSettings(), 8)
+    assert settings.fleet.max_bucket_factor == 8 and settings.fleet.upper == 288 * 8

@@ -353,3 +353,15 @@ def test_the_worker_rate_comes_from_a_loaded_reading_not_an_idle_one() -> None:
     assert policy.worker_rate(unknown, []) == AutoscaleSettings().fleet.worker_rate
     # the plan is sized on it
     assert policy.problem(idle[-1], [loaded, idle[0]]).worker_rate == 500.0
+
+
+def test_the_planner_goes_past_the_partitions_only_when_they_can_be_split() -> None:
+    """4 partitions, 5,000 msg/s against 1,000 per worker: whole partitions cap the fleet at
+    4 workers (and lag); with up to 4 buckets per partition it plans more workers."""
+    planner = MctsPlanner(MctsSettings())
+    whole = problem(workers=4, partitions=4, rate=5000.0, backlog=0.0, sla_s=60.0)
+    assert whole.upper == 4 and planner.plan(whole).first == 4
+    split = replace(whole, max_factor=4)
+    assert split.upper == 16
+    assert planner.children(4, 1, 16, 4, max_factor=4)[-1] == 16
+    assert planner.plan(split).first >= 6

@@ -1,0 +1,213 @@
+"""Split and merge virtual tasks *with their state*: what SEP-32 left as future work.
+
+Both run on tasks stopped at a checkpoint (the job model's hand-off) and only rewrite
+storage, deterministically from those checkpoints, so a coordinator that dies half-way and
+its successor that runs the step again write the same objects.
+
+Split ``b`` of ``F`` into ``b`` and ``b + F`` of ``2F``: each child starts at the parent's
+offset and watermark; state goes as :mod:`pipelines.stream.buckets` says (a view grouped by
+the key field by its groups' hashes, any other view's to the first child); the first child
+keeps the parent's counters. Merge the two back: the merged task starts at the *lower* of
+their offsets with the *higher* of their watermarks, their states and counters merged, and a
+skip ``(bucket, 2F, until)`` for the child that was ahead, so the records it had counted are
+not counted again.
+
+Realtime segments: the segments still open in the old tasks' state are rewritten under the
+new tasks' names, then the old tasks' files of those segments are removed (a query in that
+instant may count those rows twice; it never misses one). Closed segments' files stay where
+they are: every file holds partials the query merges, so it does not matter who wrote them.
+Session views are not split: a session must stay whole in one task.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from pipelines.segments import read_parquet, realtime_key, to_parquet
+from pipelines.storage import ObjectStore
+from pipelines.stream.buckets import children, value_hashes
+from pipelines.stream.checkpoint import TaskCheckpoint, load_checkpoint, save_checkpoint
+from pipelines.stream.state import ViewState
+from pipelines.stream.task_id import TaskId
+from pipelines.views.model import WINDOW_START, View
+
+__all__ = ["RebucketError", "merge_tasks", "split_task"]
+
+log = logging.getLogger(__name__)
+
+
+class RebucketError(ValueError):
+    """A split or merge that cannot be done (a session view, a missing checkpoint)."""
+
+
+def _current_views(checkpoint: TaskCheckpoint, views: Sequence[View]) -> dict[str, View]:
+    """The views whose saved state matches their definition in force (others restart empty
+    at the checkpoint's offset anyway, as a restore would do)."""
+    by_name = {v.name: v for v in views}
+    out = {}
+    for name, saved in checkpoint.views.items():
+        view = by_name.get(name)
+        if view is not None and saved.get("fingerprint") == view.fingerprint:
+            if view.is_session:
+                raise RebucketError(
+                    f"{checkpoint.topic}:{checkpoint.partition} runs session view {name}: a "
+                    "session must stay whole in one task, so its partition is not split"
+                )
+            out[name] = view
+    return out
+
+
+def _segments(view: View, table: pa.Table) -> np.ndarray:
+    starts = table.column(WINDOW_START).to_numpy()
+    return np.unique(starts - starts % view.segment_ms)
+
+
+def _rows_of(view: View, table: pa.Table, segment: int) -> pa.Table:
+    starts = table.column(WINDOW_START).to_numpy()
+    return table.filter(pa.array(starts - starts % view.segment_ms == segment))
+
+
+def split_task(
+    store: ObjectStore, views: Sequence[View], key_field: str, task: TaskId
+) -> tuple[TaskId, TaskId]:
+    """Split ``task`` (stopped at its checkpoint) into its two children; their ids. With no
+    checkpoint there is nothing to carry: the children start where a new task would."""
+    low_id, high_id = (TaskId(task.topic, task.partition, b, f) for b, f in children(*task.where))
+    parent = load_checkpoint(store, task.topic, task.partition, *task.where)
+    if parent is None:
+        return low_id, high_id
+    current = _current_views(parent, views)
+    if any(parent.pending.values()):
+        raise RebucketError(f"{task} holds session events: it is not split")
+    low_states: dict[str, bytes] = {}
+    high_states: dict[str, bytes] = {}
+    tables: dict[str, tuple[pa.Table, pa.Table, pa.Table]] = {}
+    for name, view in current.items():
+        table = read_parquet(parent.states[name])
+        if key_field in view.grouping_cols and table.num_rows:
+            hashes = value_hashes(table.column(key_field).to_pylist())
+            high = hashes % np.uint64(high_id.factor) == np.uint64(high_id.bucket)
+            low_table, high_table = table.filter(pa.array(~high)), table.filter(pa.array(high))
+        else:
+            low_table, high_table = table, table.slice(0, 0)
+        tables[name] = (table, low_table, high_table)
+        low_states[name], high_states[name] = to_parquet(low_table), to_parquet(high_table)
+    common = {
+        "topic": task.topic,
+        "partition": task.partition,
+        "next_offset": parent.next_offset,
+        "watermark": parent.watermark,
+        "generation": parent.generation,
+        "skips": parent.skips,
+    }
+    low = TaskCheckpoint(
+        **common,
+        consumed=parent.consumed,
+        dead_lettered=dict(parent.dead_lettered),
+        views={name: dict(parent.views[name]) for name in current},
+        states=low_states,
+        bucket=low_id.bucket,
+        factor=low_id.factor,
+    )
+    high = TaskCheckpoint(
+        **common,
+        consumed=0,
+        dead_lettered={},
+        views={
+            name: {"fingerprint": view.fingerprint, "processed": 0, "late": 0}
+            for name, view in current.items()
+        },
+        states=high_states,
+        bucket=high_id.bucket,
+        factor=high_id.factor,
+    )
+    save_checkpoint(store, low)
+    save_checkpoint(store, high)
+    for name, (table, low_table, high_table) in tables.items():
+        view = current[name]
+        for segment in _segments(view, table).tolist():
+            for child, rows in ((low_id, low_table), (high_id, high_table)):
+                part = _rows_of(view, rows, segment)
+                if part.num_rows:
+                    store.put(_realtime(view, segment, child), to_parquet(part))
+            store.delete(_realtime(view, segment, task))
+    log.info("split %s at offset %d into %s and %s", task, parent.next_offset, low_id, high_id)
+    return low_id, high_id
+
+
+def merge_tasks(
+    store: ObjectStore, views: Sequence[View], low_id: TaskId, high_id: TaskId
+) -> TaskId:
+    """Merge two sibling tasks (both stopped at their checkpoints) into their parent; its id."""
+    if low_id.factor != high_id.factor or high_id.bucket != low_id.bucket + low_id.factor // 2:
+        raise RebucketError(f"{low_id} and {high_id} are not the two children of one task")
+    merged_id = TaskId(low_id.topic, low_id.partition, low_id.bucket, low_id.factor // 2)
+    pair = [load_checkpoint(store, t.topic, t.partition, *t.where) for t in (low_id, high_id)]
+    if pair[0] is None and pair[1] is None:
+        return merged_id
+    if pair[0] is None or pair[1] is None:
+        missing = low_id if pair[0] is None else high_id
+        raise RebucketError(f"cannot merge into {merged_id}: {missing} has no checkpoint")
+    low, high = pair
+    start = min(low.next_offset, high.next_offset)
+    skips = {*low.skips, *high.skips}
+    for child, checkpoint in ((low_id, low), (high_id, high)):
+        if checkpoint.next_offset > start:
+            skips.add((child.bucket, child.factor, checkpoint.next_offset))
+    currents = [_current_views(c, views) for c in pair]
+    names = sorted(set(currents[0]) | set(currents[1]))
+    states: dict[str, bytes] = {}
+    counters: dict[str, dict] = {}
+    for name in names:
+        view = currents[0].get(name) or currents[1][name]
+        state = ViewState(view)
+        counters[name] = {"fingerprint": view.fingerprint, "processed": 0, "late": 0}
+        for checkpoint, current in zip(pair, currents, strict=True):
+            if name in current:
+                state.load(read_parquet(checkpoint.states[name]))
+                counters[name]["processed"] += checkpoint.views[name]["processed"]
+                counters[name]["late"] += checkpoint.views[name]["late"]
+        table = state.all_table()
+        states[name] = to_parquet(table)
+        for segment in sorted(state.buckets):
+            store.put(_realtime(view, segment, merged_id), to_parquet(state.segment_table(segment)))
+        for child, checkpoint, current in zip((low_id, high_id), pair, currents, strict=True):
+            if name in current:
+                for segment in _segments(view, read_parquet(checkpoint.states[name])).tolist():
+                    store.delete(_realtime(view, segment, child))
+    dead = dict(low.dead_lettered)
+    for reason, n in high.dead_lettered.items():
+        dead[reason] = dead.get(reason, 0) + n
+    merged = TaskCheckpoint(
+        topic=merged_id.topic,
+        partition=merged_id.partition,
+        next_offset=start,
+        watermark=max(low.watermark, high.watermark),
+        consumed=low.consumed + high.consumed,
+        dead_lettered=dead,
+        views=counters,
+        states=states,
+        generation=max(low.generation, high.generation),
+        bucket=merged_id.bucket,
+        factor=merged_id.factor,
+        skips=tuple(sorted(skips)),
+    )
+    save_checkpoint(store, merged)
+    log.info(
+        "merged %s (offset %d) and %s (offset %d) into %s at offset %d",
+        low_id,
+        low.next_offset,
+        high_id,
+        high.next_offset,
+        merged_id,
+        start,
+    )
+    return merged_id
+
+
+def _realtime(view: View, segment: int, task: TaskId) -> str:
+    return realtime_key(view.name, segment, task.topic, task.partition, *task.where)

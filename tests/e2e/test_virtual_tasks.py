@@ -1,0 +1,169 @@
+"""More agents than partitions on stateful views: the coordinator splits 4 partitions into 8 and
+then 16 key buckets for 6 agents, an agent is SIGKILLed during a split and another after it,
+the fleet shrinks and the buckets merge back to 4 tasks; what the views serve equals an oracle
+computed from the topic, and the archive lost nothing."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from pipelines.stream import TaskId
+from quality.lineage import check_nothing_lost
+from tests.fixtures.agents import Agents
+from tests.fixtures.processes import wait_until
+from tests.fixtures.stream import check_against_oracle, make_stream
+
+PARTITIONS = 4
+EVENTS = 60_000
+
+
+def _windowed_views_that_drop_nothing(views: list[dict]) -> list[dict]:
+    """The example windowed views with an allowed lateness longer than any generated delay:
+    late events still arrive out of order, but whether one is dropped no longer depends on
+    where a split fell (that rule is tested against its own oracle in
+    tests/pipelines/stream/test_virtual_tasks.py). Session views are never split."""
+    kept = [v for v in views if v.get("kind") != "session"]
+    for view in kept:
+        view["allowed_lateness"] = "6h"
+    return kept
+
+
+@pytest.fixture(scope="module")
+def bucket_stream(broker, tmp_path_factory):
+    return make_stream(
+        broker.bootstrap,
+        tmp_path_factory.mktemp("views"),
+        "vt-events",
+        EVENTS,
+        PARTITIONS,
+        seed=15,
+        edit_views=_windowed_views_that_drop_nothing,
+    )
+
+
+class Fleet:
+    def __init__(self, agents: Agents, ends: dict[int, int]) -> None:
+        self.agents = agents
+        self.ends = ends
+
+    def tasks(self) -> dict[TaskId, object]:
+        return {TaskId.parse(a.task): a for a in self.agents.assignments().values()}
+
+    def factors(self) -> set[int]:
+        return {t.factor for t in self.tasks()}
+
+    def running(self, factor: int, on: list[str]) -> bool:
+        tasks = self.tasks()
+        return len(tasks) == PARTITIONS * factor and all(
+            t.factor == factor and a.state == "Running" and a.agent_id in on and not a.handoff_to
+            for t, a in tasks.items()
+        )
+
+    def caught_up(self) -> bool:
+        owners = {str(t): a for t, a in self.tasks().items()}
+        status = {s.task: s for s in self.agents.control.tasks() if s.topic == self.agents.topic}
+        return set(status) == set(owners) and all(
+            s.next_offset >= self.ends[s.partition] and s.generation == owners[name].generation
+            for name, s in status.items()
+        )
+
+    def replace(self, killed: str) -> None:
+        """Once the killed agent's tasks moved to the others, start it again and wait until it
+        runs some of them (so it is past its start-up when it is signalled next)."""
+        self.agents.wait_until(
+            lambda: all(a.agent_id != killed for a in self.tasks().values()),
+            60,
+            f"the tasks of {killed} moved off it",
+            "a0",
+        )
+        self.agents.start(killed)
+        self.agents.wait_until(
+            lambda: any(
+                a.agent_id == killed and a.state == "Running" for a in self.tasks().values()
+            ),
+            90,
+            f"{killed} running tasks again",
+            killed,
+        )
+
+    def progress(self) -> int:
+        """Offsets consumed, a split partition counted by its slowest bucket."""
+        lowest: dict[int, int] = {}
+        for s in self.agents.control.tasks():
+            if s.topic == self.agents.topic:
+                lowest[s.partition] = min(lowest.get(s.partition, s.next_offset), s.next_offset)
+        return sum(lowest.values())
+
+
+def test_more_agents_than_partitions_split_and_merge_exactly(
+    tmp_path, broker, pg_url, bucket_stream
+):
+    agents = Agents(
+        tmp_path,
+        broker.bootstrap,
+        bucket_stream,
+        pg_url,
+        SLUICE_MAX_BUCKET_FACTOR="4",
+        SLUICE_WORKER_MAX_RATE="1500",  # slow enough that the splits happen mid-replay
+        SLUICE_BUCKET_MERGE_DELAY_S="15",  # longer than a killed agent takes to come back
+    )
+    fleet = Fleet(agents, bucket_stream["ends"])
+    try:
+        first = ["a0", "a1"]
+        for agent_id in first:
+            agents.start(agent_id)
+        agents.wait_until(lambda: fleet.running(1, first), 60, "4 whole tasks Running", "a0")
+        wait_until(lambda: fleet.progress() >= EVENTS * 0.1, 120, "10% of the replay")
+
+        six = [f"a{i}" for i in range(6)]
+        for agent_id in six[2:]:
+            agents.start(agent_id)
+        agents.wait_until(
+            lambda: {a.agent_id for a in agents.jobs.agents() if a.state == "running"} >= set(six),
+            60,
+            "six agents registered",
+            "a5",
+        )
+        # a split under way: some task stopped for it, or the factors mixed
+        agents.wait_until(
+            lambda: (
+                any(a.handoff_to == "@split" for a in fleet.tasks().values())
+                or len(fleet.factors()) > 1
+            ),
+            60,
+            "a split under way",
+            "a0",
+        )
+        assert agents.kill("a1") == -signal.SIGKILL  # during the split
+        fleet.replace("a1")
+        agents.wait_until(lambda: fleet.running(4, six), 180, "16 virtual tasks Running", "a0")
+        owners = {a.agent_id for a in fleet.tasks().values()}
+        assert len(owners) == 6 > PARTITIONS  # more workers than partitions, each with work
+        events = agents.jobs.events(limit=2000)
+        splits = [e for e in events if e.state == "Retired" and "split" in e.reason]
+        # 4 whole tasks, then 8 buckets, each split once: the kill merged nothing back
+        assert len(splits) == PARTITIONS * 3, [e.reason for e in splits]
+
+        assert fleet.progress() < EVENTS  # the kill after the split lands mid-replay too
+        assert agents.kill("a3") == -signal.SIGKILL  # after the split
+        fleet.replace("a3")
+        agents.wait_until(lambda: fleet.running(4, six), 120, "16 tasks Running again", "a0")
+
+        for agent_id in six[2:]:  # back to two agents: the buckets merge back
+            assert agents.kill(agent_id, signal.SIGTERM) == 0
+        agents.wait_until(
+            lambda: fleet.running(1, first) and fleet.caught_up(),
+            240,
+            "4 whole tasks Running and caught up",
+            "a0",
+        )
+        merges = [e for e in agents.jobs.events(limit=4000) if "merged from" in e.reason]
+        assert merges, "no merge was recorded"
+        assert agents.stop_all()["a0"] == 0
+        check_against_oracle(bucket_stream, agents.store, agents.control)
+        lineage = check_nothing_lost(agents.store, topic=agents.topic)
+        assert lineage and all(h.passed for h in lineage), [h.failures for h in lineage][:3]
+    finally:
+        agents.close()

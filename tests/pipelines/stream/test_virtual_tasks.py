@@ -1,0 +1,251 @@
+"""Virtual tasks (key buckets): the buckets of a split partition the parent's records, split and
+merge carry state without losing or double-counting anything, and a task that ran as a
+partition, then as two buckets at different speeds, then merged, serves what an oracle computed
+from the records with the same documented rules gives."""
+
+from __future__ import annotations
+
+import xxhash
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipelines.config import PROJECT_ROOT, SluiceSettings
+from pipelines.generator import GeneratorOptions, load_trace, synthesize
+from pipelines.segments import read_parquet
+from pipelines.serving import query_view
+from pipelines.storage import LocalObjectStore
+from pipelines.stream import TaskId
+from pipelines.stream.buckets import children, key_hashes, parent
+from pipelines.stream.checkpoint import load_checkpoint
+from pipelines.stream.rebucket import RebucketError, merge_tasks, split_task
+from pipelines.stream.state import state_column
+from pipelines.stream.task import StreamTask
+from pipelines.testing import CollectingDeadLetters, Record
+from pipelines.views import load_views
+from pipelines.views.model import WINDOW_START
+from quality.lineage import check_nothing_lost
+from tests.fixtures.oracle import Truth, compare_view
+
+FACTORS = [1, 2, 4, 8, 16, 32]
+DEFAULTS = SluiceSettings()
+LIMITS = (DEFAULTS.max_message_bytes, int(DEFAULTS.max_future_s * 1000))
+
+
+def _bucket(record: Record, factor: int) -> int:
+    """The documented rule, computed here independently: XXH64 of the key, else the offset."""
+    h = xxhash.xxh64_intdigest(record.key) if record.key is not None else record.offset
+    return h % factor
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    keys=st.lists(st.one_of(st.none(), st.binary(max_size=12)), min_size=1, max_size=200),
+    factor=st.sampled_from(FACTORS),
+    data=st.data(),
+)
+def test_the_buckets_of_a_split_partition_the_parents_records(keys, factor, data):
+    offsets = list(range(1000, 1000 + len(keys)))
+    hashes = key_hashes(keys, offsets)
+    bucket = data.draw(st.integers(0, factor - 1))
+    mine = {o for o, h in zip(offsets, hashes, strict=True) if h % factor == bucket}
+    (b0, f2), (b1, _) = children(bucket, factor)
+    low = {o for o, h in zip(offsets, hashes, strict=True) if h % f2 == b0}
+    high = {o for o, h in zip(offsets, hashes, strict=True) if h % f2 == b1}
+    assert low | high == mine and not low & high
+    assert parent(b0, f2) == parent(b1, f2) == (bucket, factor)
+    for key, offset, h in zip(keys, offsets, hashes, strict=True):  # the documented hash
+        assert int(h) == (xxhash.xxh64_intdigest(key) if key is not None else offset)
+
+
+def test_a_task_name_carries_its_bucket():
+    assert str(TaskId("events", 3)) == "events:3"
+    assert TaskId.parse("events:3#5/8") == TaskId("events", 3, 5, 8)
+    assert TaskId.parse("my:topic:3") == TaskId("my:topic", 3)
+    for bad in ("events:3#5/6", "events:3#8/8", "events", "events:x"):
+        try:
+            TaskId.parse(bad)
+        except ValueError as exc:
+            assert bad in str(exc)
+        else:
+            raise AssertionError(f"{bad} parsed")
+
+
+def _records(n: int, seed: int) -> list[Record]:
+    options = GeneratorOptions(
+        seed=seed,
+        max_events=n,
+        peak_rate=20_000,
+        speedup=60,
+        warmup_events=500,
+        late_share=0.05,
+        duplicate_share=0.02,
+        malformed_share=0.01,
+    )
+    messages = synthesize(load_trace("nyc_taxi"), options)
+    return [Record(i, 1_000 + i, m.key, m.value) for i, m in enumerate(messages)]
+
+
+RECORDS = _records(9_000, 3)
+VIEWS = [v for v in load_views(PROJECT_ROOT / "data" / "views.yaml") if not v.is_session]
+
+
+def _task(store, sink, tmp_path, task: TaskId) -> StreamTask:
+    settings = SluiceSettings(state_dir=tmp_path)
+    t = StreamTask(task.topic, task.partition, VIEWS, store, sink, settings, 0, None, *task.where)
+    if t.restore() is None:
+        t.start_at(0)
+    return t
+
+
+def _run(task: StreamTask, records: list[Record], batch: int = 700) -> None:
+    for i in range(0, len(records), batch):
+        task.process(records[i : i + batch])
+    task.checkpoint()
+
+
+def _served(store) -> dict[str, list]:
+    return {v.name: query_view(store, v, 0, 2**62, prefer="realtime").to_pylist() for v in VIEWS}
+
+
+@settings(max_examples=5, deadline=None)
+@given(n=st.integers(50, 2_500), depth=st.integers(1, 3))
+def test_merge_of_split_is_the_state(tmp_path_factory, n, depth):
+    """Split a checkpointed task ``depth`` times, merge everything back: the state, the
+    counters and what the query serves are the parent's."""
+    store = LocalObjectStore(tmp_path_factory.mktemp("store"))
+    sink = CollectingDeadLetters()
+    root = TaskId("events", 0)
+    _run(_task(store, sink, tmp_path_factory.mktemp("s"), root), RECORDS[:n])
+    before = load_checkpoint(store, "events", 0)
+    served = _served(store)
+    leaves = [root]
+    for _ in range(depth):
+        leaves = [child for t in leaves for child in split_task(store, VIEWS, "org", t)]
+    assert _served(store) == served  # the children's files replace the parent's
+    assert sum(load_checkpoint(store, t.topic, 0, *t.where).consumed for t in leaves) == n
+    while len(leaves) > 1:
+        leaves = sorted(leaves, key=lambda t: t.bucket)
+        half = len(leaves) // 2
+        leaves = [merge_tasks(store, VIEWS, leaves[i], leaves[i + half]) for i in range(half)]
+    assert leaves == [root]
+    after = load_checkpoint(store, "events", 0)
+    assert (after.next_offset, after.watermark, after.consumed, after.skips) == (
+        before.next_offset,
+        before.watermark,
+        before.consumed,
+        (),
+    )
+    assert after.dead_lettered == before.dead_lettered and after.views == before.views
+    for view in VIEWS:
+        assert _results(view, after.states[view.name]) == _results(view, before.states[view.name])
+    assert _served(store) == served
+
+
+def _results(view, state: bytes) -> dict[tuple, list]:
+    """Each row's keys and its aggregations' results (a sketch's bytes need not round-trip)."""
+    rows = read_parquet(state).to_pylist()
+    keys = [WINDOW_START, *view.grouping_cols]
+    return {
+        tuple(row[k] for k in keys): [
+            agg.result(agg.deserialize(row[state_column(agg.out)])) for agg in view.aggregators
+        ]
+        for row in rows
+    }
+
+
+def test_split_then_uneven_children_then_merge_equal_the_oracle(tmp_path):
+    """A partition runs whole to offset 2500, splits; bucket 0 gets to 5000 and bucket 1 to
+    7000; they merge at 5000 with bucket 1's records up to 7000 skipped, and the merged task
+    reads to the end. Served windows, late drops and dead letters equal the oracle's."""
+    store = LocalObjectStore(tmp_path / "store")
+    sink = CollectingDeadLetters()
+    whole = _task(store, sink, tmp_path, TaskId("events", 0))
+    _run(whole, RECORDS[:2500])
+    low_id, high_id = split_task(store, VIEWS, "org", whole.id)
+    low, high = (_task(store, sink, tmp_path, t) for t in (low_id, high_id))
+    assert low.next_offset == high.next_offset == 2500
+    _run(low, RECORDS[2500:5000], batch=333)
+    _run(high, RECORDS[2500:7000], batch=1000)
+    assert 0 < low.kept < low.seen == 2500 and 0 < high.kept < high.seen == 4500
+    keyed = [v for v in VIEWS if "org" in v.grouping_cols]
+    assert keyed
+    for view in keyed:  # a view grouped by the key field holds each org in one bucket only
+        low_cp, high_cp = (load_checkpoint(store, "events", 0, *t.where) for t in (low_id, high_id))
+        orgs = [
+            {row["org"] for row in read_parquet(c.states[view.name]).to_pylist()}
+            for c in (low_cp, high_cp)
+        ]
+        assert orgs[0] and orgs[1] and not orgs[0] & orgs[1], view.name
+    merged_id = merge_tasks(store, VIEWS, low_id, high_id)
+    merged = _task(store, sink, tmp_path, merged_id)
+    assert (merged.next_offset, merged.skips) == (5000, ((1, 2, 7000),))
+    _run(merged, RECORDS[5000:])
+
+    truth = Truth(VIEWS)
+    values = [r.value for r in RECORDS]
+    wm = truth.add_partition(values[:2500], *LIMITS)
+    wa = truth.add_partition(
+        [r.value for r in RECORDS[2500:5000] if _bucket(r, 2) == 0], *LIMITS, wm
+    )
+    wb = truth.add_partition(
+        [r.value for r in RECORDS[2500:7000] if _bucket(r, 2) == 1], *LIMITS, wm
+    )
+    rest = [r.value for r in RECORDS[5000:] if not (_bucket(r, 2) == 1 and r.offset < 7000)]
+    truth.add_partition(rest, *LIMITS, max(wa, wb))
+    assert truth.late and truth.dead  # the replay has both, so both paths ran
+    problems = []
+    for view in VIEWS:
+        rows = query_view(store, view, 0, 2**62, prefer="realtime").to_pylist()
+        problems += compare_view(view, rows, truth.expected(view))
+    assert not problems, "\n".join(problems[:20])
+    counters = merged.view_counters()
+    assert {v.name: counters[v.name]["dropped_late"] for v in VIEWS} == {
+        v.name: truth.late[v.name] for v in VIEWS
+    }
+    assert merged.consumed == len(RECORDS)
+    offsets = sorted(letter.offset for _, _, letter in sink.letters)
+    assert len(offsets) == len(set(offsets)) == truth.dead  # each dead letter sent once
+    lineage = check_nothing_lost(store, topic="events")
+    assert lineage and all(hour.passed for hour in lineage), [h.failures for h in lineage]
+
+
+def test_a_partition_with_session_state_is_not_split(tmp_path):
+    store = LocalObjectStore(tmp_path / "store")
+    views = load_views(PROJECT_ROOT / "data" / "views.yaml")
+    task = StreamTask(
+        "events", 0, views, store, CollectingDeadLetters(), SluiceSettings(state_dir=tmp_path)
+    )
+    task.restore()
+    task.start_at(0)
+    _run(task, RECORDS[:1000])
+    try:
+        split_task(store, views, "org", task.id)
+    except RebucketError as exc:
+        assert "session" in str(exc)
+    else:
+        raise AssertionError("a task with a session view was split")
+
+
+def test_a_checkpoint_written_before_buckets_loads_as_the_whole_partition(tmp_path):
+    """Format 1 without bucket, factor and skips in its header (every checkpoint before
+    virtual tasks) restores as bucket 0 of 1 with nothing to skip."""
+    import json
+
+    import pyarrow as pa
+
+    from pipelines.segments import checkpoint_key, to_parquet
+
+    store = LocalObjectStore(tmp_path / "store")
+    task = _task(store, CollectingDeadLetters(), tmp_path, TaskId("events", 0))
+    _run(task, RECORDS[:800])
+    key = checkpoint_key("events", 0, 0)
+    table = read_parquet(store.get(key))
+    header = json.loads(table.schema.metadata[b"sluice_checkpoint"])
+    for name in ("bucket", "factor", "skips"):
+        del header[name]
+    old = table.replace_schema_metadata({"sluice_checkpoint": json.dumps(header)})
+    store.put(key, to_parquet(pa.table(old.columns, schema=old.schema)))
+    restored = load_checkpoint(store, "events", 0)
+    assert (restored.bucket, restored.factor, restored.skips) == (0, 1, ())
+    again = _task(store, CollectingDeadLetters(), tmp_path, TaskId("events", 0))
+    assert again.next_offset == 800 and not again.filters
