@@ -11,10 +11,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
-from pipelines.settings import SluiceBaseSettings, load_settings
+from pipelines.settings import BucketFactor, SluiceBaseSettings, load_settings
 
 __all__ = ["PROJECT_ROOT", "KafkaSettings", "SluiceSettings", "get_settings"]
 
@@ -159,10 +159,8 @@ class SluiceSettings(SluiceBaseSettings):
     view_crash_window_s: float = Field(
         default=600.0, gt=0, description="The window of SLUICE_VIEW_CRASH_LIMIT."
     )
-    max_bucket_factor: int = Field(
+    max_bucket_factor: BucketFactor = Field(
         default=1,
-        ge=1,
-        le=64,
         description="Most key buckets (virtual tasks, a power of two) the coordinator splits a "
         "partition into so that more agents than partitions share the work; 1 = one task per "
         "partition. The coordinator picks the factor that gives the live agents the most "
@@ -180,13 +178,6 @@ class SluiceSettings(SluiceBaseSettings):
         "--key-field). A split gives a view grouped by it each child's own groups; other views' "
         "state stays with the first child. Results are exact either way.",
     )
-
-    @field_validator("max_bucket_factor")
-    @classmethod
-    def _power_of_two(cls, value: int) -> int:
-        if value & (value - 1):
-            raise ValueError(f"must be a power of two (1, 2, 4, ... 64), got {value}")
-        return value
 
     @property
     def resolved_state_dir(self) -> Path:

@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from enum import Enum
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import yaml
-from pydantic import BaseModel, SecretStr, ValidationError
+from pydantic import AfterValidator, BaseModel, Field, SecretStr, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -40,6 +40,8 @@ from pipelines.exceptions import InvalidSetting
 __all__ = [
     "CONFIG_FILE_VAR",
     "DEFAULT_CONFIG_FILE",
+    "MAX_BUCKET_FACTOR",
+    "BucketFactor",
     "OptionRow",
     "SettingsFileSource",
     "SluiceBaseSettings",
@@ -58,6 +60,20 @@ MASK = "**********"
 _MODELS: dict[str, type[SluiceBaseSettings]] = {}
 SettingsT = TypeVar("SettingsT", bound="SluiceBaseSettings")
 ModelT = TypeVar("ModelT", bound=BaseModel)
+
+MAX_BUCKET_FACTOR = 64
+"""The most key buckets (virtual tasks) a partition may be split into."""
+
+
+def _power_of_two(value: int) -> int:
+    if value & (value - 1):
+        raise ValueError(f"must be a power of two (1, 2, 4, ... {MAX_BUCKET_FACTOR}), got {value}")
+    return value
+
+
+BucketFactor = Annotated[int, Field(ge=1, le=MAX_BUCKET_FACTOR), AfterValidator(_power_of_two)]
+"""A key-bucket factor option: a power of two from 1 to MAX_BUCKET_FACTOR (the fleet's and the
+planner's settings share it)."""
 
 
 def overridden(model: ModelT, **fields: Any) -> ModelT:

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from pipelines.settings import SluiceBaseSettings
+from pipelines.settings import BucketFactor, SluiceBaseSettings
 
 __all__ = [
     "AutoscaleSettings",
@@ -48,10 +48,8 @@ class FleetSettings(BaseModel):
         description="True processing rate of one worker, msg per busy-second (one agent with the "
         "example views on librdkafka measured 105-159k on 2 cores: benchmarks/ingest.py).",
     )
-    max_bucket_factor: int = Field(
+    max_bucket_factor: BucketFactor = Field(
         1,
-        ge=1,
-        le=64,
         description="Most key buckets per partition (virtual tasks, a power of two): the "
         "planner's and the simulator's assumption, so counts above the partitions can carry "
         "more. The lag sensor reads the live fleet's SLUICE_MAX_BUCKET_FACTOR instead.",
@@ -99,13 +97,6 @@ class FleetSettings(BaseModel):
     pause_fit_rescales: int = Field(
         50, ge=1, description="How many of the newest recorded rescales the fit reads."
     )
-
-    @field_validator("max_bucket_factor")
-    @classmethod
-    def _power_of_two(cls, value: int) -> int:
-        if value & (value - 1):
-            raise ValueError(f"must be a power of two (1, 2, 4, ... 64), got {value}")
-        return value
 
     @property
     def tasks(self) -> int:

@@ -26,6 +26,8 @@ from collections.abc import Sequence
 import numpy as np
 import xxhash
 
+from pipelines.settings import MAX_BUCKET_FACTOR
+
 __all__ = [
     "MAX_FACTOR",
     "bucket_label",
@@ -36,7 +38,7 @@ __all__ = [
     "value_hashes",
 ]
 
-MAX_FACTOR = 64
+MAX_FACTOR = MAX_BUCKET_FACTOR
 """The most buckets a partition may be split into."""
 
 _xxh64 = xxhash.xxh64_intdigest

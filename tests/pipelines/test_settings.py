@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestration.autoscaling.config import AutoscaleSettings
 from orchestration.cli import main
 from orchestration.settings import DagsterSettings
 from pipelines.config import KafkaSettings, SluiceSettings
@@ -74,6 +75,9 @@ def test_secrets_and_url_passwords_are_masked(
     [
         (SluiceSettings, "SLUICE_PARTITIONS", "four", "valid integer"),
         (SluiceSettings, "SLUICE_FLUSH_INTERVAL_S", "0.1", "greater than or equal to 1"),
+        (SluiceSettings, "SLUICE_MAX_BUCKET_FACTOR", "6", "power of two"),
+        (SluiceSettings, "SLUICE_MAX_BUCKET_FACTOR", "128", "less than or equal to 64"),
+        (AutoscaleSettings, "SLUICE_AUTOSCALE_FLEET__MAX_BUCKET_FACTOR", "3", "power of two"),
         (DagsterSettings, "SLUICE_ENV", "staging", "'local' or 'prod'"),
         (DagsterSettings, "SLUICE_REPORT_CRON", "every day", "not a cron expression"),
         (DagsterSettings, "SLUICE_PARTITIONS_START", "July", "YYYY-MM-DD-HH:MM"),
