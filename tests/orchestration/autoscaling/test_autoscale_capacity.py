@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 
 from orchestration.autoscaling.capacity import (
+    bucket_factor,
     efficient_count,
     efficient_counts,
     fleet_capacity,
@@ -46,8 +47,6 @@ def test_workers_for_rate(rate: float, expected: int) -> None:
 
 
 def test_key_buckets_let_four_partitions_keep_eight_and_sixteen_workers_busy() -> None:
-    from orchestration.autoscaling.capacity import bucket_factor
-
     assert fleet_capacity(8, 4, 100.0) == fleet_capacity(4, 4, 100.0) == 400.0
     assert fleet_capacity(8, 4, 100.0, max_factor=4) == 800.0
     assert fleet_capacity(16, 4, 100.0, max_factor=4) == 1600.0
@@ -58,8 +57,6 @@ def test_key_buckets_let_four_partitions_keep_eight_and_sixteen_workers_busy() -
 
 
 def test_key_buckets_give_the_counts_between_24_and_32_over_288_partitions() -> None:
-    from orchestration.autoscaling.capacity import bucket_factor
-
     assert bucket_factor(26, 288, 2) == 2
     assert fleet_capacity(26, 288, 1.0, max_factor=2) == pytest.approx(576 / 23)
     between = [c for c in efficient_counts(288, max_factor=2) if 24 <= c <= 32]

@@ -12,6 +12,7 @@ from orchestration.autoscaling.guards import (
     apply_guards,
     default_guards,
 )
+from orchestration.sensors.autoscaler import with_live_bucket_factor
 
 
 def up(target: int) -> ScalingDecision:
@@ -59,7 +60,5 @@ def test_bounds_allow_more_workers_than_partitions_only_up_to_their_buckets() ->
 
 
 def test_the_live_sensor_sizes_with_the_fleets_bucket_factor() -> None:
-    from orchestration.sensors.autoscaler import with_live_bucket_factor
-
     settings = with_live_bucket_factor(AutoscaleSettings(), 8)
     assert settings.fleet.max_bucket_factor == 8 and settings.fleet.upper == 288 * 8
