@@ -198,8 +198,10 @@ def discard_uncommitted(
     store: ObjectStore, topic: str, partition: int, offset: int, bucket: int = 0, factor: int = 1
 ) -> int:
     """Remove the task's ranges starting at or after ``offset`` (written after its last
-    checkpoint); a virtual task removes only its own bucket's."""
+    checkpoint); a virtual task removes only its own bucket's. Returns the end of the last
+    range removed (how far the task had flushed before it stopped), or ``offset`` if none."""
     removed = 0
+    flushed = offset
     suffix = ".json" if factor == 1 else f"-b{bucket}of{factor}.json"
     for key in store.list(archive_ranges_prefix(topic, partition)):
         name = key.rsplit("/", 1)[1]
@@ -216,8 +218,14 @@ def discard_uncommitted(
             store.delete(path)
         store.delete(key)
         removed += 1
+        flushed = max(flushed, int(record.get("end", offset)))
     if removed:
         log.info(
-            "%s-%d: discarded %d archive range(s) from offset %d", topic, partition, removed, offset
+            "%s-%d: discarded %d archive range(s) from offset %d to %d",
+            topic,
+            partition,
+            removed,
+            offset,
+            flushed,
         )
-    return removed
+    return flushed

@@ -59,6 +59,10 @@ class TaskCheckpoint:
     factor: int = 1
     skips: tuple[tuple[int, int, int], ...] = ()
     """(bucket, factor, until): records of that bucket below ``until`` are already counted."""
+    replay_until: int = 0
+    """The realtime files already reflect the partition up to this offset (an earlier owner
+    flushed that far before it stopped): a restored task rewrites none of them before it
+    gets there, so served results never go back while it replays."""
 
     @property
     def state_bytes(self) -> int:
@@ -81,6 +85,7 @@ def save_checkpoint(store: ObjectStore, checkpoint: TaskCheckpoint) -> None:
         "bucket": checkpoint.bucket,
         "factor": checkpoint.factor,
         "skips": [list(s) for s in checkpoint.skips],
+        "replay_until": checkpoint.replay_until,
     }
     names = sorted(checkpoint.states)
     table = pa.table(
@@ -176,4 +181,5 @@ def load_checkpoint(
         bucket=header.get("bucket", 0),
         factor=header.get("factor", 1),
         skips=tuple(tuple(s) for s in header.get("skips", ())),
+        replay_until=header.get("replay_until", 0),
     )

@@ -99,6 +99,9 @@ class StreamTask:
         """Records read from the partition (a virtual task's siblings' included)."""
         self.kept = 0
         """Records this task kept: its bucket's, not skipped."""
+        self.replay_until = 0
+        """Realtime files are not rewritten before ``next_offset`` reaches this: an earlier
+        owner had flushed them that far (see :meth:`restore`)."""
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -108,7 +111,9 @@ class StreamTask:
         if checkpoint is None:
             self.generation = self.generation or 0
             self._check_fence()
-            discard_uncommitted(self.store, self.topic, self.partition, 0, *self.id.where)
+            self.replay_until = discard_uncommitted(
+                self.store, self.topic, self.partition, 0, *self.id.where
+            )
             return None
         if self.generation is None:
             self.generation = checkpoint.generation
@@ -149,9 +154,23 @@ class StreamTask:
             self.topic, self.partition, checkpoint.next_offset, *self.id.where
         )
         self._check_fence()
-        discard_uncommitted(
+        flushed = discard_uncommitted(
             self.store, self.topic, self.partition, checkpoint.next_offset, *self.id.where
         )
+        self.replay_until = max(checkpoint.replay_until, flushed)
+        if self.replay_until > self.next_offset:
+            # The files are ahead of this state: hold them until the replay catches up, then
+            # rewrite every segment held (an earlier flush may have reached the files only in
+            # part, and a checkpoint taken while holding does not say which were changed).
+            for state in self.states.values():
+                state.dirty.update(state.buckets)
+            log.info(
+                "%s: realtime files hold offsets up to %d; not rewritten before the replay "
+                "from %d gets there",
+                self.name,
+                self.replay_until,
+                self.next_offset,
+            )
         log.info("%s: restored checkpoint at offset %d", self.name, checkpoint.next_offset)
         return checkpoint.next_offset
 
@@ -164,6 +183,7 @@ class StreamTask:
         self.checkpointed_offset = None
         self.state_bytes = 0
         self.skips = ()
+        self.replay_until = 0
         discard_uncommitted(self.store, self.topic, self.partition, 0, *self.id.where)
 
     def start_at(self, offset: int) -> None:
@@ -262,15 +282,20 @@ class StreamTask:
         2. Fold settled events into session views' sessions (closing those due), then rewrite
            the realtime segment of every segment touched since the last flush (a session
            view's from memory plus the closed sessions its file holds; those then leave
-           memory).
+           memory). A task replaying what an earlier owner had already flushed
+           (:attr:`replay_until`) leaves the files as they are until it gets past that: they
+           are ahead of its state, and served results must not go back.
         3. Wait until the dead-letter topic has every dead letter sent so far.
 
         Under a job model the fence is asked first: a fenced owner writes nothing.
         """
         self._check_fence()
         self.archive.write(self.store)  # 1
+        holding = self.next_offset < self.replay_until
         for state in self.states.values():  # 2
             state.settle(self.watermark)
+            if holding:
+                continue
             for segment in sorted(state.dirty):
                 key = realtime_key(
                     state.view.name, segment, self.topic, self.partition, *self.id.where
@@ -297,8 +322,8 @@ class StreamTask:
         """
         started = time.monotonic()
         self.flush()  # 1
-        for state in self.states.values():  # 2
-            state.evict(state.closed_segments(self.watermark))
+        for state in self.states.values():  # 2 (not a segment still held unwritten)
+            state.evict([s for s in state.closed_segments(self.watermark) if s not in state.dirty])
         checkpoint = TaskCheckpoint(  # 3
             topic=self.topic,
             partition=self.partition,
@@ -324,6 +349,7 @@ class StreamTask:
             bucket=self.bucket,
             factor=self.factor,
             skips=self.skips,
+            replay_until=self.replay_until if self.replay_until > self.next_offset else 0,
         )
         save_checkpoint(self.store, checkpoint)
         self.checkpointed_offset = self.next_offset

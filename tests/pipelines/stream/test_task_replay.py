@@ -13,6 +13,7 @@ from pipelines.config import PROJECT_ROOT, SluiceSettings
 from pipelines.generator import GeneratorOptions, load_trace, synthesize
 from pipelines.serving import query_view
 from pipelines.storage import LocalObjectStore
+from pipelines.stream.checkpoint import load_checkpoint
 from pipelines.stream.task import StreamTask
 from pipelines.testing import CollectingDeadLetters
 from pipelines.views import load_views
@@ -135,3 +136,46 @@ def test_closed_segments_leave_memory_after_a_checkpoint(tmp_path, views, record
         open_segments = list(state.buckets)
         assert state.closed_segments(task.watermark) == []
         assert len(open_segments) <= 2, (state.view.name, open_segments)
+
+
+def test_a_replay_rewrites_no_realtime_file_before_it_gets_past_what_the_files_hold(
+    tmp_path, views, records
+):
+    """A task that crashed after flushing beyond its checkpoint: its successor replays from
+    the checkpoint, and until it reaches what the files already hold it leaves them alone,
+    even across its own checkpoint and a second crash (served results never go back); then
+    it ends where a clean run ends."""
+    clean, _, _ = _run(tmp_path, "clean", views, records, list(range(400, len(records), 400)))
+    store = LocalObjectStore(tmp_path / "held")
+    settings = SluiceSettings(state_dir=tmp_path / "held")
+    sink = CollectingDeadLetters()
+
+    def task() -> StreamTask:
+        return StreamTask("events", 0, views, store, sink, settings)
+
+    first = task()
+    assert first.restore() is None
+    first.start_at(0)
+    first.process(records[:2000])
+    first.checkpoint()
+    first.process(records[2000:4000])
+    first.flush()  # the files now hold offsets up to 4000; then the process dies
+    held = _segments(store)
+
+    second = task()
+    assert second.restore() == 2000 and second.replay_until == 4000
+    second.process(records[2000:3000])
+    second.flush()
+    second.checkpoint()
+    assert _segments(store) == held, "a replaying task rewrote files that were ahead of it"
+    # it dies too: the next one still knows how far the files are
+    third = task()
+    assert third.restore() == 3000 and third.replay_until == 4000
+    third.process(records[3000:3500])
+    third.flush()
+    assert _segments(store) == held
+    third.process(records[3500:])
+    third.checkpoint()
+    assert third.replay_until <= third.next_offset
+    assert _query_all(store, views) == _query_all(clean, views)
+    assert load_checkpoint(store, "events", 0).replay_until == 0
