@@ -54,9 +54,11 @@ def bucket_factor(workers: int, partitions: int, max_factor: int = 1) -> int:
     """The smallest power-of-two key-bucket factor up to ``max_factor`` that gives ``workers``
     the most capacity over ``partitions * factor`` tasks (every split moves state and makes
     another reader of the partition, so a finer factor must buy capacity)."""
+    if workers <= 0 or partitions <= 0:
+        return 1
     best, best_tasks = 1, partitions / max_partitions_per_worker(workers, partitions)
     factor = 2
-    while factor <= max_factor and workers > 0:
+    while factor <= max_factor:
         tasks = partitions * factor
         capacity = tasks / max_partitions_per_worker(workers, tasks)
         if capacity > best_tasks + 1e-9:

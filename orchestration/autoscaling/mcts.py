@@ -322,7 +322,12 @@ class _Context:
         window = np.maximum(arrivals / rate, dt)
         counts = np.arange(max(p.upper, p.workers) + 1)
         pause = rescale_loss_s(
-            counts[:, None], counts[None, :], p.partitions, p.task_pause_s, p.scale_up_start_s
+            counts[:, None],
+            counts[None, :],
+            p.partitions,
+            p.task_pause_s,
+            p.scale_up_start_s,
+            p.max_factor,
         )
         return cls(
             step_s=dt,

@@ -11,7 +11,9 @@ squares fit of the recorded lost task-seconds on tasks moved and state moved.
 
 The planner sees a rescale's loss as seconds of the whole fleet standing still
 (:func:`rescale_loss_s`): moved tasks x their pause / all tasks, and for a scale-up the share of
-capacity it adds times how long its new workers take to start.
+capacity it adds times how long its new workers take to start. With key buckets, a rescale
+that changes the partitions' bucket factor also splits or merges them, one factor step at a
+time, and each step stops every task once (:func:`rebucketing_steps`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import nnls
 
+from orchestration.autoscaling.capacity import bucket_factor
 from orchestration.autoscaling.config import AutoscaleSettings, FleetSettings
 from pipelines.control import RescaleRecord
 
@@ -29,6 +32,7 @@ __all__ = [
     "PauseModel",
     "fit_pause",
     "fleet_pause_s",
+    "rebucketing_steps",
     "rescale_loss_s",
     "tasks_moved",
     "with_measured_pause",
@@ -56,21 +60,40 @@ def fleet_pause_s(
     return tasks_moved(old, new, partitions) * task_pause_s / max(partitions, 1)
 
 
+def rebucketing_steps(
+    old: int | np.ndarray, new: int | np.ndarray, partitions: int, max_factor: int = 1
+) -> np.ndarray:
+    """Split or merge steps between the bucket factors the coordinator picks for ``old`` and
+    for ``new`` workers (:func:`~orchestration.autoscaling.capacity.bucket_factor`)."""
+    old_a = np.asarray(old, dtype=int)
+    new_a = np.asarray(new, dtype=int)
+    if max_factor <= 1:
+        return np.zeros(np.broadcast(old_a, new_a).shape)
+    top = int(max(old_a.max(), new_a.max(), 0))
+    levels = np.log2([bucket_factor(w, partitions, max_factor) for w in range(top + 1)])
+    return np.abs(levels[np.maximum(new_a, 0)] - levels[np.maximum(old_a, 0)])
+
+
 def rescale_loss_s(
     old: int | np.ndarray,
     new: int | np.ndarray,
     partitions: int,
     task_pause_s: float,
     start_s: float = 0.0,
+    max_factor: int = 1,
 ) -> np.ndarray:
     """Everything a rescale from ``old`` to ``new`` workers loses, as seconds of the new
-    fleet's work: the moved tasks' pause (they are handed over in parallel) and, going up,
-    the capacity it adds, missing until the new workers have started (``start_s``)."""
+    fleet's work: the moved tasks' pause (they are handed over in parallel), every task's
+    pause once per split or merge step it takes (``max_factor`` > 1), and, going up, the
+    capacity it adds, missing until the new workers have started (``start_s``)."""
     old_a = np.maximum(np.asarray(old, dtype=float), 1.0)
     new_a = np.maximum(np.asarray(new, dtype=float), 1.0)
     share = 1.0 - np.ceil(partitions / new_a - 1e-9) / np.ceil(partitions / old_a - 1e-9)
     added = np.where(new_a > old_a, np.maximum(share, 0.0), 0.0)
-    return fleet_pause_s(old, new, partitions, task_pause_s) + added * start_s
+    steps = rebucketing_steps(old, new, partitions, max_factor)
+    return (
+        fleet_pause_s(old, new, partitions, task_pause_s) + steps * task_pause_s + added * start_s
+    )
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,9 @@ guards review, the `SimulatedRealizer` applies, and the fleet then processes for
   the most loaded worker's partitions lag first, and their lag is the fleet's lag;
 - a rescale pauses the tasks it moves (`pause.tasks_moved`), each for the fleet's pause model
   (`move_pause_s` plus `move_pause_per_state_mb_s` x `state_mb_per_task`), and the capacity a
-  scale-up adds arrives once its workers started (`scale_up_start_s`): the fleet loses that
-  work (`pause.rescale_loss_s`);
+  scale-up adds arrives once its workers started (`scale_up_start_s`), and with key buckets
+  (`max_bucket_factor`) a change of the partitions' bucket factor stops every task once per
+  split or merge step: the fleet loses that work (`pause.rescale_loss_s`);
 - the backlog carries over; processing within a step follows the exact (min,+) solution
   D(t) = min(D0 + C*tau(t), min_s A(s) + C*(tau(t) - tau(s))) on the tick grid;
 - time lag is the age of the oldest unprocessed message, from the arrival curve (FIFO).
@@ -311,7 +312,12 @@ class Simulator:
                 moved = int(tasks_moved(before, workers, fleet.partitions))
                 pause_left = float(
                     rescale_loss_s(
-                        before, workers, fleet.partitions, task_pause, fleet.scale_up_start_s
+                        before,
+                        workers,
+                        fleet.partitions,
+                        task_pause,
+                        fleet.scale_up_start_s,
+                        fleet.max_bucket_factor,
                     )
                 )
             # spot interruptions: each moves one worker's tasks, which pause while they move

@@ -54,6 +54,7 @@ def test_key_buckets_let_four_partitions_keep_eight_and_sixteen_workers_busy() -
     # 6 workers: 8 tasks leave two workers with 2 (4 workers' worth); 16 tasks give 5.33
     assert bucket_factor(6, 4, 4) == 4 and bucket_factor(6, 4, 2) == 1
     assert bucket_factor(3, 4, 1) == 1 and bucket_factor(4, 4, 64) == 1  # no gain, no split
+    assert bucket_factor(0, 4, 4) == 1 == bucket_factor(4, 0, 4)  # no workers, no partitions
 
 
 def test_key_buckets_give_the_counts_between_24_and_32_over_288_partitions() -> None:

@@ -17,7 +17,12 @@ from orchestration.autoscaling.config import AutoscaleSettings, MctsSettings
 from orchestration.autoscaling.explain import describe_plan, plan_markdown
 from orchestration.autoscaling.mcts import MctsPlanner, PlanningProblem, sla_window_arrivals
 from orchestration.autoscaling.metrics import FleetMetrics
-from orchestration.autoscaling.pause import fleet_pause_s, rescale_loss_s, tasks_moved
+from orchestration.autoscaling.pause import (
+    fleet_pause_s,
+    rebucketing_steps,
+    rescale_loss_s,
+    tasks_moved,
+)
 from orchestration.autoscaling.policies import MctsPolicy
 
 
@@ -357,11 +362,30 @@ def test_the_worker_rate_comes_from_a_loaded_reading_not_an_idle_one() -> None:
 
 def test_the_planner_goes_past_the_partitions_only_when_they_can_be_split() -> None:
     """4 partitions, 5,000 msg/s against 1,000 per worker: whole partitions cap the fleet at
-    4 workers (and lag); with up to 4 buckets per partition it plans more workers."""
+    4 workers (and lag); with up to 4 buckets per partition it plans more workers within its
+    first two steps (it may wait one step: a split stops every task for its 60 s pause)."""
     planner = MctsPlanner(MctsSettings())
     whole = problem(workers=4, partitions=4, rate=5000.0, backlog=0.0, sla_s=60.0)
-    assert whole.upper == 4 and planner.plan(whole).first == 4
+    assert whole.upper == 4
+    assert max(s.workers for s in planner.plan(whole).segments) == 4
     split = replace(whole, max_factor=4)
     assert split.upper == 16
     assert planner.children(4, 1, 16, 4, max_factor=4)[-1] == 16
-    assert planner.plan(split).first >= 6
+    soon = [s.workers for s in planner.plan(split).segments if s.start_s < 2 * split.step_s]
+    assert max(soon) >= 6, soon
+
+
+def test_a_rescale_that_splits_or_merges_key_buckets_pauses_every_task_per_step() -> None:
+    """4 partitions, up to 4 buckets each: 4 -> 8 workers splits once (factor 1 -> 2), 4 -> 16
+    twice; each step stops every task once, on top of the moves. Without buckets, nothing
+    changes. The planner's matrix and the simulator use the same price."""
+    assert rebucketing_steps(4, 8, 4, max_factor=4) == 1
+    assert rebucketing_steps(4, 16, 4, max_factor=4) == 2 == rebucketing_steps(16, 4, 4, 4)
+    assert rebucketing_steps(1, 2, 4, max_factor=4) == 0  # both whole partitions
+    assert rebucketing_steps(4, 16, 4) == 0
+    moves = float(fleet_pause_s(4, 16, 4, 2.0))
+    assert rescale_loss_s(4, 16, 4, 2.0, max_factor=4) == pytest.approx(moves + 2 * 2.0)
+    assert rescale_loss_s(4, 16, 4, 2.0) == pytest.approx(moves)
+    counts = np.arange(17)
+    matrix = rescale_loss_s(counts[:, None], counts[None, :], 4, 2.0, 0.0, 4)
+    assert matrix[4, 16] == pytest.approx(moves + 4.0) and matrix[16, 16] == 0.0
