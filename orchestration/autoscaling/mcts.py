@@ -284,6 +284,20 @@ def _capacity_table(
     return table
 
 
+@lru_cache(maxsize=16)
+def _pause_matrix(
+    top: int, partitions: int, task_pause_s: float, start_s: float, max_factor: int
+) -> np.ndarray:
+    """[old, new] for counts up to ``top``: each rescale's lost work (the same for every
+    decision until the fitted pause changes; a (top + 1)^2 matrix is costly to rebuild)."""
+    counts = np.arange(top + 1)
+    matrix = rescale_loss_s(
+        counts[:, None], counts[None, :], partitions, task_pause_s, start_s, max_factor
+    )
+    matrix.flags.writeable = False
+    return matrix
+
+
 def _just_in_time(capacity: np.ndarray, rates: np.ndarray, lo: int, hi: int) -> np.ndarray:
     """Fewest workers in [lo, hi] whose capacity covers each rate (capacity is non-decreasing)."""
     idx = np.searchsorted(capacity[: hi + 1], rates, side="left")
@@ -320,14 +334,8 @@ class _Context:
         arrivals = np.asarray(p.sla_arrivals, dtype=float)
         rate = np.maximum(rates, 1e-9)
         window = np.maximum(arrivals / rate, dt)
-        counts = np.arange(max(p.upper, p.workers) + 1)
-        pause = rescale_loss_s(
-            counts[:, None],
-            counts[None, :],
-            p.partitions,
-            p.task_pause_s,
-            p.scale_up_start_s,
-            p.max_factor,
+        pause = _pause_matrix(
+            max(p.upper, p.workers), p.partitions, p.task_pause_s, p.scale_up_start_s, p.max_factor
         )
         return cls(
             step_s=dt,
