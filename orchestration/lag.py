@@ -23,6 +23,7 @@ from pipelines.control import TaskStatus
 from pipelines.exceptions import BrokerUnavailable
 from pipelines.kafka import consumer, end_offsets
 from pipelines.stream import TaskId
+from pipelines.stream.buckets import backlog_share
 
 __all__ = [
     "STATUS_ORDER",
@@ -134,7 +135,7 @@ def task_lags(
     for status in statuses:
         end, newest_ts = (produced or {}).get(status.topic, {}).get(status.partition, (None, None))
         gap = max(0, (end if end is not None else status.end_offset) - status.next_offset)
-        backlog = -(-gap // bucket_factor_of(status.task))  # a virtual task's share of the gap
+        backlog = backlog_share(gap, bucket_factor_of(status.task))
         time_lag = None
         if backlog == 0:
             time_lag = 0.0

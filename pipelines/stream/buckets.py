@@ -30,6 +30,7 @@ from pipelines.settings import MAX_BUCKET_FACTOR
 
 __all__ = [
     "MAX_FACTOR",
+    "backlog_share",
     "bucket_label",
     "check_bucket",
     "children",
@@ -85,6 +86,12 @@ def parent(bucket: int, factor: int) -> tuple[int, int]:
     if factor == 1:
         raise ValueError("a task of factor 1 is a whole partition: it has no parent")
     return bucket % (factor // 2), factor // 2
+
+
+def backlog_share(gap: int, factor: int) -> int:
+    """A bucket's share of its partition's offset gap (rounded up): what lag and status count
+    as its backlog, since it keeps about 1/factor of the records it reads."""
+    return -(-max(0, gap) // factor)
 
 
 def bucket_label(bucket: int, factor: int) -> str:

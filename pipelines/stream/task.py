@@ -35,7 +35,7 @@ from pipelines.events.decode import NO_WATERMARK, RawRecord, RecordBatch, decode
 from pipelines.exceptions import TaskFenced, ViewCrash
 from pipelines.segments import read_parquet, realtime_key, to_parquet
 from pipelines.storage import ObjectStore
-from pipelines.stream.buckets import key_hashes
+from pipelines.stream.buckets import backlog_share, key_hashes
 from pipelines.stream.checkpoint import TaskCheckpoint, load_checkpoint, save_checkpoint
 from pipelines.stream.dead_letters import DeadLetterSink
 from pipelines.stream.sessions import SessionState
@@ -413,7 +413,7 @@ class StreamTask:
             rate_in=rate_in,
             next_offset=self.next_offset,
             end_offset=end_offset,
-            backlog=-(-max(0, end_offset - self.next_offset) // self.factor),
+            backlog=backlog_share(end_offset - self.next_offset, self.factor),
             last_processed_ts=self.last_processed_ts,
             watermark=self.watermark if self.watermark > 0 else None,
             checkpointed_offset=self.checkpointed_offset,
