@@ -42,6 +42,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pipelines.aggregators import Aggregator
 from pipelines.archive.writer import ARCHIVE_SCHEMA
 from pipelines.batch.exceptions import InvalidHour
+from pipelines.batch.frames import join_on_keys
 from pipelines.batch.spark import spark_uri
 from pipelines.segments import (
     HOUR_MS,
@@ -251,7 +252,7 @@ def _aggregate_views(
                 ]
     result = rows.groupBy(*keys).agg(*columns)
     for frame in frames:
-        result = result.join(frame, on=keys, how="inner")
+        result = join_on_keys(result, frame, keys)
     collected = result.toArrow()
     tables = []
     for member, (schema, names) in zip(views, outputs, strict=True):

@@ -46,6 +46,7 @@ from pipelines.batch.correct import (
     _read_deduplicated,
     _spark_frame,
 )
+from pipelines.batch.frames import join_on_keys
 from pipelines.batch.spark import spark_uri
 from pipelines.segments import HOUR_MS, hour_label
 from pipelines.storage import ObjectStore
@@ -179,7 +180,7 @@ def _aggregate_sessions(events: DataFrame, view: View, segments: Sequence[int]) 
             exprs += agg.spark_columns(F.col("event_time"))
     result = rows.groupBy(*keys).agg(*exprs)
     for frame in frames:
-        result = result.join(frame, on=keys, how="inner")
+        result = join_on_keys(result, frame, keys)
     collected = result.toArrow()
     schema = session_batch_schema(view)
     if not collected.num_rows:
