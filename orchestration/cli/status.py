@@ -82,8 +82,17 @@ log = logging.getLogger(__name__)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("status", help="live per-task metrics of the stream fleet")
-    parser.add_argument("--once", action="store_true", help="print one table and exit")
+    parser = subparsers.add_parser(
+        "status",
+        help="per-task metrics of the stream fleet (live on a terminal)",
+        description="Views and a per-task table. On a terminal the table refreshes until "
+        "Ctrl-C; written to a file or a pipe it is printed once (--watch keeps it live).",
+    )
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--once", action="store_true", help="print one table and exit")
+    mode.add_argument(
+        "--watch", action="store_true", help="refresh the table until Ctrl-C, even into a pipe"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON snapshot and exit")
     parser.add_argument("--interval", type=float, default=2.0, help="refresh seconds")
     parser.add_argument(
@@ -369,7 +378,7 @@ def run(args: argparse.Namespace) -> int:
         print()
         return 0
     console = Console()
-    if args.once:
+    if args.once or not (args.watch or sys.stdout.isatty()):
         console.print(render_views(_views(runtime)))
         lags = collect_task_lags(runtime, args.stale_after)
         tracker = StatusTracker(stale_after_s=args.stale_after)
