@@ -16,6 +16,7 @@ from pydantic_settings import SettingsConfigDict
 from pipelines.settings import BucketFactor, SluiceBaseSettings
 
 __all__ = [
+    "POLICY_NAMES",
     "AutoscaleSettings",
     "AwsSettings",
     "Ds2Settings",
@@ -399,6 +400,12 @@ class EcsSettings(BaseModel):
     poll_interval_s: float = Field(5.0, gt=0, description="How often to poll while waiting, s.")
 
 
+POLICY_NAMES = ("static", "threshold", "ds2", "keda", "mcts")
+"""The policies a setting may name, in the order reports list them; the registry in
+:mod:`orchestration.autoscaling.policies` has one factory for each (the settings are read
+by every policy, so they name policies rather than import them)."""
+
+
 class AutoscaleSettings(SluiceBaseSettings):
     """All autoscaling settings; one instance is passed to policies, simulator and realizers."""
 
@@ -452,10 +459,8 @@ class AutoscaleSettings(SluiceBaseSettings):
     @field_validator("policy")
     @classmethod
     def _known_policy(cls, value: str) -> str:
-        from orchestration.autoscaling.policies import POLICIES
-
-        if value not in POLICIES:
-            raise ValueError(f"unknown policy (known: {', '.join(POLICIES)})")
+        if value not in POLICY_NAMES:
+            raise ValueError(f"unknown policy (known: {', '.join(POLICY_NAMES)})")
         return value
 
     @model_validator(mode="after")

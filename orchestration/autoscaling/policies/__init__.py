@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from orchestration.autoscaling.config import AutoscaleSettings
+from orchestration.autoscaling.config import POLICY_NAMES, AutoscaleSettings
 from orchestration.autoscaling.exceptions import UnknownPolicy
 from orchestration.autoscaling.policies.base import ScalingPolicy
 from orchestration.autoscaling.policies.ds2 import Ds2Policy
@@ -37,6 +37,7 @@ POLICIES: dict[str, PolicyFactory] = {
     "keda": KedaPolicy.from_settings,
     "mcts": MctsPolicy.from_settings,
 }
+assert tuple(POLICIES) == POLICY_NAMES, "the policy registry is out of step with the settings"
 
 
 def make_policy(name: str, settings: AutoscaleSettings) -> ScalingPolicy:
