@@ -9,8 +9,8 @@ Spark (``SLUICE_SPARK_*`` settings, default ``local[2]``) with its event log on,
 profiled, as the CLI and the Dagster assets run it (``validate_segment`` =
 ``quality.schemas.validate_spark_segment``, unless ``--no-validate``).
 
-Nothing in ``pipelines/`` is changed: the profiled run patches private functions of
-``pipelines.batch.correct`` in this process only, to time each step and put its Spark jobs
+Nothing in ``pipelines/`` is changed: the profiled run patches the steps
+``pipelines.batch.windows`` calls, in this process only, to time each step and put its Spark jobs
 in a job group (``SparkContext.setJobGroup``); the event log, read after ``spark.stop()``,
 gives each group's jobs, stages, tasks and task time. The correction collects each view's
 rows through Arrow before it validates them (as a local frame), so the aggregation and the
@@ -44,6 +44,7 @@ from rich.table import Table
 from spark_eventlog import GroupStats, read_event_log
 
 import pipelines.batch.correct as correct
+import pipelines.batch.windows as windows
 from pipelines.batch import SparkSettings, build_spark, spark_uri
 from pipelines.config import PROJECT_ROOT
 from pipelines.storage import LocalObjectStore
@@ -82,10 +83,10 @@ class Steps:
 def _patches(steps: Steps, validate: Callable | None) -> tuple[list, Callable | None]:
     """Wrap the private steps of ``correct_hours`` to mark where each one starts."""
     list_files, read, aggregate, publish = (
-        correct._list_hour_files,
-        correct._read_deduplicated,
-        correct._aggregate_views,
-        correct._publish,
+        windows.list_hour_files,
+        windows.read_deduplicated,
+        windows._aggregate_views,
+        windows.publish_version,
     )
 
     def listing(*args, **kwargs):
@@ -114,10 +115,10 @@ def _patches(steps: Steps, validate: Callable | None) -> tuple[list, Callable | 
         return publish(store, view, *args, **kwargs)
 
     patched = [
-        mock.patch.object(correct, "_list_hour_files", listing),
-        mock.patch.object(correct, "_read_deduplicated", reading),
-        mock.patch.object(correct, "_aggregate_views", aggregating),
-        mock.patch.object(correct, "_publish", publishing),
+        mock.patch.object(windows, "list_hour_files", listing),
+        mock.patch.object(windows, "read_deduplicated", reading),
+        mock.patch.object(windows, "_aggregate_views", aggregating),
+        mock.patch.object(windows, "publish_version", publishing),
     ]
     return patched, (validating if validate else None)
 

@@ -39,8 +39,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipelines.exceptions import QueryError
-from pipelines.segments import HOUR_MS, hour_label, hours_with_events
-from pipelines.serving.query import query_view, read_published
+from pipelines.segments import (
+    HOUR_MS,
+    PublishedManifest,
+    hour_label,
+    hours_with_events,
+    read_manifest,
+)
+from pipelines.serving import query_view
 from pipelines.storage import ObjectStore
 from pipelines.views.model import WINDOW_START, View
 from quality.config import ExpectationSettings
@@ -147,13 +153,11 @@ class RowBounds:
         }
 
 
-def _published_rows(store: ObjectStore, manifest: dict) -> int:
+def _published_rows(store: ObjectStore, manifest: PublishedManifest) -> int:
     """Rows of a published version: the manifest's count if it has one, else Parquet footers."""
-    if "rows" in manifest:
-        return int(manifest["rows"])
-    return sum(
-        pq.ParquetFile(io.BytesIO(store.get(k))).metadata.num_rows for k in manifest["files"]
-    )
+    if manifest.rows is not None:
+        return manifest.rows
+    return sum(pq.ParquetFile(io.BytesIO(store.get(k))).metadata.num_rows for k in manifest.files)
 
 
 def learn_row_bounds(
@@ -176,7 +180,7 @@ def learn_row_bounds(
     since = view.segment_start(first - settings.rows_history_hours * HOUR_MS)
     history: dict[str, int] = {}
     for segment in range(since, first, view.segment_ms):
-        manifest = read_published(store, view.name, segment)
+        manifest = read_manifest(store, view.name, segment)
         if manifest is not None:
             history[hour_label(segment)] = _published_rows(store, manifest)
     if len(history) < settings.rows_min_history:
@@ -571,7 +575,7 @@ def validate_view(
     if view.is_session:
         raise ValueError(
             f"{view.name} is a session view: expectation suites cover windowed views only "
-            "(sessions are checked by the reconciliation, quality.sessions)"
+            "(sessions are checked by the reconciliation, quality.reconcile.sessions)"
         )
     settings = settings or ExpectationSettings.from_env()
     first, end = checked_range(view, start_ms, end_ms)

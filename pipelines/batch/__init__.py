@@ -16,15 +16,12 @@ from pipelines.batch.config import SparkSettings
 from pipelines.batch.exceptions import ArchiveMissing, BatchError, InvalidHour, UnknownView
 
 if TYPE_CHECKING:
-    from pipelines.batch.correct import (
-        CorrectionResult,
-        archive_hours,
-        batch_schema,
-        correct_hours,
-        segment_hours,
-    )
+    from pipelines.batch.archive import archive_hours
+    from pipelines.batch.correct import correct_hours
+    from pipelines.batch.publish import CorrectionResult
     from pipelines.batch.sessions import correct_session_hours, session_batch_schema
     from pipelines.batch.spark import build_spark, spark_conf, spark_uri
+    from pipelines.batch.windows import batch_schema, segment_hours
 
 __all__ = [
     "ArchiveMissing",
@@ -45,11 +42,11 @@ __all__ = [
 ]
 
 _LAZY = {
-    "CorrectionResult": "pipelines.batch.correct",
-    "archive_hours": "pipelines.batch.correct",
-    "batch_schema": "pipelines.batch.correct",
+    "CorrectionResult": "pipelines.batch.publish",
+    "archive_hours": "pipelines.batch.archive",
+    "batch_schema": "pipelines.batch.windows",
     "correct_hours": "pipelines.batch.correct",
-    "segment_hours": "pipelines.batch.correct",
+    "segment_hours": "pipelines.batch.windows",
     "correct_session_hours": "pipelines.batch.sessions",
     "session_batch_schema": "pipelines.batch.sessions",
     "build_spark": "pipelines.batch.spark",

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import reduce
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-__all__ = ["join_on_keys"]
+from pipelines.aggregators import Aggregator
+
+__all__ = ["join_on_keys", "spark_frame_of"]
 
 
 def join_on_keys(left: DataFrame, right: DataFrame, keys: Sequence[str]) -> DataFrame:
@@ -25,3 +27,10 @@ def join_on_keys(left: DataFrame, right: DataFrame, keys: Sequence[str]) -> Data
     )
     match = reduce(lambda a, b: a & b, [left[k].eqNullSafe(right[renamed[k]]) for k in keys])
     return left.join(right, on=match, how="inner").drop(*renamed.values())
+
+
+def spark_frame_of(agg: Aggregator) -> Callable[[DataFrame, list[str]], DataFrame] | None:
+    """An aggregator whose exact result needs more than one aggregate (``top_k``) provides
+    ``spark_frame(events, keys) -> DataFrame`` of keys plus its output columns."""
+    frame = getattr(agg, "spark_frame", None)
+    return frame if callable(frame) else None

@@ -24,7 +24,6 @@ and the allowed lateness.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -38,17 +37,17 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
-from pipelines.batch.correct import (
-    CorrectionResult,
-    _events_hour_prefix,
-    _list_hour_files,
-    _publish,
-    _read_deduplicated,
-    _spark_frame,
+from pipelines.batch.archive import (
+    COPIES,
+    HOUR,
+    events_hour_prefix,
+    list_hour_files,
+    read_deduplicated,
 )
-from pipelines.batch.frames import join_on_keys
+from pipelines.batch.frames import join_on_keys, spark_frame_of
+from pipelines.batch.publish import CorrectionResult, publish_version
 from pipelines.batch.spark import spark_uri
-from pipelines.segments import HOUR_MS, hour_label
+from pipelines.segments import HOUR_MS, hour_label, segment_schema
 from pipelines.storage import ObjectStore
 from pipelines.views.model import (
     EVENT_COUNT,
@@ -114,8 +113,7 @@ def session_batch_schema(view: View) -> pa.Schema:
     fields = view.session_fields(pa.int64())
     for agg in view.aggregators:
         fields += agg.output_fields()
-    meta = {"view": view.name, "fingerprint": view.fingerprint, "kind": "batch"}
-    return pa.schema(fields, metadata={"sluice": json.dumps(meta)})
+    return segment_schema(fields, view.name, view.fingerprint, "batch")
 
 
 def _sessionize(events: DataFrame, view: View) -> DataFrame:
@@ -173,7 +171,7 @@ def _aggregate_sessions(events: DataFrame, view: View, segments: Sequence[int]) 
         )
     frames = []
     for agg in view.aggregators:
-        frame = _spark_frame(agg)
+        frame = spark_frame_of(agg)
         if frame is not None:
             frames.append(frame(rows, keys))
         else:
@@ -224,7 +222,7 @@ def correct_session_hours(
     """
     segments = sorted(set(hours))
     before, after = session_hours(view, segments)
-    files = _list_hour_files(store, sorted({*before, *segments, *after}))  # 1
+    files = list_hour_files(store, sorted({*before, *segments, *after}))  # 1
     todo = []
     for segment in segments:
         if segment in files:
@@ -236,20 +234,20 @@ def correct_session_hours(
     if not todo:
         return
     started = time.monotonic()
-    uris = [spark_uri(store, _events_hour_prefix(h), s3_scheme) for h in sorted(files)]
-    events = _read_deduplicated(spark, uris).persist(StorageLevel.MEMORY_AND_DISK)  # 2
+    uris = [spark_uri(store, events_hour_prefix(h), s3_scheme) for h in sorted(files)]
+    events = read_deduplicated(spark, uris).persist(StorageLevel.MEMORY_AND_DISK)  # 2
     try:
         table = _aggregate_sessions(events, view, todo)  # 3
         stats = (
             events.where(F.col("topic") == view.topic)
-            .where(F.col("__hour").isin(todo))
-            .groupBy("__hour")
-            .agg(F.count(F.lit(1)).alias("n"), F.sum("__copies").alias("copies"))
+            .where(F.col(HOUR).isin(todo))
+            .groupBy(HOUR)
+            .agg(F.count(F.lit(1)).alias("n"), F.sum(COPIES).alias("copies"))
             .collect()
         )
     finally:
         events.unpersist()
-    counts = {row["__hour"]: (row["n"], row["copies"] - row["n"]) for row in stats}
+    counts = {row[HOUR]: (row["n"], row["copies"] - row["n"]) for row in stats}
     share = (time.monotonic() - started) / len(todo)
     starts = table.column(SESSION_START).to_numpy()
     for segment in todo:  # 4
@@ -257,7 +255,7 @@ def correct_session_hours(
         part = table.filter(pa.array((starts >= segment) & (starts < segment + HOUR_MS)))
         n_events, duplicates = counts.get(segment, (0, 0))
         read = [hour_label(h) for h in sorted(files)]
-        version, keys = _publish(store, view, segment, part, n_events, duplicates, read)
+        version, keys = publish_version(store, view, segment, part, n_events, duplicates, read)
         log.info(
             "%s %s: published batch v%d, %d sessions",
             view.name,

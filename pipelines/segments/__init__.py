@@ -4,7 +4,7 @@ root imports them from here::
 
     segments/<view>/<segment>/realtime/<topic>-<partition>.parquet   a task's partials (version 0)
     segments/<view>/<segment>/batch/v<version>/part-*.parquet        a correction's exact values
-    segments/<view>/<segment>/_published.json                        the newest published batch
+    segments/<view>/<segment>/_published.json                        the newest published batch (:mod:`.manifest`)
     checkpoints/<topic>/<partition>/g<generation>.parquet             a task's state and offsets
     archive/events/hour=<hour>/<topic>-<partition>-<first>-<end>.parquet
     archive/dead_letters/hour=<hour>/<topic>-<partition>-<first>-<end>.parquet
@@ -17,6 +17,7 @@ inside files are epoch milliseconds. Parquet files are zstd (:mod:`.parquet`).
 May import: ``pipelines.storage`` only.
 """
 
+from pipelines.segments.columns import STATE_SUFFIX, is_state_column, state_column
 from pipelines.segments.layout import (
     RANGES_PREFIX,
     REPORT_FORMATS,
@@ -41,6 +42,19 @@ from pipelines.segments.layout import (
     task_label,
     view_prefix,
 )
+from pipelines.segments.manifest import (
+    ManifestError,
+    PublishedManifest,
+    read_manifest,
+    write_manifest,
+)
+from pipelines.segments.metadata import (
+    SEGMENT_KINDS,
+    SegmentMeta,
+    segment_meta,
+    segment_schema,
+    written_for,
+)
 from pipelines.segments.parquet import read_parquet, to_parquet
 from pipelines.segments.ranges import RangeRecord, hours_with_events, read_range_records
 from pipelines.segments.time import (
@@ -56,7 +70,12 @@ __all__ = [
     "RANGES_PREFIX",
     "REPORTS_PREFIX",
     "REPORT_FORMATS",
+    "SEGMENT_KINDS",
+    "STATE_SUFFIX",
+    "ManifestError",
+    "PublishedManifest",
     "RangeRecord",
+    "SegmentMeta",
     "archive_dead_letters_key",
     "archive_events_key",
     "archive_range_key",
@@ -69,19 +88,26 @@ __all__ = [
     "hour_start",
     "hours_in_window",
     "hours_with_events",
+    "is_state_column",
     "legacy_checkpoint_key",
     "parse_checkpoint_key",
     "parse_hour_label",
     "parse_task_checkpoint_key",
     "parse_task_label",
     "published_key",
+    "read_manifest",
     "read_parquet",
     "read_range_records",
     "realtime_key",
     "realtime_prefix",
     "report_keys",
+    "segment_meta",
     "segment_prefix",
+    "segment_schema",
+    "state_column",
     "task_label",
     "to_parquet",
     "view_prefix",
+    "write_manifest",
+    "written_for",
 ]

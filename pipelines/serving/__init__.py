@@ -1,16 +1,11 @@
 """The serving query over realtime and corrected segments.
 
-May import: ``pipelines.views``, ``pipelines.segments``, ``pipelines.storage``, ``pipelines.stream`` (state columns).
+May import: ``pipelines.views``, ``pipelines.segments``, ``pipelines.storage``.
 """
 
-from pipelines.serving.query import (
-    SOURCE,
-    SegmentSource,
-    merge_realtime,
-    query_view,
-    read_published,
-)
+from pipelines.serving.query import merge_realtime, query_view
 from pipelines.serving.sessions import ACTIVE, STARTED, merge_realtime_sessions, query_sessions
+from pipelines.serving.sources import SOURCE, SegmentSource, segment_sources
 
 __all__ = [
     "ACTIVE",
@@ -21,5 +16,5 @@ __all__ = [
     "merge_realtime_sessions",
     "query_sessions",
     "query_view",
-    "read_published",
+    "segment_sources",
 ]

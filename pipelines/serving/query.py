@@ -1,101 +1,33 @@
 """Serve a view: final values per window and group, from the newest version of each segment.
 
 As in Druid, a published batch correction overshadows the realtime partials of its segment
-as a whole; segments without one are served from the realtime partials of every task,
-merged with the view's aggregators.
+as a whole (:mod:`.sources`); segments without one are served from the realtime partials of
+every task, merged with the view's aggregators. Session views are served by
+:mod:`.sessions`; :func:`query_view` answers for both kinds.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
 from pipelines.exceptions import QueryError
-from pipelines.segments import (
-    parse_hour_label,
-    published_key,
-    read_parquet,
-    realtime_prefix,
-    view_prefix,
-)
+from pipelines.segments import read_parquet, state_column, written_for
+from pipelines.serving.sessions import query_sessions
+from pipelines.serving.sources import SOURCE, segment_sources
 from pipelines.storage import ObjectStore
-from pipelines.stream.state import state_column
 from pipelines.views.model import WINDOW_END, WINDOW_START, View
 
-__all__ = [
-    "SOURCE",
-    "SegmentSource",
-    "merge_realtime",
-    "query_view",
-    "read_published",
-    "segment_sources",
-]
+__all__ = ["merge_realtime", "query_view"]
 
 log = logging.getLogger(__name__)
-
-SOURCE = "source"
-
-
-@dataclass(frozen=True)
-class SegmentSource:
-    segment_start_ms: int
-    kind: str  # "realtime" or "batch"
-    version: int
-    files: tuple[str, ...]
-
-    @property
-    def label(self) -> str:
-        return "realtime" if self.kind == "realtime" else f"batch v{self.version}"
-
-
-def read_published(store: ObjectStore, view: str, segment_start_ms: int) -> dict | None:
-    """The newest published batch manifest of a segment, or None."""
-    try:
-        return json.loads(store.get(published_key(view, segment_start_ms)))
-    except FileNotFoundError:
-        return None
 
 
 def _read(store: ObjectStore, key: str) -> pa.Table:
     return read_parquet(store.get(key))
-
-
-def segment_sources(
-    store: ObjectStore, view: View, start_ms: int, end_ms: int, prefer: str = "newest"
-) -> list[SegmentSource]:
-    """Per segment in range, what to serve: ``newest`` version, or only ``realtime``/``batch``."""
-    if prefer not in ("newest", "realtime", "batch"):
-        raise QueryError(f"prefer must be newest, realtime or batch, got {prefer!r}")
-    sources = []
-    for segment in _segments_in_range(store, view, start_ms, end_ms):
-        manifest = None if prefer == "realtime" else read_published(store, view.name, segment)
-        if manifest is not None:
-            sources.append(
-                SegmentSource(segment, "batch", int(manifest["version"]), tuple(manifest["files"]))
-            )
-        elif prefer != "batch":
-            files = tuple(store.list(realtime_prefix(view.name, segment)))
-            if files:
-                sources.append(SegmentSource(segment, "realtime", 0, files))
-    return sources
-
-
-MAX_PROBED_SEGMENTS = 2000
-
-
-def _segments_in_range(store: ObjectStore, view: View, start_ms: int, end_ms: int) -> list[int]:
-    """Segment starts overlapping the range: probed one by one for short ranges, listed for long."""
-    first = view.segment_start(start_ms)
-    if (end_ms - first) // view.segment_ms <= MAX_PROBED_SEGMENTS:
-        return list(range(first, end_ms, view.segment_ms))
-    labels = {key.split("/")[2] for key in store.list(view_prefix(view.name))}
-    starts = sorted(parse_hour_label(label) for label in labels)
-    return [s for s in starts if first <= s < end_ms]
 
 
 def merge_realtime(view: View, tables: Iterable[pa.Table]) -> dict[tuple, list[Any]]:
@@ -103,8 +35,7 @@ def merge_realtime(view: View, tables: Iterable[pa.Table]) -> dict[tuple, list[A
     merged: dict[tuple, list[Any]] = {}
     aggs = view.aggregators
     for table in tables:
-        meta = json.loads((table.schema.metadata or {}).get(b"sluice", b"{}"))
-        if meta.get("fingerprint") != view.fingerprint:
+        if not written_for(table.schema, view.fingerprint):
             log.warning(
                 "skipping a realtime segment of %s written for another definition", view.name
             )
@@ -133,8 +64,6 @@ def query_view(
     ``prefer="realtime"`` ignores corrections (to compare), ``"batch"`` serves only them.
     """
     if view.is_session:
-        from pipelines.serving.sessions import query_sessions  # it builds on this module
-
         return query_sessions(store, view, start_ms, end_ms, prefer)
     if end_ms <= start_ms:
         raise QueryError(f"empty range: end {end_ms} is not after start {start_ms}")

@@ -8,7 +8,6 @@ spread over partitions) are merged with the view's aggregators.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable
 from typing import Any
@@ -17,10 +16,9 @@ import orjson
 import pyarrow as pa
 
 from pipelines.exceptions import QueryError
-from pipelines.segments import read_parquet
-from pipelines.serving.query import SOURCE, segment_sources
+from pipelines.segments import read_parquet, state_column, written_for
+from pipelines.serving.sources import SOURCE, segment_sources
 from pipelines.storage import ObjectStore
-from pipelines.stream.state import state_column
 from pipelines.views.model import (
     EVENT_COUNT,
     KEPT_DROPPED,
@@ -46,8 +44,7 @@ def merge_realtime_sessions(view: View, tables: Iterable[pa.Table]) -> dict[tupl
     aggs = view.aggregators
     merged: dict[tuple, dict[str, Any]] = {}
     for table in tables:
-        meta = json.loads((table.schema.metadata or {}).get(b"sluice", b"{}"))
-        if meta.get("fingerprint") != view.fingerprint:
+        if not written_for(table.schema, view.fingerprint):
             log.warning(
                 "skipping a realtime segment of %s written for another definition", view.name
             )

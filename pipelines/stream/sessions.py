@@ -28,7 +28,6 @@ its hour and none of its sessions is open.
 from __future__ import annotations
 
 import heapq
-import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -38,7 +37,7 @@ import pandas as pd
 import pyarrow as pa
 
 from pipelines.events.decode import NO_WATERMARK, DecodedBatch
-from pipelines.stream.state import state_column
+from pipelines.segments import segment_schema, state_column, written_for
 from pipelines.views.model import (
     EVENT_COUNT,
     KEPT_DROPPED,
@@ -75,8 +74,7 @@ def session_table_schema(view: View) -> pa.Schema:
     """Columns of a realtime session segment (and of a session view's checkpoint state)."""
     fields = view.session_fields(pa.int64())
     fields += [pa.field(state_column(a.out), pa.binary()) for a in view.aggregators]
-    meta = {"view": view.name, "fingerprint": view.fingerprint, "kind": "session"}
-    return pa.schema(fields, metadata={"sluice": json.dumps(meta)})
+    return segment_schema(fields, view.name, view.fingerprint, "session")
 
 
 class SessionState:
@@ -333,8 +331,7 @@ class SessionState:
         return self._table(sorted(rows, key=lambda r: (r[0], r[1])))
 
     def _same_definition(self, table: pa.Table) -> bool:
-        meta = json.loads((table.schema.metadata or {}).get(b"sluice", b"{}"))
-        return meta.get("fingerprint") == self.view.fingerprint
+        return written_for(table.schema, self.view.fingerprint)
 
     def flushed(self) -> None:
         """The dirty buckets' files are written: their closed sessions leave memory."""

@@ -7,7 +7,6 @@ full snapshots of the task's partials, never deltas, and a replay simply overwri
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -16,9 +15,10 @@ import pandas as pd
 import pyarrow as pa
 
 from pipelines.events.decode import DecodedBatch
+from pipelines.segments import segment_schema, state_column
 from pipelines.views.model import WINDOW_START, View
 
-__all__ = ["ViewState", "state_column"]
+__all__ = ["ViewState"]
 
 GroupKey = tuple  # (window_start_ms, *group values)
 
@@ -36,10 +36,6 @@ def _factorized(batch: DecodedBatch, col: str) -> tuple[np.ndarray, np.ndarray]:
 
 def _label(value: Any) -> str:
     return value if type(value) is str else str(value)
-
-
-def state_column(out: str) -> str:
-    return f"{out}__state"
 
 
 class ViewState:
@@ -166,8 +162,7 @@ class ViewState:
         fields = [pa.field(WINDOW_START, pa.int64())]
         fields += [pa.field(c, pa.string()) for c in self.view.grouping_cols]
         fields += [pa.field(state_column(a.out), pa.binary()) for a in self.aggregators]
-        meta = {"view": self.view.name, "fingerprint": self.view.fingerprint}
-        schema = pa.schema(fields, metadata={"sluice": json.dumps(meta)})
+        schema = segment_schema(fields, self.view.name, self.view.fingerprint, "realtime")
         return pa.Table.from_pydict(data, schema=schema)
 
     def load(self, table: pa.Table, pending: pa.Table | None = None) -> None:

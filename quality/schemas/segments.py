@@ -25,8 +25,9 @@ import pyarrow as pa
 
 from pipelines.aggregators import Aggregator
 from pipelines.events.schema import EVENT_TIME_MAX_MS, EVENT_TIME_MIN_MS
-from pipelines.serving.query import SOURCE
-from pipelines.stream.state import ViewState, state_column
+from pipelines.segments import is_state_column, state_column
+from pipelines.serving import SOURCE
+from pipelines.stream.state import ViewState
 from pipelines.views.model import WINDOW_END, WINDOW_START, View
 from quality.schemas.archive import EVENT_RULES
 from quality.schemas.pandas_backend import pandas_schema, to_pandas, validate_frame
@@ -74,7 +75,7 @@ def _layout(view: View, kind: SegmentKind) -> pa.Schema:
     if kind is SegmentKind.REALTIME:
         return ViewState(view).segment_table(0).schema
     if kind is SegmentKind.BATCH:
-        from pipelines.batch.correct import batch_schema  # imports pyspark: only when needed
+        from pipelines.batch.windows import batch_schema  # imports pyspark: only when needed
 
         return batch_schema(view)
     return view.output_schema().append(pa.field(SOURCE, pa.string()))
@@ -105,7 +106,7 @@ def segment_spec(view: View, kind: SegmentKind | str) -> FrameSpec:
     if view.is_session:
         raise ValueError(
             f"{view.name} is a session view: segment schemas cover windowed views only "
-            "(sessions are checked by the reconciliation, quality.sessions)"
+            "(sessions are checked by the reconciliation, quality.reconcile.sessions)"
         )
     if kind not in set(SegmentKind):
         known = ", ".join(SegmentKind)
@@ -158,7 +159,7 @@ def detect_kind(columns: list[str]) -> SegmentKind:
     """Which of the three shapes a table has, from its columns."""
     if WINDOW_END in columns or SOURCE in columns:
         return SegmentKind.QUERY
-    if any(c.endswith(state_column("")) for c in columns):
+    if any(is_state_column(c) for c in columns):
         return SegmentKind.REALTIME
     return SegmentKind.BATCH
 

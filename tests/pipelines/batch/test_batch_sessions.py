@@ -181,8 +181,7 @@ def test_reconciliation_explains_late_and_duplicate_events_and_catches_lost_sess
     corrected, streamed, view
 ):
     from pipelines.segments import read_parquet, realtime_prefix, to_parquet
-    from quality.reconcile import reconcile
-    from quality.sessions import SessionCauses, settled_frontier
+    from quality.reconcile import SessionCauses, reconcile, settled_frontier
 
     hours = archive_hours(streamed.store)
     results = reconcile(streamed.store, [view], hours)
@@ -200,9 +199,9 @@ def test_reconciliation_explains_late_and_duplicate_events_and_catches_lost_sess
     # Lose one realtime session whose span had neither duplicates nor late drops.
     hour = hours[0]
     result = next(r for r in results if r.hour_ms == hour)
-    from quality.sessions import _archive_rows
+    from quality.reconcile.sessions import archive_rows
 
-    causes = SessionCauses(view, _archive_rows(streamed.store, view, hour, None))
+    causes = SessionCauses(view, archive_rows(streamed.store, view, hour, None))
     key = next(iter(streamed.store.list(realtime_prefix(view.name, hour))))
     table = read_parquet(streamed.store.get(key))
     rows = table.to_pylist()

@@ -14,14 +14,13 @@ from hypothesis import strategies as st
 
 from pipelines.config import PROJECT_ROOT, SluiceSettings
 from pipelines.generator import GeneratorOptions, load_trace, synthesize
-from pipelines.segments import read_parquet
+from pipelines.segments import read_parquet, state_column
 from pipelines.serving import query_view
 from pipelines.storage import LocalObjectStore
 from pipelines.stream import TaskId
 from pipelines.stream.buckets import children, key_hashes, parent
 from pipelines.stream.checkpoint import load_checkpoint
 from pipelines.stream.rebucket import RebucketError, merge_tasks, split_task
-from pipelines.stream.state import state_column
 from pipelines.stream.task import StreamTask
 from pipelines.testing import CollectingDeadLetters, Record
 from pipelines.views import load_views

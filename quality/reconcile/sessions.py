@@ -28,20 +28,29 @@ from datetime import datetime
 
 import pyarrow as pa
 
-from pipelines.segments import HOUR_MS, RangeRecord, hour_label, parse_checkpoint_key
-from pipelines.serving.query import read_published
+from pipelines.segments import (
+    HOUR_MS,
+    RangeRecord,
+    hour_label,
+    parse_checkpoint_key,
+    read_manifest,
+)
 from pipelines.serving.sessions import query_sessions
 from pipelines.storage import ObjectStore
 from pipelines.stream.checkpoint import load_checkpoint
 from pipelines.views.model import EVENT_COUNT, SESSION_END, SESSION_START, View
 from quality.causes import ArchiveReader, Causes, GroupCauses, read_hour_archive
 from quality.compare import EXACT, Tolerance, compare_tables, metric_kinds, rows_by_key
-from quality.reconcile import MetricReconciliation, Reconciliation, _allowed, _close
+from quality.reconcile.metrics import (
+    NO_CAUSES,
+    allowed_unexplained,
+    close,
+    exact_metric,
+    other_metric,
+)
+from quality.reconcile.results import Reconciliation
 
-__all__ = ["SessionCauses", "reconcile_session_hour", "settled_frontier"]
-
-NO_CAUSES = GroupCauses(0, 0, 0)
-SAMPLES = 5
+__all__ = ["SessionCauses", "archive_rows", "reconcile_session_hour", "settled_frontier"]
 
 
 class SessionCauses:
@@ -119,7 +128,7 @@ def _ms(value: datetime | int) -> int:
     return value if isinstance(value, int) else int(value.timestamp() * 1000)
 
 
-def _archive_rows(
+def archive_rows(
     store: ObjectStore | ArchiveReader,
     view: View,
     hour_ms: int,
@@ -162,9 +171,9 @@ def reconcile_session_hour(
     tolerance = tolerance or Tolerance.from_env()
     assert view.session is not None
     key_col = view.session.key
-    if read_published(store, view.name, hour_ms) is None:
+    if read_manifest(store, view.name, hour_ms) is None:
         return Reconciliation(view.name, hour_ms, False, None, Causes())
-    causes = SessionCauses(view, _archive_rows(reader or store, view, hour_ms, ranges))
+    causes = SessionCauses(view, archive_rows(reader or store, view, hour_ms, ranges))
     end = hour_ms + HOUR_MS
     corrected = query_sessions(store, view, hour_ms, end, prefer="batch")
     realtime = query_sessions(store, view, hour_ms, end, prefer="realtime")
@@ -176,25 +185,24 @@ def reconcile_session_hour(
     want, got = rows_by_key(corrected, keys), rows_by_key(realtime, keys)
 
     frontier = settled_frontier(store, view)
-    unsettled = 0
 
     def explained(key: tuple) -> bool:
         """Duplicates or late drops in the session's span, or the session not settled."""
-        nonlocal unsettled
         row = want.get(key) or got[key]
         if causes.of(
             row[key_col], _ms(row[SESSION_START]), _ms(row[SESSION_END])
         ).explains_difference:
             return True
-        if (frontier is not None and _ms(row[SESSION_END]) >= frontier) or (
+        return (frontier is not None and _ms(row[SESSION_END]) >= frontier) or (
             key in got and got[key]["open"]
-        ):
-            unsettled += 1
-            return True
-        return False
+        )
 
-    def why(key: tuple, row: dict) -> GroupCauses:
+    def causes_of(key: tuple) -> GroupCauses:
+        row = want[key]
         return causes.of(row[key_col], _ms(row[SESSION_START]), _ms(row[SESSION_END]))
+
+    def judge(key: tuple, expected: object, actual: object, _why: GroupCauses) -> bool:
+        return close(expected, actual) or explained(key)
 
     missing_explained = sum(explained(k) for k in comparison.missing)
     extra_explained = sum(explained(k) for k in comparison.extra)
@@ -202,69 +210,24 @@ def reconcile_session_hour(
         len(comparison.missing) - missing_explained + len(comparison.extra) - extra_explained
     )
     matched = [k for k in want if k in got]
+    rule = (
+        "differences only in sessions whose span had duplicates or late drops, "
+        "or not settled in realtime"
+    )
     metrics = []
     for column, kind in kinds.items():
-        error = next(m for m in comparison.metrics if m.column == column)
         if kind != EXACT:
-            rule = (
-                "reported only"
-                if error.bound is None
-                else f"mean relative error <= {error.bound:.0%}"
-            )
-            metrics.append(
-                MetricReconciliation(
-                    column,
-                    kind,
-                    aggregation[column],
-                    error.compared,
-                    error.mismatched,
-                    rule=rule,
-                    passed=error.passed,
-                )
-            )
+            metrics.append(other_metric(column, kind, aggregation[column], comparison))
             continue
-        differing = n_explained = 0
-        samples = []
-        for k in matched:
-            expected, actual = want[k].get(column), got[k].get(column)
-            if _close(expected, actual):
-                continue
-            differing += 1
-            c = why(k, want[k])
-            if explained(k):
-                n_explained += 1
-            elif len(samples) < SAMPLES:
-                samples.append(
-                    {
-                        "key": [str(v) for v in k],
-                        "exact": expected,
-                        "realtime": actual,
-                        "deliveries": c.deliveries,
-                        "duplicates": c.duplicates,
-                        "late": c.late,
-                    }
-                )
-        unexplained = differing - n_explained
-        allowed = _allowed(tolerance.unexplained_share, len(matched))
+        pairs = [(k, want[k].get(column), got[k].get(column)) for k in matched]
         metrics.append(
-            MetricReconciliation(
-                column=column,
-                kind=kind,
-                aggregation=aggregation[column],
-                compared=len(matched),
-                differing=differing,
-                explained=n_explained,
-                unexplained=unexplained,
-                allowed=allowed,
-                rule="differences only in sessions whose span had duplicates or late drops, "
-                "or not settled in realtime",
-                passed=unexplained <= allowed,
-                samples=samples,
+            exact_metric(
+                column, kind, aggregation[column], pairs, causes_of, judge, rule, tolerance
             )
         )
     label = f"{view.name} {hour_label(hour_ms)}"
     failures = []
-    if unexplained_groups > _allowed(tolerance.unexplained_share, max(1, len(want))):
+    if unexplained_groups > allowed_unexplained(tolerance.unexplained_share, max(1, len(want))):
         failures.append(
             f"{label}: {unexplained_groups} session(s) missing or extra without duplicates or "
             f"late drops to explain them ({len(comparison.missing)} missing from realtime, "

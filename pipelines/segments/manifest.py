@@ -1,0 +1,62 @@
+"""The published manifest of a segment (``_published.json``): which batch version is served.
+
+One writer and one reader, so the batch correction that publishes a version and the query,
+quality checks and report that read it agree on every field. The manifest is written last,
+after the version's files, so a reader never sees a version whose files are not there.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from pipelines.segments.layout import published_key
+from pipelines.storage import ObjectStore
+
+__all__ = ["ManifestError", "PublishedManifest", "read_manifest", "write_manifest"]
+
+
+class ManifestError(ValueError):
+    """A ``_published.json`` that is not a manifest (truncated, edited by hand)."""
+
+
+class PublishedManifest(BaseModel):
+    """The newest published batch version of one segment."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    version: int
+    files: tuple[str, ...]
+    kind: str = "batch"
+    created_at: int = 0
+    """Unix seconds of the publish."""
+    events: int = 0
+    """Distinct events the version was computed from."""
+    duplicates_dropped: int = 0
+    hours: tuple[str, ...] = ()
+    """The archive hours read (UTC hour labels)."""
+    rows: int | None = None
+    """Rows of the version's files, when the writer counted them (else read the footers)."""
+
+
+def read_manifest(store: ObjectStore, view: str, segment_start_ms: int) -> PublishedManifest | None:
+    """The segment's published manifest, or None if no version was published."""
+    key = published_key(view, segment_start_ms)
+    try:
+        data = store.get(key)
+    except FileNotFoundError:
+        return None
+    try:
+        return PublishedManifest.model_validate_json(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'file'}: {e['msg']}" for e in exc.errors()
+        )
+        raise ManifestError(f"{key} is not a published manifest: {problems}") from exc
+
+
+def write_manifest(
+    store: ObjectStore, view: str, segment_start_ms: int, manifest: PublishedManifest
+) -> None:
+    """Publish ``manifest`` (atomically: every storage write is)."""
+    data = manifest.model_dump_json(indent=2, exclude_none=True).encode()
+    store.put(published_key(view, segment_start_ms), data)

@@ -1,0 +1,63 @@
+"""What to serve for each segment of a range: the newest published batch version, or the
+realtime partials of every task (Druid's overshadowing, per segment as a whole)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipelines.exceptions import QueryError
+from pipelines.segments import (
+    parse_hour_label,
+    read_manifest,
+    realtime_prefix,
+    view_prefix,
+)
+from pipelines.storage import ObjectStore
+from pipelines.views.model import View
+
+__all__ = ["MAX_PROBED_SEGMENTS", "SOURCE", "SegmentSource", "segment_sources"]
+
+SOURCE = "source"
+"""The output column saying where a row came from: ``realtime`` or ``batch v<N>``."""
+
+MAX_PROBED_SEGMENTS = 2000
+
+
+@dataclass(frozen=True)
+class SegmentSource:
+    segment_start_ms: int
+    kind: str  # "realtime" or "batch"
+    version: int
+    files: tuple[str, ...]
+
+    @property
+    def label(self) -> str:
+        return "realtime" if self.kind == "realtime" else f"batch v{self.version}"
+
+
+def segment_sources(
+    store: ObjectStore, view: View, start_ms: int, end_ms: int, prefer: str = "newest"
+) -> list[SegmentSource]:
+    """Per segment in range, what to serve: ``newest`` version, or only ``realtime``/``batch``."""
+    if prefer not in ("newest", "realtime", "batch"):
+        raise QueryError(f"prefer must be newest, realtime or batch, got {prefer!r}")
+    sources = []
+    for segment in _segments_in_range(store, view, start_ms, end_ms):
+        manifest = None if prefer == "realtime" else read_manifest(store, view.name, segment)
+        if manifest is not None:
+            sources.append(SegmentSource(segment, "batch", manifest.version, manifest.files))
+        elif prefer != "batch":
+            files = tuple(store.list(realtime_prefix(view.name, segment)))
+            if files:
+                sources.append(SegmentSource(segment, "realtime", 0, files))
+    return sources
+
+
+def _segments_in_range(store: ObjectStore, view: View, start_ms: int, end_ms: int) -> list[int]:
+    """Segment starts overlapping the range: probed one by one for short ranges, listed for long."""
+    first = view.segment_start(start_ms)
+    if (end_ms - first) // view.segment_ms <= MAX_PROBED_SEGMENTS:
+        return list(range(first, end_ms, view.segment_ms))
+    labels = {key.split("/")[2] for key in store.list(view_prefix(view.name))}
+    starts = sorted(parse_hour_label(label) for label in labels)
+    return [s for s in starts if first <= s < end_ms]

@@ -1,0 +1,63 @@
+"""Reconcile each view's realtime values with its correction, hour by hour, and say why they
+differ: windowed views in :mod:`.windows`, session views in :mod:`.sessions`, both judged
+metric by metric by :mod:`.metrics`.
+
+No Dagster imports; the blocking asset checks and the report use :func:`reconcile`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from pipelines.segments import read_range_records
+from pipelines.storage import ObjectStore
+from pipelines.views.model import View
+from quality.causes import ArchiveReader, read_hour_archive
+from quality.compare import Tolerance
+from quality.reconcile.results import MetricReconciliation, Reconciliation
+from quality.reconcile.sessions import SessionCauses, reconcile_session_hour, settled_frontier
+from quality.reconcile.windows import reconcile_hour
+
+__all__ = [
+    "MetricReconciliation",
+    "Reconciliation",
+    "SessionCauses",
+    "reconcile",
+    "reconcile_hour",
+    "reconcile_session_hour",
+    "settled_frontier",
+]
+
+
+def reconcile(
+    store: ObjectStore,
+    views: Sequence[View],
+    hours: Sequence[int],
+    tolerance: Tolerance | None = None,
+    on_result: Callable[[Reconciliation], None] | None = None,
+) -> list[Reconciliation]:
+    """Reconcile every enabled view for every hour; the archive is read once per topic-hour."""
+    tolerance = tolerance or Tolerance.from_env()
+    enabled = [v for v in views if not v.disabled]
+    results = []
+    by_topic: dict[str, list[View]] = {}
+    for view in enabled:
+        by_topic.setdefault(view.topic, []).append(view)
+    ranges = {topic: read_range_records(store, topic) for topic in by_topic}
+    reader = ArchiveReader(store)
+    for hour in hours:
+        for topic, topic_views in by_topic.items():
+            grouping = sorted({c for v in topic_views for c in v.grouping_cols})
+            archive = read_hour_archive(reader, topic, hour, grouping, ranges[topic])
+            for view in topic_views:
+                if view.is_session:
+                    result = reconcile_session_hour(
+                        store, view, hour, tolerance, reader, ranges[topic]
+                    )
+                else:
+                    result = reconcile_hour(store, view, hour, tolerance, archive)
+                results.append(result)
+                if on_result is not None:
+                    on_result(result)
+    results.sort(key=lambda r: ([v.name for v in enabled].index(r.view), r.hour_ms))
+    return results

@@ -1,0 +1,204 @@
+"""Per-metric judgement shared by the windowed and the session reconciliation.
+
+A metric's matched rows are tallied once: how many differ, how many of those a cause
+explains (the judge says), and samples of the rest; the tolerance then says how many
+unexplained rows may remain.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from quality.causes import GroupCauses
+from quality.compare import APPROXIMATE, Comparison, Tolerance
+from quality.reconcile.results import MetricReconciliation
+
+__all__ = [
+    "NO_CAUSES",
+    "SAMPLES",
+    "CausesOf",
+    "Judge",
+    "Pairs",
+    "allowed_unexplained",
+    "close",
+    "exact_metric",
+    "hll_metric",
+    "other_metric",
+    "quantile_metric",
+    "relative_error",
+    "tally",
+]
+
+NO_CAUSES = GroupCauses(0, 0, 0)
+SAMPLES = 5
+"""Unexplained rows kept per metric as examples."""
+
+Pairs = list[tuple[tuple, Any, Any]]
+"""Matched rows of one metric: (key, exact value, realtime value)."""
+CausesOf = Callable[[tuple], GroupCauses]
+"""The causes counted for a row's key (its window and group, or its session's span)."""
+Judge = Callable[[tuple, Any, Any, GroupCauses], bool]
+"""Whether a row's realtime value is what its exact value and causes lead to expect."""
+
+
+def close(expected: Any, actual: Any) -> bool:
+    """Equal, numbers within float noise."""
+    if isinstance(expected, int | float) and isinstance(actual, int | float):
+        return abs(float(actual) - float(expected)) <= 1e-9 * max(1.0, abs(float(expected)))
+    return expected == actual
+
+
+def allowed_unexplained(share: float, rows: int) -> int:
+    """Unexplained rows a tolerance of ``share`` allows among ``rows``."""
+    return math.floor(share * rows + 1e-9)
+
+
+def relative_error(expected: Any, actual: Any, floor: float = 1e-12) -> float:
+    if expected is None or actual is None:
+        return 1.0
+    return abs(float(actual) - float(expected)) / max(abs(float(expected)), floor)
+
+
+def _sample(key: tuple, expected: Any, actual: Any, causes: GroupCauses) -> dict[str, Any]:
+    return {
+        "key": [str(k) for k in key],
+        "exact": expected,
+        "realtime": actual,
+        "deliveries": causes.deliveries,
+        "duplicates": causes.duplicates,
+        "late": causes.late,
+    }
+
+
+def tally(pairs: Pairs, causes_of: CausesOf, judge: Judge) -> tuple[int, int, list[dict[str, Any]]]:
+    """(rows that differ, of those the explained ones, samples of the unexplained rows)."""
+    differing = explained = 0
+    unexplained: list[dict[str, Any]] = []
+    for key, expected, actual in pairs:
+        why = causes_of(key)
+        differs = not close(expected, actual)
+        ok = judge(key, expected, actual, why)
+        differing += differs
+        explained += differs and ok
+        if not ok:
+            unexplained.append(_sample(key, expected, actual, why))
+    return differing, explained, unexplained
+
+
+def exact_metric(
+    column: str,
+    kind: str,
+    aggregation: str,
+    pairs: Pairs,
+    causes_of: CausesOf,
+    judge: Judge,
+    rule: str,
+    tolerance: Tolerance,
+) -> MetricReconciliation:
+    """An exact metric: every difference needs a cause (up to ``unexplained_share``)."""
+    differing, explained, unexplained = tally(pairs, causes_of, judge)
+    allowed = allowed_unexplained(tolerance.unexplained_share, len(pairs))
+    return MetricReconciliation(
+        column=column,
+        kind=kind,
+        aggregation=aggregation,
+        compared=len(pairs),
+        differing=differing,
+        explained=explained,
+        unexplained=len(unexplained),
+        allowed=allowed,
+        rule=rule,
+        passed=len(unexplained) <= allowed,
+        samples=unexplained[:SAMPLES],
+    )
+
+
+def hll_metric(
+    column: str, rse: float, pairs: Pairs, causes_of: CausesOf, tolerance: Tolerance
+) -> MetricReconciliation:
+    """HLL: within ``hll_sigmas`` relative standard errors (late drops excuse a lower value);
+    at most ``hll_outside_share`` of the rows, and at least one, outside the band."""
+    band = tolerance.hll_sigmas * rse
+
+    def judge(_key: tuple, expected: Any, actual: Any, why: GroupCauses) -> bool:
+        if close(expected, actual):
+            return True
+        if expected is None or actual is None:
+            return False
+        return relative_error(expected, actual, floor=1.0) <= band or (
+            why.late > 0 and actual < expected
+        )
+
+    differing, explained, beyond = tally(pairs, causes_of, judge)
+    allowed = max(1, math.ceil(tolerance.hll_outside_share * len(pairs)))
+    return MetricReconciliation(
+        column=column,
+        kind=APPROXIMATE,
+        aggregation="approx_count_distinct",
+        compared=len(pairs),
+        differing=differing,
+        explained=explained,
+        unexplained=len(beyond),
+        allowed=allowed,
+        rule=f"within {tolerance.hll_sigmas:g} x RSE {rse:.2%} of the exact count",
+        passed=len(beyond) <= allowed,
+        samples=beyond[:SAMPLES],
+    )
+
+
+def quantile_metric(
+    column: str, pairs: Pairs, causes_of: CausesOf, tolerance: Tolerance
+) -> MetricReconciliation:
+    """KLL: the mean relative error of rows without duplicates or late drops is bounded;
+    in small windows one late or duplicate value moves a quantile, so those are explained."""
+    bound = tolerance.approximate_relative
+
+    def judge(_key: tuple, expected: Any, actual: Any, why: GroupCauses) -> bool:
+        return (
+            close(expected, actual)
+            or why.explains_difference
+            or relative_error(expected, actual) <= bound
+        )
+
+    differing, explained, beyond = tally(pairs, causes_of, judge)
+    errors = [
+        0.0 if close(e, a) else relative_error(e, a)
+        for key, e, a in pairs
+        if not causes_of(key).explains_difference
+    ]
+    mean = sum(errors) / len(errors) if errors else 0.0
+    return MetricReconciliation(
+        column=column,
+        kind=APPROXIMATE,
+        aggregation="quantiles",
+        compared=len(pairs),
+        differing=differing,
+        explained=explained,
+        unexplained=len(beyond),
+        allowed=len(beyond) if mean <= bound else 0,
+        rule=f"mean relative error of rows without duplicates or late drops <= {bound:.0%}"
+        f" (was {mean:.1%})",
+        passed=mean <= bound,
+        samples=beyond[:SAMPLES],
+    )
+
+
+def other_metric(
+    column: str, kind: str, aggregation: str, comparison: Comparison
+) -> MetricReconciliation:
+    """A metric judged by its comparison alone (a bound on the mean error, or reported)."""
+    error = next(m for m in comparison.metrics if m.column == column)
+    rule = (
+        f"mean relative error <= {error.bound:.0%}" if error.bound is not None else "reported only"
+    )
+    return MetricReconciliation(
+        column=column,
+        kind=kind,
+        aggregation=aggregation,
+        compared=error.compared,
+        differing=error.mismatched,
+        rule=rule,
+        passed=error.passed,
+    )
