@@ -11,8 +11,9 @@ from __future__ import annotations
 import itertools
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 
 from kafka import TopicPartition
 from kafka.errors import KafkaError
@@ -28,6 +29,7 @@ from pipelines.stream.buckets import backlog_share
 __all__ = [
     "STATUS_ORDER",
     "LagSample",
+    "LagTracker",
     "ProducedProbe",
     "TaskLag",
     "collect_task_lags",
@@ -206,3 +208,53 @@ def lag_status(window: Sequence[LagSample], stale_after_s: float = 300.0) -> str
 
 def worst(statuses: Sequence[str]) -> str:
     return max(statuses, key=STATUS_ORDER.index, default="OK")
+
+
+class LagTracker:
+    """Burrow's sliding window per task, kept between looks: what `sluice status`, `up` and
+    the ``realtime_lag`` sensor (through its cursor, :meth:`state`) rate tasks with, so they
+    rate a task alike.
+
+    A task whose generation changed moved to a new owner, which resumed from the task's
+    checkpoint: its offset going back is that owner's start, not an error, so its window
+    starts afresh. Backlogs are the :class:`TaskLag`'s (a key bucket's share of its
+    partition's gap).
+    """
+
+    def __init__(self, window: int = 10, stale_after_s: float = 300.0) -> None:
+        self.window = window
+        self.stale_after_s = stale_after_s
+        self.samples: dict[str, deque[LagSample]] = {}
+        self.generations: dict[str, int] = {}
+
+    def update(self, lags: Sequence[TaskLag], now: float | None = None) -> dict[str, str]:
+        """Add one look at every task; each task's Burrow status over its window."""
+        now = time.time() if now is None else now
+        out = {}
+        for lag in lags:
+            task, generation = lag.status.task, lag.status.generation
+            if self.generations.get(task, generation) != generation:
+                self.samples.pop(task, None)
+            self.generations[task] = generation
+            samples = self.samples.setdefault(task, deque(maxlen=self.window))
+            samples.append(LagSample(now, lag.status.next_offset, lag.backlog, lag.heartbeat_age_s))
+            out[task] = lag_status(list(samples), self.stale_after_s)
+        return out
+
+    def state(self) -> dict[str, object]:
+        """The windows as JSON-able values (a sensor keeps them in its cursor)."""
+        return {
+            "generations": dict(self.generations),
+            "samples": {t: [astuple(s) for s in window] for t, window in self.samples.items()},
+        }
+
+    @classmethod
+    def from_state(
+        cls, state: dict | None, window: int = 10, stale_after_s: float = 300.0
+    ) -> LagTracker:
+        tracker = cls(window, stale_after_s)
+        state = state or {}
+        tracker.generations = {t: int(g) for t, g in state.get("generations", {}).items()}
+        for task, samples in state.get("samples", {}).items():
+            tracker.samples[task] = deque((LagSample(*s) for s in samples), maxlen=window)
+        return tracker

@@ -13,7 +13,6 @@ import json
 import logging
 import sys
 import time
-from collections import deque
 from dataclasses import dataclass, field
 
 from rich.console import Console, Group
@@ -23,11 +22,10 @@ from rich.text import Text
 from sqlalchemy.exc import SQLAlchemyError
 
 from orchestration.lag import (
-    LagSample,
+    LagTracker,
     ProducedProbe,
     TaskLag,
     collect_task_lags,
-    lag_status,
     worst,
 )
 from orchestration.runtime import Runtime
@@ -35,7 +33,7 @@ from pipelines.control import AgentRecord, Assignment
 from pipelines.exceptions import SluiceError
 from pipelines.views import ResolvedView
 
-__all__ = ["JobView", "StatusTracker", "job_view", "register", "render"]
+__all__ = ["JobView", "job_view", "register", "render"]
 
 
 @dataclass(frozen=True)
@@ -112,31 +110,6 @@ def _fmt_s(seconds: float | None) -> str:
     return f"{seconds / 60:.1f}m"
 
 
-class StatusTracker:
-    """Keeps a sliding window of samples per task so each refresh can say OK/WARN/STALL/STOP/ERR."""
-
-    def __init__(self, window: int = 10, stale_after_s: float = 300.0) -> None:
-        self.window = window
-        self.stale_after_s = stale_after_s
-        self.samples: dict[str, deque[LagSample]] = {}
-        self.generations: dict[str, int] = {}
-
-    def update(self, lags: list[TaskLag]) -> dict[str, str]:
-        now = time.time()
-        out = {}
-        for lag in lags:
-            task = lag.status.task
-            if self.generations.get(task, lag.status.generation) != lag.status.generation:
-                # the task moved and resumed from its checkpoint: an offset going back is not
-                # an error, it is the new owner's start
-                self.samples.pop(task, None)
-            self.generations[task] = lag.status.generation
-            samples = self.samples.setdefault(task, deque(maxlen=self.window))
-            samples.append(LagSample(now, lag.status.next_offset, lag.backlog, lag.heartbeat_age_s))
-            out[lag.status.task] = lag_status(list(samples), self.stale_after_s)
-        return out
-
-
 TASK_COLUMNS = (
     ("task", "left", True),
     ("status", "left", True),
@@ -167,13 +140,13 @@ def render(
     job: JobView | None = None,
     width: int | None = None,
 ) -> Group:
-    """The task table and a summary line; ``statuses`` come from a :class:`StatusTracker` that
+    """The task table and a summary line; ``statuses`` come from a :class:`~orchestration.lag.LagTracker` that
     has watched earlier refreshes (one look is taken here if none is given). A stale task, and
     with ``job`` a Waiting or Disabled task or a disabled view, keep the summary from OK. On a
     terminal narrower than :data:`WIDE` (``width``) the table keeps the columns an operator
     reads first."""
     if statuses is None:
-        statuses = StatusTracker().update(lags)
+        statuses = LagTracker().update(lags)
     job = job or JobView()
     statuses = task_statuses(lags, statuses, job)
     keep = [
@@ -342,7 +315,7 @@ def _views(runtime: Runtime) -> dict[str, ResolvedView]:
 
 
 def _snapshot(lags: list[TaskLag], job: JobView) -> list[dict]:
-    statuses = task_statuses(lags, StatusTracker().update(lags), job)
+    statuses = task_statuses(lags, LagTracker().update(lags), job)
 
     def job_fields(task: str) -> dict:
         a = job.assignments.get(task)
@@ -381,11 +354,11 @@ def run(args: argparse.Namespace) -> int:
     if args.once or not (args.watch or sys.stdout.isatty()):
         console.print(render_views(_views(runtime)))
         lags = collect_task_lags(runtime, args.stale_after)
-        tracker = StatusTracker(stale_after_s=args.stale_after)
+        tracker = LagTracker(stale_after_s=args.stale_after)
         console.print(render(lags, tracker.update(lags), job_view(runtime), console.width))
         return 0
     console.print(render_views(_views(runtime)))
-    tracker = StatusTracker(stale_after_s=args.stale_after)
+    tracker = LagTracker(stale_after_s=args.stale_after)
     probe = ProducedProbe(runtime.bootstrap, runtime.kafka)
 
     def frame() -> Group:

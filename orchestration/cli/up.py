@@ -22,10 +22,11 @@ from rich.live import Live
 from rich.text import Text
 
 from orchestration.cli.logs import stderr_console
-from orchestration.cli.status import StatusTracker, job_view, render
+from orchestration.cli.status import job_view, render
 from orchestration.cli.stream import add_agents_argument
 from orchestration.fleet import Supervisor, child_environment, start_fleet
 from orchestration.fleet.processes import start_process, stop_process
+from orchestration.lag import LagTracker
 from orchestration.runtime import Runtime
 from pipelines.config import SluiceSettings
 from pipelines.generator.progress import ReplayProgress
@@ -198,7 +199,7 @@ class Watch:
         self.dagster = dagster
         self.progress_file = progress_file
         self.trace = trace
-        self.tracker = StatusTracker()
+        self.tracker = LagTracker()
         self.console = stderr_console()
         self.live = Live(console=self.console, auto_refresh=False, transient=False)
         self.started = False

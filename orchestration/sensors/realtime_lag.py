@@ -18,7 +18,7 @@ import dagster as dg
 
 from assets.constants import realtime_key
 from assets.views.lag_check import evaluate_lag
-from orchestration.lag import LagSample, lag_status, task_lags, worst
+from orchestration.lag import LagTracker, task_lags, worst
 from orchestration.resources import ControlStoreResource
 from pipelines.control import TaskStatus
 from pipelines.views import View
@@ -75,29 +75,9 @@ def realtime_observations(
     return result
 
 
-SAMPLES_KEY = "_samples"
+TRACKER_KEY = "_lag_tracker"
+"""Where the cursor keeps the Burrow windows (:class:`orchestration.lag.LagTracker`)."""
 WINDOW = 10
-
-
-def _task_health(
-    statuses: Sequence[TaskStatus], samples: dict[str, list], stale_after_s: float
-) -> dict[str, str]:
-    """Burrow status per task over the sliding window kept in the cursor (updated in place)."""
-    now = time.time()
-    health = {}
-    for status in statuses:
-        window = samples.setdefault(status.task, [])
-        window.append(
-            [
-                now,
-                status.next_offset,
-                max(0, status.end_offset - status.next_offset),
-                now - status.heartbeat_at,
-            ]
-        )
-        del window[:-WINDOW]
-        health[status.task] = lag_status([LagSample(*s) for s in window], stale_after_s)
-    return health
 
 
 def make_realtime_lag_sensor(
@@ -124,7 +104,8 @@ def make_realtime_lag_sensor(
         context: dg.SensorEvaluationContext, control_store: ControlStoreResource
     ) -> dg.SensorResult | dg.SkipReason:  # observations and check evaluations
         cursor: dict[str, Any] = json.loads(context.cursor) if context.cursor else {}
-        samples: dict[str, list] = cursor.pop(SAMPLES_KEY, {})
+        cursor.pop("_samples", None)  # the windows as kept before the LagTracker
+        tracker = LagTracker.from_state(cursor.pop(TRACKER_KEY, None), WINDOW, stale_after_s)
         control = control_store.open()
         try:
             statuses = control.tasks()
@@ -132,7 +113,7 @@ def make_realtime_lag_sensor(
         finally:
             control.close()
         observed = realtime_observations(views, statuses, deployed, stale_after_s=stale_after_s)
-        health = _task_health(statuses, samples, stale_after_s)
+        health = tracker.update(task_lags(statuses, stale_after_s=stale_after_s))
         events = []
         for view_name, metadata in observed.items():
             newest = metadata.pop("newest_heartbeat")
@@ -151,7 +132,7 @@ def make_realtime_lag_sensor(
                 continue
             cursor[view_name] = newest
             events.append(dg.AssetObservation(asset_key=realtime_key(view_name), metadata=metadata))
-        cursor[SAMPLES_KEY] = samples
+        cursor[TRACKER_KEY] = tracker.state()
         if lag_sla_s is not None:
             events += [
                 evaluate_lag(view, statuses, lag_sla_s)

@@ -247,13 +247,13 @@ def test_lag_sensor_records_observations_only_for_new_reports(tmp_path: Path) ->
     assert meta["status"].value == "STOP"  # events:3 stopped reporting with a backlog
     assert meta["task_status"].value["events:0"] == "OK"
     cursor = json.loads(result.cursor)
-    assert set(cursor) == {v.name for v in views} | {"_samples"}
-    assert set(cursor["_samples"]) == {f"events:{p}" for p in range(4)}
+    assert set(cursor) == {v.name for v in views} | {"_lag_tracker"}
+    assert set(cursor["_lag_tracker"]["samples"]) == {f"events:{p}" for p in range(4)}
     with dg.build_sensor_context(resources={"control_store": control}, cursor=result.cursor) as ctx:
         again = sensor.evaluate_tick(ctx)
     assert not again.asset_events
     assert "no new task reports" in again.skip_message
-    assert len(json.loads(again.cursor)["_samples"]["events:0"]) == 2
+    assert len(json.loads(again.cursor)["_lag_tracker"]["samples"]["events:0"]) == 2
 
     # with an SLA, each view's lag check is recorded on every tick, new reports or not
     checked = make_realtime_lag_sensor(views, lag_sla_s=600.0)
