@@ -5,7 +5,7 @@ agent rate-capped so the replay lasts the whole run, with the shipped example vi
 rescales the fleet through a sequence of agent counts: up by starting agents, down by
 stopping them gracefully (SIGTERM: checkpoint, release). The coordinator records each rescale
 (`rescales` in the control store: tasks moved, state moved, wall pause, the time the moved
-tasks stood still); this prints them, the pause model the lag sensor would fit from them, and
+tasks stood still); this prints them, the pause model the autoscaler sensor would fit from them, and
 the configured default next to it. Then it times the state-dependent part alone (a final
 checkpoint and its restore, for growing numbers of groups), since the fleet's states are too
 small to tell it from the per-task part. Writes ``benchmarks/out/rescale_pause.json``.

@@ -2,7 +2,7 @@
 
 Asset packages are loaded per group (``assets/raw``, ``assets/views``, ``assets/reports``)
 with the group names of :mod:`assets.constants`; checks (schemas, nothing lost, expectation suites, reconciliation),
-the correction and report jobs and schedules and the lag sensors are built from the same
+the correction and report jobs and schedules and the sensors are built from the same
 views; the resources are the set ``SLUICE_ENV`` picks.
 """
 

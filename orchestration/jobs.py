@@ -54,7 +54,7 @@ def build_report_job() -> AssetJob:
 
 
 class ScaleConfig(dg.Config):
-    """A scaling decision to carry out (filled in by the lag sensor, or by hand in the UI)."""
+    """A scaling decision to carry out (filled in by the autoscaler sensor, or by hand in the UI)."""
 
     target: int
     current: int | None = None

@@ -22,15 +22,6 @@ from orchestration.autoscaling.exceptions import (
     UnknownPolicy,
 )
 from orchestration.autoscaling.forecast import SeasonalTrendForecaster
-from orchestration.autoscaling.guards import (
-    BoundsGuard,
-    CooldownGuard,
-    GuardContext,
-    GuardVerdict,
-    HysteresisGuard,
-    apply_guards,
-    default_guards,
-)
 from orchestration.autoscaling.mcts import CostModel, MctsPlanner, Plan, PlanningProblem
 from orchestration.autoscaling.metrics import FleetMetrics, Metric
 from orchestration.autoscaling.policies import POLICIES, ScalingPolicy, make_policy
@@ -48,6 +39,15 @@ from orchestration.autoscaling.simulator import (
     load_trace,
     simulate,
     summarise,
+)
+from orchestration.autoscaling.vetoes import (
+    BoundsGuard,
+    CooldownGuard,
+    GuardContext,
+    GuardVerdict,
+    HysteresisGuard,
+    apply_guards,
+    default_guards,
 )
 
 __all__ = [

@@ -53,7 +53,7 @@ class FleetSettings(BaseModel):
         1,
         description="Most key buckets per partition (virtual tasks, a power of two): the "
         "planner's and the simulator's assumption, so counts above the partitions can carry "
-        "more. The lag sensor reads the live fleet's SLUICE_MAX_BUCKET_FACTOR instead.",
+        "more. The autoscaler sensor reads the live fleet's SLUICE_MAX_BUCKET_FACTOR instead.",
     )
     min_workers: int = Field(1, ge=1, description="Fewest workers any policy may ask for.")
     max_workers: int | None = Field(
@@ -66,7 +66,7 @@ class FleetSettings(BaseModel):
         1.6,
         ge=0,
         description="How long a task a rescale moves stands still (checkpoint, hand-off, "
-        "restore), s; a rescale moves only the tasks the new count needs moved. The lag sensor "
+        "restore), s; a rescale moves only the tasks the new count needs moved. The autoscaler sensor "
         "fits it (and the next one) from the fleet's recorded rescales once it has "
         "pause_fit_min_rescales of them. Default: the fit of 7 rescales of 12 tasks on 2 "
         "cores, hand-offs in parallel (benchmarks/rescale_pause.py).",
@@ -89,11 +89,13 @@ class FleetSettings(BaseModel):
     state_mb_per_task: float = Field(
         1.0,
         ge=0,
-        description="Window state per task, MB: the simulator's assumption (the lag sensor "
+        description="Window state per task, MB: the simulator's assumption (the autoscaler sensor "
         "reads the mean the workers report).",
     )
     pause_fit_min_rescales: int = Field(
-        3, ge=1, description="Recorded rescales the lag sensor needs before it fits the pause."
+        3,
+        ge=1,
+        description="Recorded rescales the autoscaler sensor needs before it fits the pause.",
     )
     pause_fit_rescales: int = Field(
         50, ge=1, description="How many of the newest recorded rescales the fit reads."
@@ -435,7 +437,7 @@ class AutoscaleSettings(SluiceBaseSettings):
     ecs: EcsSettings = Field(default_factory=EcsSettings, description="ECS realizer.")
     sensor: bool = Field(
         False,
-        description="Start the live lag_autoscaler sensor running (on/off; the UI can toggle it).",
+        description="Start the live autoscaler sensor running (on/off; the UI can toggle it).",
     )
     policy: str = Field(
         "mcts",

@@ -1,11 +1,6 @@
-"""The autoscaler on a live fleet: metrics from the control store, scaling through it.
-
-`collect_fleet_metrics` turns the workers' task reports (and the broker's view of the log)
-into the `FleetMetrics` every policy reads. `ControlStoreRealizer` is the local backend of
-Guardian: it queues the request in the control store and waits until the supervisor
-(`sluice up` / `sluice stream`) has stopped the workers at a checkpoint and started the new
-job model.
-"""
+"""The autoscaler on a live fleet: `collect_fleet_metrics` turns the workers' task reports
+(and the broker's view of the log) into the `FleetMetrics` every policy reads. Scaling it
+goes through a realizer (:mod:`orchestration.autoscaling.realizers`)."""
 
 from __future__ import annotations
 
@@ -13,14 +8,12 @@ import math
 import statistics
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
-from orchestration.autoscaling.exceptions import RealizerError, ScalingTimeout
 from orchestration.autoscaling.metrics import FleetMetrics
 from orchestration.lag import TaskLag
-from pipelines.control import ControlStore
 
-__all__ = ["ControlStoreRealizer", "collect_fleet_metrics"]
+__all__ = ["collect_fleet_metrics"]
 
 NAN = math.nan
 MIN_UTILISATION_FOR_RATE = 0.05
@@ -69,57 +62,3 @@ def collect_fleet_metrics(
         backlog_growth=growth,
         time_lag=max(time_lags) if time_lags else NAN,
     )
-
-
-class ControlStoreRealizer:
-    """Queue a worker count in the control store and wait until the local fleet runs it."""
-
-    def __init__(
-        self,
-        control: ControlStore,
-        topic: str,
-        *,
-        timeout_s: float = 120.0,
-        poll_s: float = 0.5,
-        policy: str = "",
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> None:
-        self.control = control
-        self.topic = topic
-        self.timeout_s = timeout_s
-        self.poll_s = poll_s
-        self.policy = policy
-        self.sleep = sleep
-
-    def current(self) -> int:
-        row = self.control.scaling(self.topic)
-        if row is None or row["applied_workers"] is None:
-            raise RealizerError(
-                f"no fleet for topic {self.topic!r} has reported; is `sluice up` or "
-                "`sluice stream` running?"
-            )
-        return int(row["applied_workers"])
-
-    def apply(self, target: int, reason: str) -> int:
-        if target < 1:
-            raise RealizerError(f"a fleet needs at least one worker, asked for {target}")
-        before = self.current()
-        self.control.request_workers(self.topic, target, reason, self.policy)
-        if before == target:
-            return target
-        requested = time.time()
-        deadline = time.monotonic() + self.timeout_s
-        while time.monotonic() < deadline:
-            row = self.control.scaling(self.topic)
-            if (
-                row is not None
-                and row["applied_workers"] == target
-                and (row["applied_at"] or 0) >= requested - 1.0
-            ):
-                return target
-            self.sleep(self.poll_s)
-        row = self.control.scaling(self.topic) or {}
-        raise ScalingTimeout(
-            f"the fleet of {self.topic!r} did not reach {target} workers within "
-            f"{self.timeout_s:.0f}s (runs {row.get('applied_workers')})"
-        )

@@ -2,7 +2,9 @@
 
 `Realizer` is the protocol: `current()` reads the count, `apply(target, reason)` sets it and
 returns once the backend has it (or raises). `SimulatedRealizer` is the simulator's (and tests')
-backend. `AwsAutoScalingRealizer` sets an Auto Scaling group's size and `EcsServiceRealizer` an
+backend. `ControlStoreRealizer` is the local one: it queues the request in the control store
+and waits until the supervisor (`sluice up` / `sluice stream`) runs the new count.
+`AwsAutoScalingRealizer` sets an Auto Scaling group's size and `EcsServiceRealizer` an
 ECS service's desired count, via boto3, within a deadline; given the job model, both do what
 Guardian did (:mod:`orchestration.autoscaling.guardian`): a scale-out is done when the new
 machines' agents have registered, a scale-in drains the agents that go before their machines
@@ -20,10 +22,11 @@ from typing import Any, Protocol, runtime_checkable
 from orchestration.autoscaling.config import AwsSettings, EcsSettings
 from orchestration.autoscaling.exceptions import RealizerError, ScalingTimeout
 from orchestration.autoscaling.guardian import AgentGuardian
-from pipelines.control import JobModelStore
+from pipelines.control import ControlStore, JobModelStore
 
 __all__ = [
     "AwsAutoScalingRealizer",
+    "ControlStoreRealizer",
     "EcsServiceRealizer",
     "Realizer",
     "RescaleEvent",
@@ -312,3 +315,57 @@ class EcsServiceRealizer:
             )
         except (BotoCoreError, ClientError) as exc:
             logger.warning("service %s: task scale-in protection unavailable: %s", self.name, exc)
+
+
+class ControlStoreRealizer:
+    """Queue a worker count in the control store and wait until the local fleet runs it."""
+
+    def __init__(
+        self,
+        control: ControlStore,
+        topic: str,
+        *,
+        timeout_s: float = 120.0,
+        poll_s: float = 0.5,
+        policy: str = "",
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.control = control
+        self.topic = topic
+        self.timeout_s = timeout_s
+        self.poll_s = poll_s
+        self.policy = policy
+        self.sleep = sleep
+
+    def current(self) -> int:
+        row = self.control.scaling(self.topic)
+        if row is None or row["applied_workers"] is None:
+            raise RealizerError(
+                f"no fleet for topic {self.topic!r} has reported; is `sluice up` or "
+                "`sluice stream` running?"
+            )
+        return int(row["applied_workers"])
+
+    def apply(self, target: int, reason: str) -> int:
+        if target < 1:
+            raise RealizerError(f"a fleet needs at least one worker, asked for {target}")
+        before = self.current()
+        self.control.request_workers(self.topic, target, reason, self.policy)
+        if before == target:
+            return target
+        requested = time.time()
+        deadline = time.monotonic() + self.timeout_s
+        while time.monotonic() < deadline:
+            row = self.control.scaling(self.topic)
+            if (
+                row is not None
+                and row["applied_workers"] == target
+                and (row["applied_at"] or 0) >= requested - 1.0
+            ):
+                return target
+            self.sleep(self.poll_s)
+        row = self.control.scaling(self.topic) or {}
+        raise ScalingTimeout(
+            f"the fleet of {self.topic!r} did not reach {target} workers within "
+            f"{self.timeout_s:.0f}s (runs {row.get('applied_workers')})"
+        )

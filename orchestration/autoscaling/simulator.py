@@ -30,12 +30,12 @@ from orchestration.autoscaling.config import AutoscaleSettings
 from orchestration.autoscaling.exceptions import (
     InvalidFleetParameter,
 )
-from orchestration.autoscaling.guards import Guard, default_guards
 from orchestration.autoscaling.metrics import FleetMetrics
 from orchestration.autoscaling.pause import PauseModel, rescale_loss_s, tasks_moved
 from orchestration.autoscaling.policies import ScalingPolicy, make_policy
 from orchestration.autoscaling.realizers import SimulatedRealizer
 from orchestration.autoscaling.step import decide
+from orchestration.autoscaling.vetoes import Guard, default_guards
 from pipelines.generator.trace import TRACES_DIR, Trace, load_trace, resolve_trace, shipped_traces
 
 __all__ = [

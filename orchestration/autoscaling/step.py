@@ -1,6 +1,6 @@
 """One decision step, shared by the live sensor and the simulator.
 
-metrics and history -> policy -> guards -> decision: the lag sensor calls it on every tick
+metrics and history -> policy -> guards -> decision: the autoscaler sensor calls it on every tick
 with what the workers reported, the simulator on every step with what it modelled, so a
 policy meets the same guards in the same order in both places and what the simulator shows
 is what the live fleet does.
@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from orchestration.autoscaling.decision import ScalingDecision
-from orchestration.autoscaling.guards import Guard, GuardContext, apply_guards
 from orchestration.autoscaling.metrics import FleetMetrics
 from orchestration.autoscaling.policies.base import ScalingPolicy
+from orchestration.autoscaling.vetoes import Guard, GuardContext, apply_guards
 
 __all__ = ["Step", "decide"]
 

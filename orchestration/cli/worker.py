@@ -1,4 +1,5 @@
-"""`sluice worker`: run one stream worker on the tasks it is given (the fleet starts these)."""
+"""`sluice worker`: run one stream worker on fixed tasks, without a job model (benchmarks and
+debugging; the fleet starts `sluice agent` processes, which follow the job model)."""
 
 from __future__ import annotations
 

@@ -13,9 +13,9 @@ import dagster as dg
 from pydantic import Field
 
 from orchestration.autoscaling.config import AutoscaleSettings
-from orchestration.autoscaling.live import ControlStoreRealizer
 from orchestration.autoscaling.realizers import (
     AwsAutoScalingRealizer,
+    ControlStoreRealizer,
     EcsServiceRealizer,
     Realizer,
 )

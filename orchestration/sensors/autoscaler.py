@@ -1,4 +1,4 @@
-"""The lag sensor: every 30 s, the configured policy decides the worker count on live metrics.
+"""The autoscaler sensor: every 30 s, the configured policy decides the worker count on live metrics.
 
 It reads the workers' task reports from the control store, builds a `FleetMetrics` snapshot,
 asks the policy (``SLUICE_AUTOSCALE_POLICY``, default ``mcts``: the planner, which prices
@@ -29,12 +29,12 @@ from typing import Any
 import dagster as dg
 
 from orchestration.autoscaling.config import AutoscaleSettings
-from orchestration.autoscaling.guards import default_guards
 from orchestration.autoscaling.live import collect_fleet_metrics
 from orchestration.autoscaling.metrics import FleetMetrics
 from orchestration.autoscaling.pause import with_measured_pause
 from orchestration.autoscaling.policies import make_policy
 from orchestration.autoscaling.step import decide
+from orchestration.autoscaling.vetoes import default_guards
 from orchestration.lag import task_lags
 from orchestration.resources.control import ControlStoreResource
 from pipelines.config import get_settings
@@ -166,7 +166,7 @@ def make_autoscaling_sensor(
     settings: AutoscaleSettings | None = None,
     clock: Callable[[], float] = time.time,
 ) -> dg.SensorDefinition:
-    """The ``lag_autoscaler`` sensor; ``settings`` are read once here (default: the
+    """The ``autoscaler`` sensor; ``settings`` are read once here (default: the
     environment and the settings file) and ``clock`` gives each tick's time. The key-bucket
     factor is the live fleet's (``SLUICE_MAX_BUCKET_FACTOR``): the policy sizes counts above
     the partitions only when the coordinator will split for them."""
@@ -177,7 +177,7 @@ def make_autoscaling_sensor(
     running = settings.sensor
 
     @dg.sensor(
-        name="lag_autoscaler",
+        name="autoscaler",
         job=job,
         minimum_interval_seconds=interval,
         default_status=dg.DefaultSensorStatus.RUNNING
@@ -186,7 +186,7 @@ def make_autoscaling_sensor(
         description="Evaluates the scaling policy on live lag and utilisation; launches "
         f"{SCALE_JOB} when the target worker count changes.",
     )
-    def lag_autoscaler(context: dg.SensorEvaluationContext, control_store: ControlStoreResource):
+    def autoscaler(context: dg.SensorEvaluationContext, control_store: ControlStoreResource):
         cursor = json.loads(context.cursor) if context.cursor else {}
         now = clock()
         control = control_store.open()
@@ -234,4 +234,4 @@ def make_autoscaling_sensor(
             tags=tags,
         )
 
-    return lag_autoscaler
+    return autoscaler

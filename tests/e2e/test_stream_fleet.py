@@ -247,7 +247,7 @@ def test_rescale_hands_tasks_over_through_checkpoints(tmp_path, broker, stream):
     checkpoints; nothing is lost or counted twice."""
     import threading
 
-    from orchestration.autoscaling.live import ControlStoreRealizer
+    from orchestration.autoscaling.realizers import ControlStoreRealizer
     from orchestration.fleet import LocalFleet, ScaleWatcher
     from orchestration.runtime import Runtime
     from pipelines.config import KafkaSettings

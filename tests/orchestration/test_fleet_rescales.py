@@ -1,5 +1,5 @@
 """What a rescale pauses: the coordinator's records from the job model, the moves the pause
-model assumes, and the fit the lag sensor prices rescales with."""
+model assumes, and the fit the autoscaler sensor prices rescales with."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 A `sluice stream` supervisor runs one rate-capped worker (``SLUICE_WORKER_MAX_RATE``) on a
 6-partition topic of the real broker. A producer thread sends a low rate, then a load step
-that one worker cannot carry, then the low rate again. The test ticks the real `lag_autoscaler`
+that one worker cannot carry, then the low rate again. The test ticks the real `autoscaler`
 sensor every 2 s with its default policy, the `mcts` planner (its time settings compressed to
 the test's seconds), and executes each scaling run it requests in process; the supervisor
 carries the runs out. It asserts the fleet scales up, the time lag returns under the SLA while

@@ -4,7 +4,7 @@ from autoscale_builders import snapshot
 
 from orchestration.autoscaling.config import AutoscaleSettings
 from orchestration.autoscaling.decision import ScalingDecision
-from orchestration.autoscaling.guards import (
+from orchestration.autoscaling.vetoes import (
     BoundsGuard,
     CooldownGuard,
     GuardContext,

@@ -13,7 +13,8 @@ import dagster as dg
 import pytest
 
 from orchestration.autoscaling.config import AutoscaleSettings
-from orchestration.autoscaling.live import ControlStoreRealizer, collect_fleet_metrics
+from orchestration.autoscaling.live import collect_fleet_metrics
+from orchestration.autoscaling.realizers import ControlStoreRealizer
 from orchestration.fleet import ScaleWatcher
 from orchestration.jobs import scale_stream_workers
 from orchestration.lag import task_lags

@@ -1,6 +1,6 @@
 """The live planner sees a season: per-minute rates kept in the control store for days.
 
-Defect this was written against: the lag sensor kept its last 60 snapshots (30 minutes at its
+Defect this was written against: the autoscaler sensor kept its last 60 snapshots (30 minutes at its
 30 s interval) as the policy's history, while the forecaster needs a day of rates; live, the
 forecast had no seasonality. Now the sensor records one snapshot per minute in the control
 store (pruned after ``history_retention_s``, 8 days by default) and hands the policy that whole
@@ -58,10 +58,11 @@ def _report(store: ControlStore, now: float, rate: float) -> None:
 def test_the_live_policy_is_given_a_day_and_more_of_history(
     tmp_path, monkeypatch: pytest.MonkeyPatch, settings: AutoscaleSettings
 ) -> None:
-    from orchestration.autoscaling import policies
+    from orchestration.autoscaling import config, policies
 
     seen: list = []
     monkeypatch.setitem(policies.POLICIES, "recording", lambda s: RecordingPolicy(seen))
+    monkeypatch.setattr(config, "POLICY_NAMES", (*config.POLICY_NAMES, "recording"))
     url = f"sqlite:///{tmp_path / 'control.db'}"
     store = ControlStore(url)
     clock = {"now": 1_000_000.0}

@@ -1,8 +1,8 @@
-"""The lag sensor and the simulator decide through one step: same metrics, same decisions.
+"""The autoscaler sensor and the simulator decide through one step: same metrics, same decisions.
 
 A slice of a shipped trace runs through the simulator with ds2; every step's snapshot is then
 turned into the task reports a fleet of that size would write, and the real
-``lag_autoscaler`` sensor evaluates one tick per step (``build_sensor_context``, a fake
+``autoscaler`` sensor evaluates one tick per step (``build_sensor_context``, a fake
 control store, the simulator's clock). The steps where the sensor launches a scaling run and
 the targets it asks for are the simulator's rescales, one for one.
 """

@@ -1,7 +1,9 @@
-"""Guards: vetoes between a policy's decision and the realizer, each saying why it vetoed.
+"""Vetoes between a policy's decision and the realizer (the guards: bounds, cooldown,
+hysteresis), each saying why it vetoed. Not to be confused with the Guardian
+(:mod:`.guardian`), which carries a decided change out.
 
 They hold no state of their own (the caller passes when the fleet last rescaled), so the same
-guards serve the simulator and, later, the Dagster sensor whose cursor keeps that time.
+guards serve the simulator and the autoscaler sensor, whose cursor keeps that time.
 """
 
 from __future__ import annotations
