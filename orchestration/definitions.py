@@ -1,7 +1,9 @@
 """The one place that builds Dagster ``Definitions``; ``workspace.yaml`` points here.
 
-Asset packages are loaded per group (``assets/raw``, ``assets/views``, ``assets/reports``)
-with the group names of :mod:`assets.constants`; checks (schemas, nothing lost, expectation suites, reconciliation),
+The views in force are resolved once, here, when the code location loads
+(:meth:`orchestration.runtime.Runtime.views_in_force`; reload the location after editing the
+views file or deploying elsewhere); the view and report assets are built from them, the raw
+archive's loaded from ``assets/raw``, with the group names of :mod:`assets.constants`; checks (schemas, nothing lost, expectation suites, reconciliation),
 the correction and report jobs and schedules and the sensors are built from the same
 views; the resources are the set ``SLUICE_ENV`` picks.
 """
@@ -11,18 +13,19 @@ from __future__ import annotations
 import dagster as dg
 
 import assets.raw
-import assets.reports
-import assets.views
-from assets.constants import RAW_GROUP, REPORTS_GROUP, VIEWS_GROUP
+from assets.constants import RAW_GROUP
 from assets.freshness import with_freshness
 from assets.raw.archive_checks import build_archive_schema_check
 from assets.raw.lineage_checks import build_nothing_lost_check
+from assets.reports import build_reconciliation_report
+from assets.views import build_view_assets
 from assets.views.checks import build_correction_checks
 from assets.views.expectation_checks import build_expectation_checks
 from assets.views.lag_check import build_lag_checks
 from orchestration.jobs import build_correction_job, build_report_job, scale_stream_workers
 from orchestration.recovery_jobs import RECOVERY_JOBS, evacuate_spot_instance
 from orchestration.resources import get_resources
+from orchestration.runtime import Runtime
 from orchestration.schedules import build_correction_schedule, build_report_schedule
 from orchestration.sensors import (
     make_archive_hours_sensor,
@@ -33,11 +36,15 @@ from orchestration.sensors import (
 from orchestration.settings import DagsterSettings
 from pipelines.settings import load_settings
 
-__all__ = ["defs"]
+__all__ = ["VIEWS", "corrected_assets", "defs", "realtime_assets", "reconciliation_report"]
 
 
-VIEWS = assets.views.VIEWS
+VIEWS, DEFINITIONS = Runtime.from_env().views_in_force()
+"""The views of this code location, validated and resolved."""
 SETTINGS = load_settings(DagsterSettings)
+
+realtime_assets, corrected_assets = build_view_assets(VIEWS, DEFINITIONS)
+reconciliation_report = build_reconciliation_report(VIEWS)
 
 correction_job = build_correction_job(VIEWS)
 report_job = build_report_job()
@@ -46,8 +53,9 @@ defs = dg.Definitions(
     assets=with_freshness(
         [
             *dg.load_assets_from_package_module(assets.raw, group_name=RAW_GROUP),
-            *dg.load_assets_from_package_module(assets.views, group_name=VIEWS_GROUP),
-            *dg.load_assets_from_package_module(assets.reports, group_name=REPORTS_GROUP),
+            *realtime_assets,
+            *corrected_assets,
+            reconciliation_report,
         ],
         SETTINGS.correction_fresh_minutes,
         SETTINGS.report_fresh_hours,

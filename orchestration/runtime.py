@@ -1,19 +1,29 @@
-"""Open what a command needs from the settings: storage, control store, views, broker address."""
+"""Open what a command needs from the settings: storage, control store, views, broker address.
+
+The views in force are resolved here for every caller (workers, query, status, and the Dagster
+code location when it loads), from the views file and the control store's deployments.
+"""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import Any
+
+from sqlalchemy.exc import SQLAlchemyError
 
 from pipelines.config import KafkaSettings, SluiceSettings, get_settings
 from pipelines.control import ControlStore
 from pipelines.exceptions import QueryError
 from pipelines.kafka import resolve_bootstrap
 from pipelines.storage import ObjectStore, open_store
-from pipelines.views import ResolvedView, View, load_views, resolve_views_file
+from pipelines.views import ResolvedView, View, load_views, resolve_views_file, views_in_force
 
 __all__ = ["Runtime"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -41,6 +51,22 @@ class Runtime:
     def resolved_views(self, path: str | Path | None = None) -> dict[str, ResolvedView]:
         """Every view from its newest change, file or deployment (:mod:`pipelines.views.resolve`)."""
         return resolve_views_file(path or self.settings.views_file, self.control.deployed_views())
+
+    def views_in_force(
+        self, path: str | Path | None = None
+    ) -> tuple[list[View], dict[str, dict[str, Any]]]:
+        """Every view resolved (disabled ones marked) and the definition each deploys. A
+        control store that does not exist yet is not created, and one that cannot be read
+        leaves the file alone to decide (with a warning): a code location must still load."""
+        path = path or self.settings.views_file
+        url = self.settings.resolved_control_store_url
+        deployments: list[dict[str, Any]] = []
+        if not (url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists()):
+            try:
+                deployments = self.control.deployed_views()
+            except SQLAlchemyError as exc:
+                log.warning("views: control store unreadable (%s); using the views file alone", exc)
+        return views_in_force(path, deployments)
 
     def active_views(self, path: str | Path | None = None) -> list[View]:
         """The views workers run: resolved, minus those whose newest change disabled them."""

@@ -12,7 +12,12 @@ from pipelines.views.model import (
     View,
     format_duration,
 )
-from pipelines.views.resolve import ResolvedView, resolve_views, resolve_views_file
+from pipelines.views.resolve import (
+    ResolvedView,
+    resolve_views,
+    resolve_views_file,
+    views_in_force,
+)
 
 __all__ = [
     "SESSION_COLUMNS",
@@ -27,4 +32,5 @@ __all__ = [
     "parse_views",
     "resolve_views",
     "resolve_views_file",
+    "views_in_force",
 ]

@@ -12,15 +12,25 @@ so they agree on every view's fingerprint.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from pipelines.views.loader import load_views, parse_views
 from pipelines.views.model import View
 
-__all__ = ["DEPLOYMENT", "ResolvedView", "resolve_views", "resolve_views_file"]
+__all__ = [
+    "DEPLOYMENT",
+    "ResolvedView",
+    "file_definitions",
+    "resolve_views",
+    "resolve_views_file",
+    "views_in_force",
+]
 
 DEPLOYMENT = "deployment"
 
@@ -72,3 +82,27 @@ def resolve_views_file(
     """:func:`resolve_views` of the views file at ``path`` (its mtime as its change time)."""
     path = Path(path)
     return resolve_views(load_views(path), path.stat().st_mtime, str(path), deployments)
+
+
+def file_definitions(path: str | Path) -> dict[str, dict[str, Any]]:
+    """The raw YAML mapping of each view of the views file, by name: what gets deployed."""
+    document = yaml.safe_load(Path(path).read_text()) or {}
+    entries = document.get("views", []) if isinstance(document, dict) else document
+    return {entry["name"]: dict(entry) for entry in entries}
+
+
+def views_in_force(
+    path: str | Path, deployments: Iterable[Mapping[str, Any]]
+) -> tuple[list[View], dict[str, dict[str, Any]]]:
+    """Every view resolved (``disabled`` where its newest change disabled it) and the
+    definition each would deploy: what the Dagster code location builds its assets from."""
+    deployments = list(deployments)
+    resolved = resolve_views_file(path, deployments)
+    deployed = {d["name"]: d["definition"] for d in deployments}
+    from_file = file_definitions(path)
+    views = [dataclasses.replace(r.view, disabled=not r.runs) for r in resolved.values()]
+    definitions = {
+        name: deployed[name] if r.source == DEPLOYMENT else from_file[name]
+        for name, r in resolved.items()
+    }
+    return views, definitions

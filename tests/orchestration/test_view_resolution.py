@@ -107,8 +107,6 @@ def test_status_shows_each_views_state_and_source(tmp_path: Path, monkeypatch, c
 
 
 def test_the_code_location_corrects_the_definition_in_force(tmp_path: Path) -> None:
-    from assets.views import views_in_force
-
     runtime = _runtime(tmp_path)
     views_file = tmp_path / "views.yaml"
     _write(views_file, VIEW, {**VIEW, "name": "other"}, at=time.time() - 3600)
@@ -116,7 +114,7 @@ def test_the_code_location_corrects_the_definition_in_force(tmp_path: Path) -> N
     runtime.control.deploy_view("per_org", "fp", deployed)
     runtime.control.deploy_view("other", "fp2", {**VIEW, "name": "other"})
     runtime.control.set_view_state("other", "Disabled")
-    views, definitions = views_in_force(views_file, runtime.control.deployed_views())
+    views, definitions = runtime.views_in_force(views_file)
     by_name = {v.name: v for v in views}
     assert by_name["per_org"].fingerprint == runtime.view("per_org").fingerprint
     assert by_name["per_org"].interval_ms == 300_000 and definitions["per_org"] == deployed

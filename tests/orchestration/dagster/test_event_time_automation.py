@@ -13,10 +13,9 @@ import pytest
 from assets.constants import RAW_ARCHIVE_KEY, RECONCILIATION_REPORT_KEY, corrected_key
 from assets.partitions import partition_key_for
 from assets.raw import raw_archive
-from assets.reports import reconciliation_report
-from assets.views import corrected_assets
 from assets.views.checks import CORRECTION_CHECK, build_correction_checks
 from orchestration.correction_job import SEGMENT_RULES_CHECK
+from orchestration.definitions import corrected_assets, reconciliation_report
 from orchestration.resources import (
     LocalControlStoreResource,
     LocalSparkResource,
