@@ -14,7 +14,6 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Discriminator,
     Field,
@@ -25,18 +24,14 @@ from pydantic import (
 )
 from pydantic.json_schema import SkipJsonSchema
 
-from pipelines.aggregators import AggregationSpec, InputKind, get
-from pipelines.events.schema import EVENT_FIELDS
-from pipelines.exceptions import UnknownAggregation
 from pipelines.segments import HOUR_MS
+from pipelines.views.aggregation_info import Aggregations
 from pipelines.views.fields import (
-    EVENT_COLUMNS,
-    NUMERIC_COLUMNS,
+    DefinitionModel,
     DurationMs,
     GroupColumns,
     KeptColumns,
     KeptEventsCap,
-    OutputName,
     SessionKey,
     Switch,
     Text,
@@ -57,8 +52,6 @@ from pipelines.views.model import (
 )
 
 __all__ = [
-    "PARAM_RANGES",
-    "AggregationDefinition",
     "SessionViewDefinition",
     "ViewDefinition",
     "ViewsFile",
@@ -68,118 +61,6 @@ __all__ = [
 DAY_MS = 86_400_000
 MAX_SESSION_MS = DAY_MS
 """The longest ``max_duration``: a day, so an open session's state stays bounded."""
-UNKNOWN_AGGREGATION = "unknown_aggregation"
-PARAM_RANGES: dict[str, tuple[int, int]] = {
-    "lg_k": (4, 21),
-    "k": (1, 65535),
-    "lg_max_map_size": (3, 24),
-}
-"""Integer parameters of the registry's aggregations and their bounds, inclusive."""
-
-
-class _Definition(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-def _known_aggregation(name: Any) -> Any:
-    try:
-        get(str(name))
-    except UnknownAggregation as exc:
-        raise problem(str(exc), kind=UNKNOWN_AGGREGATION) from None
-    return str(name)
-
-
-def _check_params(name: str, params: Any) -> dict[str, Any]:
-    """``params`` against the aggregation's ``params_schema``, then the known bounds."""
-    params = params or {}
-    if not isinstance(params, Mapping):
-        raise problem("expected a mapping")
-    schema = get(name).params_schema
-    for key, value in params.items():
-        expected = schema.get(key)
-        if expected is None:
-            allowed = ", ".join(schema) or "none"
-            raise problem(f"{name} has no parameter {key!r} (has: {allowed})")
-        if not isinstance(value, expected) or isinstance(value, bool):
-            raise problem(f"expected {expected.__name__}, got {value!r}", field=key)
-    quantiles = params.get("quantiles")
-    if quantiles is not None and (
-        not quantiles or not all(isinstance(q, int | float) and 0 <= q <= 1 for q in quantiles)
-    ):
-        raise problem(f"{quantiles!r} must be numbers in [0, 1]", field="quantiles")
-    for key, (low, high) in PARAM_RANGES.items():
-        value = params.get(key)
-        if value is not None and not low <= value <= high:
-            raise problem(f"{value} outside [{low}, {high}]", field=key)
-    return dict(params)
-
-
-class AggregationDefinition(_Definition):
-    """One entry of ``aggregation_info``: which aggregation, over which column, named how."""
-
-    aggregation: Annotated[str, BeforeValidator(_known_aggregation)] = Field(
-        description="An aggregation of the registry (see the README's aggregation table)."
-    )
-    col_name: Literal[EVENT_COLUMNS] | None = Field(  # type: ignore[valid-type]
-        default=None,
-        validate_default=True,
-        description="The event column aggregated; count takes none, sum/min/max/mean/"
-        "quantiles a numeric one.",
-    )
-    aggregated_col_name: OutputName = Field(description="The output column's name.")
-    params: dict[str, Any] | None = Field(
-        default=None,
-        validate_default=True,
-        description="The aggregation's parameters, e.g. {k: 5} for top_k.",
-    )
-
-    @field_validator("col_name", mode="before")
-    @classmethod
-    def _column_fits(cls, col: Any, info: ValidationInfo) -> Any:
-        name = info.data.get("aggregation")
-        if name is None:
-            return col  # the aggregation is wrong, and its own error says so
-        if get(name).input_kind == InputKind.NONE:
-            if col is not None and col not in EVENT_FIELDS:
-                raise problem(f"unknown column {col!r}")
-            return col
-        if col is None:
-            raise problem(f"{name} needs a column")
-        if col not in EVENT_FIELDS:
-            raise problem(f"unknown column {col!r} (event columns: {', '.join(EVENT_FIELDS)})")
-        if get(name).input_kind == InputKind.NUMERIC and not EVENT_FIELDS[col].numeric:
-            raise problem(
-                f"{name} needs a numeric column, {col!r} is a string "
-                f"(numeric: {', '.join(NUMERIC_COLUMNS)})"
-            )
-        return col
-
-    @field_validator("params", mode="before")
-    @classmethod
-    def _params_fit(cls, params: Any, info: ValidationInfo) -> Any:
-        name = info.data.get("aggregation")
-        return params if name is None else _check_params(name, params)
-
-    def to_spec(self) -> AggregationSpec:
-        kind = None
-        if get(self.aggregation).input_kind != InputKind.NONE and self.col_name is not None:
-            kind = EVENT_FIELDS[self.col_name].kind.value
-        return AggregationSpec(
-            self.aggregation, self.col_name, self.aggregated_col_name, dict(self.params or {}), kind
-        )
-
-
-def _non_empty_list(value: Any) -> Any:
-    if not isinstance(value, list) or not value:
-        raise problem("expected a non-empty list")
-    return value
-
-
-Aggregations = Annotated[
-    list[AggregationDefinition],
-    Field(min_length=1, description="What to compute: one or more aggregations."),
-    BeforeValidator(_non_empty_list),
-]
 LATENESS = Field(
     default="1m",
     validate_default=True,
@@ -199,11 +80,13 @@ def _check_output_names(view: View) -> None:
         taken.add(column)
 
 
-class WindowViewDefinition(_Definition):
+class WindowViewDefinition(DefinitionModel):
     """``kind: window``: per group, fixed event-time windows of ``interval``."""
 
     name: ViewName = Field(description="The view's name: lower-case letters, digits and _.")
-    kind: Literal["window"] = WINDOW
+    kind: Literal["window"] = Field(
+        default=WINDOW, description="window (the default): fixed event-time windows per group."
+    )
     topic: Topic = Field(description="The Kafka topic the view reads.")
     grouping_cols: GroupColumns = Field(
         default=(), description="Event columns to group by (any but event_time)."
@@ -245,7 +128,7 @@ class WindowViewDefinition(_Definition):
         )
 
 
-class SessionViewDefinition(_Definition):
+class SessionViewDefinition(DefinitionModel):
     """``kind: session``: per session key, runs of events cut by ``gap`` and ``max_duration``."""
 
     NOT_FOR_SESSION: ClassVar[dict[str, str]] = {
@@ -254,7 +137,9 @@ class SessionViewDefinition(_Definition):
     }
 
     name: ViewName = Field(description="The view's name: lower-case letters, digits and _.")
-    kind: Literal["session"]
+    kind: Literal["session"] = Field(
+        description="session: per session key, events cut into sessions by inactivity."
+    )
     interval: SkipJsonSchema[Any] = None
     grouping_cols: SkipJsonSchema[Any] = None
     topic: Topic = Field(description="The Kafka topic the view reads.")

@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, WithJsonSchema
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
 from pipelines.events.schema import EVENT_FIELDS
@@ -28,6 +28,7 @@ __all__ = [
     "NUMERIC_COLUMNS",
     "STRING_COLUMNS",
     "ColumnList",
+    "DefinitionModel",
     "DurationMs",
     "GroupColumns",
     "KeptColumns",
@@ -59,6 +60,13 @@ GROUP_COLUMNS = tuple(c for c in EVENT_FIELDS if c != "event_time")
 """Columns a view may group by or keep: every event field but the event time."""
 STRING_COLUMNS = tuple(c for c, f in EVENT_FIELDS.items() if not f.numeric)
 NUMERIC_COLUMNS = tuple(c for c, f in EVENT_FIELDS.items() if f.numeric)
+
+
+class DefinitionModel(BaseModel):
+    """Base of every definition model: unknown keys are mistakes, and a checked definition
+    does not change."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 def problem(message: str, field: str | None = None, kind: str = VIEW_DEFINITION) -> Exception:

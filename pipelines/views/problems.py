@@ -16,12 +16,8 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from pipelines.aggregators import names
-from pipelines.views.definitions import (
-    UNKNOWN_AGGREGATION,
-    VIEW_MODELS,
-    AggregationDefinition,
-    allowed_keys,
-)
+from pipelines.views.aggregation_info import UNKNOWN_AGGREGATION, AggregationDefinition
+from pipelines.views.definitions import VIEW_MODELS, allowed_keys
 from pipelines.views.fields import DURATION_HINT, VIEW_DEFINITION, is_name
 from pipelines.views.model import VIEW_KINDS
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from pipelines.aggregators import InputKind, get, names
-from pipelines.views.definitions import PARAM_RANGES, ViewsFile
+from pipelines.views.aggregation_info import PARAM_RANGES
+from pipelines.views.definitions import ViewsFile
 from pipelines.views.fields import EVENT_COLUMNS, NUMERIC_COLUMNS
 
 __all__ = ["SCHEMA_DIALECT", "views_json_schema"]
