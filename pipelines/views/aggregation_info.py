@@ -42,11 +42,14 @@ def _known_aggregation(name: Any) -> Any:
     return str(name)
 
 
-def _check_params(name: str, params: Any) -> dict[str, Any]:
-    """``params`` against the aggregation's ``params_schema``, then the known bounds."""
+def _check_params(name: str | None, params: Any) -> dict[str, Any]:
+    """``params`` against the aggregation's ``params_schema``, then the known bounds (only
+    the shape when the aggregation is unknown)."""
     params = params or {}
     if not isinstance(params, Mapping):
         raise problem("expected a mapping")
+    if name is None:
+        return dict(params)
     schema = get(name).params_schema
     for key, value in params.items():
         expected = schema.get(key)
@@ -89,18 +92,18 @@ class AggregationDefinition(DefinitionModel):
     @field_validator("col_name", mode="before")
     @classmethod
     def _column_fits(cls, col: Any, info: ValidationInfo) -> Any:
-        name = info.data.get("aggregation")
-        if name is None:
-            return col  # the aggregation is wrong, and its own error says so
-        if get(name).input_kind == InputKind.NONE:
-            if col is not None and col not in EVENT_FIELDS:
-                raise problem(f"unknown column {col!r}")
-            return col
+        name = info.data.get("aggregation")  # None: it is unknown, and its own error says so
+        needs = InputKind.ANY if name is None else get(name).input_kind
         if col is None:
-            raise problem(f"{name} needs a column")
-        if col not in EVENT_FIELDS:
-            raise problem(f"unknown column {col!r} (event columns: {', '.join(EVENT_FIELDS)})")
-        if get(name).input_kind == InputKind.NUMERIC and not EVENT_FIELDS[col].numeric:
+            if name is not None and needs != InputKind.NONE:
+                raise problem(f"{name} needs a column")
+            return col
+        if not isinstance(col, str) or col not in EVENT_FIELDS:
+            listing = (
+                "" if needs == InputKind.NONE else f" (event columns: {', '.join(EVENT_FIELDS)})"
+            )
+            raise problem(f"unknown column {col!r}{listing}")
+        if needs == InputKind.NUMERIC and not EVENT_FIELDS[col].numeric:
             raise problem(
                 f"{name} needs a numeric column, {col!r} is a string "
                 f"(numeric: {', '.join(NUMERIC_COLUMNS)})"
@@ -110,8 +113,7 @@ class AggregationDefinition(DefinitionModel):
     @field_validator("params", mode="before")
     @classmethod
     def _params_fit(cls, params: Any, info: ValidationInfo) -> Any:
-        name = info.data.get("aggregation")
-        return params if name is None else _check_params(name, params)
+        return _check_params(info.data.get("aggregation"), params)
 
     def to_spec(self) -> AggregationSpec:
         kind = None

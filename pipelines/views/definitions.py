@@ -52,10 +52,12 @@ from pipelines.views.model import (
 )
 
 __all__ = [
+    "VIEW_MODELS",
     "SessionViewDefinition",
     "ViewDefinition",
     "ViewsFile",
     "WindowViewDefinition",
+    "allowed_keys",
 ]
 
 DAY_MS = 86_400_000

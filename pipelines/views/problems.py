@@ -86,7 +86,8 @@ def _problem(detail: ErrorDetails, loc: tuple, views: Sequence[Any]) -> Problem:
                 unknown_aggregation=True,
             )
         return Problem(_where(loc, views), _REQUIRED.get(field, "required"))
-    return Problem(_where(loc, views), detail["msg"])
+    message = detail["msg"]  # a rule no field type words itself: pydantic's, with the value
+    return Problem(_where(loc, views), f"{message[0].lower()}{message[1:]} (got {value!r})")
 
 
 def _unknown_keys(loc: tuple, keys: list[str], views: Sequence[Any]) -> Problem:

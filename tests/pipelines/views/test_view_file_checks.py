@@ -9,6 +9,8 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pipelines.config import PROJECT_ROOT
 from pipelines.exceptions import UnknownAggregation, ViewDefinitionError
@@ -220,3 +222,34 @@ def test_what_the_schema_rejects_the_loader_rejects_for_the_same_field(view, fie
     assert any(field in reason for reason in _schema_reasons(document))
     lines = _messages(document)
     assert len(lines) == 1 and field in lines[0], lines
+
+
+_YAML_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+_KEYS = sorted({*WINDOW, *SESSION, "gap", "max_duration", "kept_fields", "session_key", "params"})
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    base=st.sampled_from([WINDOW, SESSION]),
+    changes=st.dictionaries(st.sampled_from(_KEYS), _YAML_VALUES, max_size=3),
+    aggregation=st.dictionaries(
+        st.sampled_from(["aggregation", "col_name", "aggregated_col_name", "params"]),
+        _YAML_VALUES,
+        max_size=2,
+    ),
+)
+def test_any_yaml_value_anywhere_gets_a_view_definition_error_never_a_crash(
+    base, changes, aggregation
+) -> None:
+    entry = {"aggregation": "top_k", "col_name": "org", "aggregated_col_name": "t", **aggregation}
+    view = {**base, "aggregation_info": [entry], **changes}
+    try:
+        parse_views({"views": [view]}, source="views.yaml")
+    except ViewDefinitionError as exc:
+        assert all(line.startswith("views.yaml: ") for line in str(exc).splitlines())
