@@ -87,7 +87,8 @@ def _problem(detail: ErrorDetails, loc: tuple, views: Sequence[Any]) -> Problem:
             )
         return Problem(_where(loc, views), _REQUIRED.get(field, "required"))
     message = detail["msg"]  # a rule no field type words itself: pydantic's, with the value
-    return Problem(_where(loc, views), f"{message[0].lower()}{message[1:]} (got {value!r})")
+    got = repr(value) if len(repr(value)) <= 60 else f"{repr(value)[:57]}..."
+    return Problem(_where(loc, views), f"{message[0].lower()}{message[1:]} (got {got})")
 
 
 def _unknown_keys(loc: tuple, keys: list[str], views: Sequence[Any]) -> Problem:
