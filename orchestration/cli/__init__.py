@@ -37,6 +37,7 @@ SUBCOMMANDS = (
     "worker",
     "query",
     "status",
+    "views",
     "batch",
     "report",
     "autoscale",

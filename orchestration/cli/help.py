@@ -24,6 +24,12 @@ EXAMPLES: dict[str, list[str]] = {
         "sluice query bytes_quantiles_by_type --start 2014-07-01 --end 2014-07-02 --format csv",
     ],
     "status": ["sluice status", "sluice status --once", "sluice status --json | jq '.[].status'"],
+    "views validate": [
+        "sluice views validate data/views.yaml",
+        "sluice views validate my.yaml --json",
+    ],
+    "views list": ["sluice views list", "sluice views list --views data/views.yaml --json"],
+    "views schema": ["sluice views schema > data/views.schema.json"],
     "batch correct": ["sluice batch correct --hour 2014-07-01T00 --to 2014-07-02T00"],
     "report": [
         "sluice report --date 2014-07-01 --out reports/",

@@ -1,0 +1,137 @@
+"""`sluice views validate FILE | list | schema`: check a views file before anything runs it.
+
+``validate`` prints every mistake of a file at once, each with its path, and exits 2 if there
+is one; ``list`` shows the views in force (the file's, or a newer deployment's:
+:mod:`pipelines.views.resolve`) with their state and source; ``schema`` prints the JSON Schema
+that editors validate ``views.yaml`` with (``data/views.schema.json`` is its output).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from orchestration.runtime import Runtime
+from pipelines.exceptions import ViewDefinitionError
+from pipelines.views import (
+    ResolvedView,
+    View,
+    check_views,
+    format_duration,
+    read_views_document,
+    views_json_schema,
+)
+
+__all__ = ["register", "view_row"]
+
+INVALID = 2
+"""The exit code of a views file with mistakes (as for an invalid setting)."""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "views", help="validate a views file, list the views in force, print the JSON Schema"
+    )
+    commands = parser.add_subparsers(dest="views_command", metavar="COMMAND", required=True)
+    validate = commands.add_parser(
+        "validate",
+        help="report every mistake of a views file (exit 2 if any)",
+        description="Check FILE against the event schema and the aggregator registry; print "
+        "each mistake with its path, or a one-line summary.",
+    )
+    validate.add_argument("file", metavar="FILE", help="a views file, e.g. data/views.yaml")
+    validate.add_argument("--json", action="store_true", help="the result as JSON")
+    validate.set_defaults(func=run_validate)
+    listing = commands.add_parser(
+        "list",
+        help="the views in force: kind, topic, window, state and source",
+        description="Every view from its newest change, the views file or a deployment "
+        "recorded in the control store (SLUICE_CONTROL_STORE_URL).",
+    )
+    listing.add_argument(
+        "--views", default=None, help="view definitions (default: SLUICE_VIEWS_FILE)"
+    )
+    listing.add_argument("--json", action="store_true", help="one JSON object per view, in a list")
+    listing.set_defaults(func=run_list)
+    schema = commands.add_parser(
+        "schema",
+        help="print the JSON Schema of a views file (for editors)",
+        description="The JSON Schema (draft 2020-12) of a views file; data/views.schema.json "
+        "is this output, referenced by data/views.yaml for editors.",
+    )
+    schema.set_defaults(func=run_schema)
+
+
+def run_validate(args: argparse.Namespace) -> int:
+    try:
+        views, problems = check_views(read_views_document(args.file))
+        lines = [p.line(args.file) for p in problems]
+    except ViewDefinitionError as exc:  # unreadable, or not YAML
+        views, lines = [], [str(exc)]
+    if args.json:
+        result = {"file": args.file, "valid": not lines, "errors": lines, "views": len(views)}
+        print(json.dumps(result, indent=2))
+    elif lines:
+        print("\n".join(lines))
+        print(f"{args.file}: {len(lines)} error{'s' if len(lines) > 1 else ''}", file=sys.stderr)
+    else:
+        sessions = sum(v.is_session for v in views)
+        print(
+            f"{args.file}: {len(views)} views valid "
+            f"({len(views) - sessions} windowed, {sessions} session)"
+        )
+    return INVALID if lines else 0
+
+
+def view_row(resolved: ResolvedView) -> dict[str, Any]:
+    """What ``list`` shows of a view: its timing is the window, or the session gap and cap."""
+    view: View = resolved.view
+    if view.session is not None:
+        timing = (
+            f"gap {format_duration(view.session.gap_ms)}, "
+            f"max {format_duration(view.session.max_duration_ms)}"
+        )
+    else:
+        timing = format_duration(view.interval_ms)
+    return {
+        "name": view.name,
+        "kind": view.kind,
+        "topic": view.topic,
+        "window": timing,
+        "state": resolved.state,
+        "source": resolved.source,
+    }
+
+
+def run_list(args: argparse.Namespace) -> int:
+    rows = [view_row(r) for r in Runtime.from_env().resolved_views(args.views).values()]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    table = Table(title="Views in force", title_justify="left", box=box.SIMPLE_HEAD)
+    for column in ("name", "kind", "topic", "window", "state", "source"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        cells = [*list(row.values())[:-1], _short(row["source"])]
+        table.add_row(*cells, style="dim" if row["state"] == "Disabled" else None)
+    # Into a file or a pipe rich would wrap at 80 columns; a view's row stays one line there.
+    Console(width=None if sys.stdout.isatty() else 160).print(table)
+    return 0
+
+
+def _short(source: str) -> str:
+    """``file /abs/cwd/data/views.yaml`` -> ``file data/views.yaml``: the table stays narrow."""
+    prefix = f"file {Path.cwd()}/"
+    return "file " + source[len(prefix) :] if source.startswith(prefix) else source
+
+
+def run_schema(args: argparse.Namespace) -> int:
+    print(json.dumps(views_json_schema(), indent=2))
+    return 0

@@ -1,0 +1,137 @@
+"""One entry of a view's ``aggregation_info``, checked against the aggregator registry.
+
+Which column an aggregation needs and which parameters it takes are the registry's to say
+(``input_kind``, ``params_schema``); this model asks it, so a new aggregation needs no change
+here. An unknown name is its own error type, so the loader can raise ``UnknownAggregation``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, ValidationInfo, field_validator
+
+from pipelines.aggregators import AggregationSpec, InputKind, get
+from pipelines.events.schema import EVENT_FIELDS
+from pipelines.exceptions import UnknownAggregation
+from pipelines.views.fields import (
+    EVENT_COLUMNS,
+    NUMERIC_COLUMNS,
+    DefinitionModel,
+    OutputName,
+    problem,
+)
+
+__all__ = ["PARAM_RANGES", "UNKNOWN_AGGREGATION", "AggregationDefinition", "Aggregations"]
+
+UNKNOWN_AGGREGATION = "unknown_aggregation"
+PARAM_RANGES: dict[str, tuple[int, int]] = {
+    "lg_k": (4, 21),
+    "k": (1, 65535),
+    "lg_max_map_size": (3, 24),
+}
+"""Integer parameters of the registry's aggregations and their bounds, inclusive."""
+
+
+def _known_aggregation(name: Any) -> Any:
+    try:
+        get(str(name))
+    except UnknownAggregation as exc:
+        raise problem(str(exc), kind=UNKNOWN_AGGREGATION) from None
+    return str(name)
+
+
+def _check_params(name: str | None, params: Any) -> dict[str, Any]:
+    """``params`` against the aggregation's ``params_schema``, then the known bounds (only
+    the shape when the aggregation is unknown)."""
+    params = params or {}
+    if not isinstance(params, Mapping):
+        raise problem("expected a mapping")
+    if name is None:
+        return dict(params)
+    schema = get(name).params_schema
+    for key, value in params.items():
+        expected = schema.get(key)
+        if expected is None:
+            allowed = ", ".join(schema) or "none"
+            raise problem(f"{name} has no parameter {key!r} (has: {allowed})")
+        if not isinstance(value, expected) or isinstance(value, bool):
+            raise problem(f"expected {expected.__name__}, got {value!r}", field=key)
+    quantiles = params.get("quantiles")
+    if quantiles is not None and (
+        not quantiles or not all(isinstance(q, int | float) and 0 <= q <= 1 for q in quantiles)
+    ):
+        raise problem(f"{quantiles!r} must be numbers in [0, 1]", field="quantiles")
+    for key, (low, high) in PARAM_RANGES.items():
+        value = params.get(key)
+        if value is not None and not low <= value <= high:
+            raise problem(f"{value} outside [{low}, {high}]", field=key)
+    return dict(params)
+
+
+class AggregationDefinition(DefinitionModel):
+    """One entry of ``aggregation_info``: which aggregation, over which column, named how."""
+
+    aggregation: Annotated[str, BeforeValidator(_known_aggregation)] = Field(
+        description="An aggregation of the registry (see the README's aggregation table)."
+    )
+    col_name: Literal[EVENT_COLUMNS] | None = Field(  # type: ignore[valid-type]
+        default=None,
+        validate_default=True,
+        description="The event column aggregated; count takes none, sum/min/max/mean/"
+        "quantiles a numeric one.",
+    )
+    aggregated_col_name: OutputName = Field(description="The output column's name.")
+    params: dict[str, Any] | None = Field(
+        default=None,
+        validate_default=True,
+        description="The aggregation's parameters, e.g. {k: 5} for top_k.",
+    )
+
+    @field_validator("col_name", mode="before")
+    @classmethod
+    def _column_fits(cls, col: Any, info: ValidationInfo) -> Any:
+        name = info.data.get("aggregation")  # None: it is unknown, and its own error says so
+        needs = InputKind.ANY if name is None else get(name).input_kind
+        if col is None:
+            if name is not None and needs != InputKind.NONE:
+                raise problem(f"{name} needs a column")
+            return col
+        if not isinstance(col, str) or col not in EVENT_FIELDS:
+            listing = (
+                "" if needs == InputKind.NONE else f" (event columns: {', '.join(EVENT_FIELDS)})"
+            )
+            raise problem(f"unknown column {col!r}{listing}")
+        if needs == InputKind.NUMERIC and not EVENT_FIELDS[col].numeric:
+            raise problem(
+                f"{name} needs a numeric column, {col!r} is a string "
+                f"(numeric: {', '.join(NUMERIC_COLUMNS)})"
+            )
+        return col
+
+    @field_validator("params", mode="before")
+    @classmethod
+    def _params_fit(cls, params: Any, info: ValidationInfo) -> Any:
+        return _check_params(info.data.get("aggregation"), params)
+
+    def to_spec(self) -> AggregationSpec:
+        kind = None
+        if get(self.aggregation).input_kind != InputKind.NONE and self.col_name is not None:
+            kind = EVENT_FIELDS[self.col_name].kind.value
+        return AggregationSpec(
+            self.aggregation, self.col_name, self.aggregated_col_name, dict(self.params or {}), kind
+        )
+
+
+def _non_empty_list(value: Any) -> Any:
+    if not isinstance(value, list) or not value:
+        raise problem("expected a non-empty list")
+    return value
+
+
+Aggregations = Annotated[
+    list[AggregationDefinition],
+    Field(min_length=1, description="What to compute: one or more aggregations."),
+    BeforeValidator(_non_empty_list),
+]

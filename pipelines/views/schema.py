@@ -1,0 +1,58 @@
+"""The JSON Schema of a views file, so editors check ``views.yaml`` as users type.
+
+It is the models' own schema (:class:`~pipelines.views.definitions.ViewsFile`) plus what only
+the aggregator registry knows at the time it is printed: the aggregation names, and for each
+aggregation the column it needs and the parameters it takes. ``data/views.schema.json`` is this
+output (``sluice views schema``); a test keeps it current.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipelines.aggregators import InputKind, get, names
+from pipelines.views.aggregation_info import PARAM_RANGES
+from pipelines.views.definitions import ViewsFile
+from pipelines.views.fields import EVENT_COLUMNS, NUMERIC_COLUMNS
+
+__all__ = ["SCHEMA_DIALECT", "views_json_schema"]
+
+SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
+_JSON_TYPES = {int: "integer", float: "number", str: "string", bool: "boolean", list: "array"}
+
+
+def views_json_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of a views file."""
+    schema = {"$schema": SCHEMA_DIALECT, **ViewsFile.model_json_schema()}
+    aggregation = schema["$defs"]["AggregationDefinition"]
+    aggregation["properties"]["aggregation"]["enum"] = names()
+    aggregation["allOf"] = [_rules_of(name) for name in names()]
+    return schema
+
+
+def _rules_of(name: str) -> dict[str, Any]:
+    """``if aggregation is name then`` its column and parameters."""
+    cls = get(name)
+    then: dict[str, Any] = {"properties": {"params": _params_schema(cls.params_schema)}}
+    if cls.input_kind == InputKind.NUMERIC:
+        then["required"] = ["col_name"]
+        then["properties"]["col_name"] = {"enum": list(NUMERIC_COLUMNS)}
+    elif cls.input_kind == InputKind.ANY:
+        then["required"] = ["col_name"]
+        then["properties"]["col_name"] = {"enum": list(EVENT_COLUMNS)}
+    return {
+        "if": {"properties": {"aggregation": {"const": name}}, "required": ["aggregation"]},
+        "then": then,
+    }
+
+
+def _params_schema(params: dict[str, type]) -> dict[str, Any]:
+    properties: dict[str, Any] = {}
+    for key, kind in params.items():
+        rule: dict[str, Any] = {"type": _JSON_TYPES.get(kind, "string")}
+        if key in PARAM_RANGES:
+            rule["minimum"], rule["maximum"] = PARAM_RANGES[key]
+        if key == "quantiles":
+            rule.update(minItems=1, items={"type": "number", "minimum": 0, "maximum": 1})
+        properties[key] = rule
+    return {"type": ["object", "null"], "properties": properties, "additionalProperties": False}

@@ -1,0 +1,255 @@
+"""A views file a user can check: every mistake at once with its path, and a JSON Schema for
+editors that agrees with the loader and cannot go stale."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipelines.config import PROJECT_ROOT
+from pipelines.exceptions import UnknownAggregation, ViewDefinitionError
+from pipelines.views import load_views, parse_views
+from pipelines.views.schema import views_json_schema
+
+SHIPPED = PROJECT_ROOT / "data" / "views.yaml"
+SHIPPED_SCHEMA = PROJECT_ROOT / "data" / "views.schema.json"
+
+WINDOW = {
+    "name": "v",
+    "topic": "events",
+    "grouping_cols": ["org"],
+    "interval": "10m",
+    "aggregation_info": [{"aggregation": "count", "aggregated_col_name": "n"}],
+}
+SESSION = {
+    "name": "s",
+    "kind": "session",
+    "topic": "events",
+    "aggregation_info": [{"aggregation": "count", "aggregated_col_name": "n"}],
+}
+
+
+def _messages(document: Any) -> list[str]:
+    with pytest.raises(ViewDefinitionError) as caught:
+        parse_views(document, source="views.yaml")
+    return str(caught.value).splitlines()
+
+
+def test_three_mistakes_in_two_views_are_all_reported_with_their_paths(tmp_path) -> None:
+    path = tmp_path / "views.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "views": [
+                    {**WINDOW, "name": "a", "grouping_cols": ["orgz"], "interval": "7m"},
+                    {**SESSION, "name": "b", "gap": "soon"},
+                ]
+            }
+        )
+    )
+    with pytest.raises(ViewDefinitionError) as caught:
+        load_views(path)
+    assert str(caught.value).splitlines() == [
+        f"{path}: views[0] (a).grouping_cols: unknown column 'orgz' (event columns: event_id, "
+        "org, client, bytes_tx, session_id, event_type)",
+        f"{path}: views[0] (a).interval: 420s does not divide an hour",
+        f"{path}: views[1] (b).gap: bad duration 'soon'; use a number and a unit, e.g. 30s, "
+        "10m, 1h, 1d",
+    ]
+
+
+def test_unknown_keys_are_one_message_per_mapping_beside_the_other_mistakes() -> None:
+    bad_aggregation = {"aggregation": "medain", "aggregated_col_name": "m", "x": 1, "y": 2}
+    lines = _messages(
+        {
+            "views": [
+                {**WINDOW, "window": "10m", "gap": "5m"},
+                {**SESSION, "interval": "10m", "aggregation_info": [bad_aggregation]},
+            ]
+        }
+    )
+    assert lines[0].startswith("views.yaml: views[0] (v): unknown key(s) 'gap', 'window' (allowed:")
+    assert lines[1].startswith("views.yaml: views[1] (s).interval: not for kind: session")
+    assert lines[2].startswith(
+        "views.yaml: views[1] (s).aggregation_info[0].aggregation: unknown aggregation 'medain'"
+    )
+    assert lines[3].startswith(
+        "views.yaml: views[1] (s).aggregation_info[0]: unknown key(s) 'x', 'y' (allowed: "
+        "aggregated_col_name, aggregation, col_name, params)"
+    )
+    assert len(lines) == 4
+
+
+def test_an_unknown_aggregation_among_other_mistakes_is_still_its_own_error_class() -> None:
+    bad = {**WINDOW, "topic": "", "aggregation_info": [{"aggregation": "nope"}]}
+    with pytest.raises(UnknownAggregation) as caught:
+        parse_views({"views": [bad]}, source="views.yaml")
+    assert str(caught.value).splitlines() == [
+        "views.yaml: views[0] (v).topic: a topic name is required",
+        "views.yaml: views[0] (v).aggregation_info[0].aggregation: unknown aggregation 'nope' "
+        "(known: approx_count_distinct, count, count_distinct, first, last, max, mean, min, "
+        "quantiles, sum, top_k)",
+        "views.yaml: views[0] (v).aggregation_info[0].aggregated_col_name: an output column "
+        "name is required (lower-case letters, digits and _)",
+    ]
+
+
+def test_missing_keys_duplicates_and_shapes_get_todays_wording() -> None:
+    no_topic = {k: v for k, v in WINDOW.items() if k != "topic"}
+    lines = _messages(
+        {"views": [no_topic, {**WINDOW, "aggregation_info": "count"}, 5, {**WINDOW, "kind": 3}]}
+    )
+    assert lines == [
+        "views.yaml: views[0] (v).topic: a topic name is required",
+        "views.yaml: views[1] (v).aggregation_info: expected a non-empty list",
+        "views.yaml: views[2]: expected a mapping, got int",
+        "views.yaml: views[3] (v).kind: 3 is not a view kind (kinds: window, session)",
+        "views.yaml: duplicate view name 'v'",
+    ]
+    assert _messages({"views": []}) == ["views.yaml: expected a non-empty list under 'views:'"]
+
+
+def test_defaults_and_values_build_the_same_frozen_views() -> None:
+    (window, session) = parse_views({"views": [WINDOW, SESSION]})
+    assert window.grouping_cols == ("org",) and window.interval_ms == 600_000
+    assert window.allowed_lateness_ms == 60_000 and window.session is None
+    assert window.aggregations[0].params == {} and window.aggregations[0].col_kind is None
+    assert session.session is not None and session.session.gap_ms == 30 * 60_000
+    with pytest.raises(AttributeError):
+        window.name = "other"  # type: ignore[misc]
+
+
+def test_the_shipped_schema_file_is_what_sluice_views_schema_prints() -> None:
+    """``sluice views schema > data/views.schema.json`` regenerates it."""
+    assert json.loads(SHIPPED_SCHEMA.read_text()) == views_json_schema()
+    assert SHIPPED.read_text().startswith("# yaml-language-server: $schema=./views.schema.json\n")
+
+
+def test_the_schema_accepts_the_shipped_views_file() -> None:
+    schema = views_json_schema()
+    jsonschema.Draft202012Validator.check_schema(schema)
+    document = yaml.safe_load(SHIPPED.read_text())
+    jsonschema.Draft202012Validator(schema).validate(document)
+    assert {v["name"] for v in document["views"]} == {v.name for v in load_views(SHIPPED)}
+
+
+def _schema_reasons(document: Any) -> list[str]:
+    """Every leaf error of the schema (inside oneOf / if-then too): path and message."""
+    validator = jsonschema.Draft202012Validator(views_json_schema())
+    reasons: list[str] = []
+    pending = list(validator.iter_errors(document))
+    while pending:
+        error = pending.pop()
+        pending += error.context or []
+        reasons.append(" ".join(map(str, error.absolute_path)) + " " + error.message)
+    return reasons
+
+
+@pytest.mark.parametrize(
+    ("view", "field"),
+    [
+        ({**WINDOW, "grouping_cols": ["orgz"]}, "grouping_cols"),
+        ({**WINDOW, "grouping_cols": ["org", "org"]}, "grouping_cols"),
+        ({**WINDOW, "interval": "soon"}, "interval"),
+        ({**WINDOW, "name": "Bad-Name"}, "name"),
+        ({**WINDOW, "topic": ""}, "topic"),
+        ({k: v for k, v in WINDOW.items() if k != "topic"}, "topic"),
+        ({**WINDOW, "aggregation_info": []}, "aggregation_info"),
+        ({**WINDOW, "window": "10m"}, "window"),
+        ({**WINDOW, "kind": "tumbling"}, "kind"),
+        (
+            {**WINDOW, "aggregation_info": [{"aggregation": "medain", "aggregated_col_name": "m"}]},
+            "aggregation",
+        ),
+        (
+            {
+                **WINDOW,
+                "aggregation_info": [
+                    {"aggregation": "sum", "col_name": "org", "aggregated_col_name": "s"}
+                ],
+            },
+            "col_name",
+        ),
+        (
+            {**WINDOW, "aggregation_info": [{"aggregation": "sum", "aggregated_col_name": "s"}]},
+            "col_name",
+        ),
+        (
+            {
+                **WINDOW,
+                "aggregation_info": [
+                    {
+                        "aggregation": "top_k",
+                        "col_name": "client",
+                        "aggregated_col_name": "t",
+                        "params": {"depth": 3},
+                    }
+                ],
+            },
+            "depth",
+        ),
+        (
+            {
+                **WINDOW,
+                "aggregation_info": [
+                    {
+                        "aggregation": "quantiles",
+                        "col_name": "bytes_tx",
+                        "aggregated_col_name": "q",
+                        "params": {"quantiles": [1.5]},
+                    }
+                ],
+            },
+            "quantiles",
+        ),
+        ({**SESSION, "session_key": "bytes_tx"}, "session_key"),
+        ({**SESSION, "max_kept_events": 0}, "max_kept_events"),
+        ({**SESSION, "kept_fields": ["event_time"]}, "kept_fields"),
+        ({**SESSION, "interval": "10m"}, "interval"),
+        ({**SESSION, "gap": "5 minutes"}, "gap"),
+    ],
+)
+def test_what_the_schema_rejects_the_loader_rejects_for_the_same_field(view, field) -> None:
+    """Rules a JSON Schema cannot state (an interval dividing an hour, max_duration against the
+    gap, output names defined twice, duplicate view names) are the loader's alone."""
+    document = {"views": [view]}
+    assert any(field in reason for reason in _schema_reasons(document))
+    lines = _messages(document)
+    assert len(lines) == 1 and field in lines[0], lines
+
+
+_YAML_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+_KEYS = sorted({*WINDOW, *SESSION, "gap", "max_duration", "kept_fields", "session_key", "params"})
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    base=st.sampled_from([WINDOW, SESSION]),
+    changes=st.dictionaries(st.sampled_from(_KEYS), _YAML_VALUES, max_size=3),
+    aggregation=st.dictionaries(
+        st.sampled_from(["aggregation", "col_name", "aggregated_col_name", "params"]),
+        _YAML_VALUES,
+        max_size=2,
+    ),
+)
+def test_any_yaml_value_anywhere_gets_a_view_definition_error_never_a_crash(
+    base, changes, aggregation
+) -> None:
+    entry = {"aggregation": "top_k", "col_name": "org", "aggregated_col_name": "t", **aggregation}
+    view = {**base, "aggregation_info": [entry], **changes}
+    try:
+        parse_views({"views": [view]}, source="views.yaml")
+    except ViewDefinitionError as exc:
+        assert all(line.startswith("views.yaml: ") for line in str(exc).splitlines())
