@@ -6,12 +6,14 @@ takes the slow path (:func:`_classify`), which says exactly why it is bad, so th
 and details of dead letters do not depend on the fast path. Each bad message becomes a
 :class:`DeadLetter` with a reason code; none raises, whatever the bytes.
 
-Deep nesting is refused before any decoder recurses (msgspec raises RecursionError on a few
-thousand levels, which would escape as a crash): the fast path sends a message with more than
-``MAX_JSON_DEPTH`` opening brackets to the slow path (two C-speed byte counts), and the slow
-path measures the exact depth outside strings, so a deep message is dead-lettered as
-``too_deep`` and a flat one with brackets in its strings is decoded as usual. Events are
-flat objects: 64 levels leave room for any extra field a producer adds.
+No decoder recurses into deep nesting (msgspec raises RecursionError a few thousand levels
+down, which escaped as a crash). The fast path's schema forbids fields beyond the event's and
+types every field as a scalar, so msgspec refuses anything nested at its first token. A message
+it refuses for an extra field gets a second look: decoded leniently if it has no more than
+``MAX_JSON_DEPTH`` opening brackets (two byte counts), else classified; the classifier measures
+the exact depth outside strings before parsing, so a deep message is dead-lettered as
+``too_deep`` and a flat one with brackets in its strings is decoded as usual. Events are flat
+objects: 64 levels leave room for any extra field a producer adds.
 
 The task's watermark (the largest accepted event time) advances message by message inside
 the loop, and the watermark *before* each event is kept, so lateness decisions depend only on
@@ -162,21 +164,31 @@ class DecodedBatch:
 _NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
 
 
+_EventTime = Annotated[int, msgspec.Meta(ge=EVENT_TIME_MIN_MS, lt=EVENT_TIME_MAX_MS)]
+_ByteCount = Annotated[int, msgspec.Meta(ge=0, le=BYTES_TX_MAX)]
+
+
 class _Event(msgspec.Struct, gc=False):
-    """The fast path's schema: the fields of EVENT_FIELDS with their strict types."""
+    """The schema of the lenient decoder: the fields of EVENT_FIELDS with their strict types
+    and ranges (fields beyond them are skipped)."""
 
     event_id: _NonEmpty
-    event_time: int
+    event_time: _EventTime
     org: _NonEmpty
     client: _NonEmpty
-    bytes_tx: int
+    bytes_tx: _ByteCount
     session_id: _NonEmpty
     event_type: _NonEmpty
 
 
+class _ExactEvent(_Event, forbid_unknown_fields=True, gc=False):
+    """The fast path's: no other field, so nothing nested is ever parsed (no recursion)."""
+
+
 assert set(_Event.__struct_fields__) == set(EVENT_FIELDS), "decoder out of step with the schema"
 _FIELDS = _Event.__struct_fields__
-_decode_event = msgspec.json.Decoder(_Event).decode
+_decode_event = msgspec.json.Decoder(_ExactEvent).decode
+_decode_lenient = msgspec.json.Decoder(_Event).decode
 _STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _OPEN = np.zeros(256, dtype=np.int8)
 _OPEN[[ord("{"), ord("[")]] = 1
@@ -202,6 +214,20 @@ def _type_problem(event: dict[str, Any]) -> str | None:
         elif type(value) is not str or not value:
             return f"{name} must be a non-empty string, got {type(value).__name__} {value!r:.40}"
     return None
+
+
+def _second_look(value: bytes | None, max_message_bytes: int) -> tuple[str, str] | _Event:
+    """A message the fast path refused: an event with fields beyond the schema (and not too
+    deep to decode) is decoded leniently; anything else is classified."""
+    try:
+        if (
+            len(value) <= max_message_bytes  # type: ignore[arg-type]  # None: classified
+            and value.count(b"{") + value.count(b"[") <= MAX_JSON_DEPTH  # type: ignore[union-attr]
+        ):
+            return _decode_lenient(value)  # type: ignore[arg-type]
+    except Exception:  # not an event with extra fields: the classifier says what it is
+        pass
+    return _classify(value, max_message_bytes)
 
 
 def _classify(value: bytes | None, max_message_bytes: int) -> tuple[str, str] | _Event:
@@ -258,9 +284,6 @@ def decode_batch(
     if not isinstance(records, RecordBatch):
         records = RecordBatch.of(records)
     decode = _decode_event
-    max_depth = MAX_JSON_DEPTH
-    bytes_max = BYTES_TX_MAX
-    time_min, time_max = EVENT_TIME_MIN_MS, EVENT_TIME_MAX_MS
     events: list[_Event] = []
     offsets: list[int] = []
     stamps: list[int] = []
@@ -273,21 +296,16 @@ def decode_batch(
         try:
             if len(value) > max_message_bytes:  # None raises TypeError: the slow path says why
                 raise TypeError
-            if value.count(b"{") + value.count(b"[") > max_depth:
-                raise TypeError  # might be too deep to decode: the slow path measures it
-            event = decode(value)
-            t = event.event_time
-            if not 0 <= event.bytes_tx <= bytes_max or not time_min <= t < time_max:
-                raise TypeError  # out of range: the slow path says which field
-        except Exception:  # whatever the fast path refuses (RecursionError too) is classified
-            checked = _classify(value, max_message_bytes)
+            event = decode(value)  # types and ranges checked in C; nothing nested is parsed
+        except Exception:  # whatever the fast path refuses gets a second look, never raises
+            checked = _second_look(value, max_message_bytes)
             if type(checked) is tuple:
                 reason, detail = checked
                 kept = value[:1024] if reason == OVERSIZE else value
                 dead.append(DeadLetter(offset, stamp, reason, detail, kept))
                 continue
             event = checked
-            t = event.event_time
+        t = event.event_time
         if wm != NO_WATERMARK and t > wm + max_future_ms:
             detail = f"event_time {t} is {(t - wm) / 1000:.0f}s ahead of the watermark {wm}"
             dead.append(DeadLetter(offset, stamp, FUTURE_EVENT_TIME, detail, value))
