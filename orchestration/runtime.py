@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+from pipelines.aggregators import import_modules
 from pipelines.config import KafkaSettings, SluiceSettings, get_settings
 from pipelines.control import ControlStore
 from pipelines.exceptions import QueryError
@@ -20,6 +21,9 @@ __all__ = ["Runtime"]
 class Runtime:
     settings: SluiceSettings
     kafka: KafkaSettings
+
+    def __post_init__(self) -> None:
+        import_modules(self.settings.aggregator_modules)  # before any view names them
 
     @classmethod
     def from_env(cls) -> Runtime:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -509,22 +510,40 @@ class JobModelStore:
     # --- views per task --------------------------------------------------------------------
 
     def record_view_crash(
-        self, task: str, view: str, reason: str, limit: int = 3, window_s: float = 600.0
+        self,
+        task: str,
+        view: str,
+        reason: str,
+        limit: int = 3,
+        window_s: float = 600.0,
+        *,
+        counted: Sequence[float] | None = None,
+        at_fault: bool = False,
     ) -> bool:
         """Count a crash of ``view`` on ``task``; True if it is now Disabled there (``limit``
-        crashes within ``window_s``, Mist's rule)."""
+        crashes within ``window_s``, Mist's rule).
+
+        ``counted``, if given, are the times of the crashes that count (the crash log's, where
+        crashes a quarantine explains are left out: :meth:`pipelines.control.CrashLog.verdict`)
+        instead of this row's own list; ``at_fault`` disables the view whatever the count (it
+        had more records quarantined than the limit: it fails on everything)."""
         now = time.time()
         c = task_view_states.c
         with self.engine.begin() as conn:
             row = conn.execute(
                 select(task_view_states).where(c.task == task, c.view == view)
             ).first()
-            crashes = [t for t in json.loads(row.crashes) if now - t <= window_s] if row else []
-            crashes.append(now)
-            disabled = len(crashes) >= limit
+            if counted is not None:
+                crashes = [t for t in counted if now - t <= window_s]
+            else:
+                crashes = [t for t in json.loads(row.crashes) if now - t <= window_s] if row else []
+                crashes.append(now)
+            disabled = len(crashes) >= limit or at_fault
             state = "Disabled" if disabled else "Running"
             why = (
-                f"{len(crashes)} crashes in {window_s / 60:.0f} min, last: {reason}"
+                f"more than {limit} records quarantined in {window_s / 60:.0f} min, last: {reason}"
+                if at_fault
+                else f"{len(crashes)} crashes in {window_s / 60:.0f} min, last: {reason}"
                 if disabled
                 else f"crashed ({len(crashes)} of {limit} in {window_s / 60:.0f} min): {reason}"
             )
