@@ -264,3 +264,17 @@ def test_crash_plan(crashes, suspects, quarantined) -> None:
     plan = crash_plan([TaskCrash("t", a, b, "E") for a, b in crashes])
     assert plan.suspects == suspects
     assert sorted(plan.quarantined) == quarantined
+
+
+def test_a_dead_letter_keeps_at_most_a_bounded_part_of_a_huge_message() -> None:
+    """Else a quarantined record near the producer's request size could not be dead-lettered,
+    and the failure would crash its task again on every replay."""
+    from pipelines.events.decode import DeadLetter
+    from pipelines.stream.dead_letters import VALUE_MAX_BYTES, dead_letter_message
+
+    huge = b"x" * (4 << 20)
+    _, value = dead_letter_message("events", 0, DeadLetter(5, 1, CRASHED_TASK, "d", huge))
+    assert len(value) < 2 * VALUE_MAX_BYTES
+    assert orjson.loads(value)["value_bytes"] == len(huge)
+    _, small = dead_letter_message("events", 0, DeadLetter(5, 1, CRASHED_TASK, "d", b"{}"))
+    assert "value_bytes" not in orjson.loads(small)
