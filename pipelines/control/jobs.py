@@ -25,6 +25,7 @@ from sqlalchemy import Column, Float, Integer, String, Table, Text, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 
+from pipelines.control.crashes import task_crashes
 from pipelines.control.sql import metadata, upsert
 
 __all__ = [
@@ -557,7 +558,8 @@ class JobModelStore:
             return disabled
 
     def enable_view(self, task: str, view: str, reason: str) -> bool:
-        """Re-enable ``view`` on ``task`` and forget its crashes (a recovery op)."""
+        """Re-enable ``view`` on ``task`` and forget its crashes (a recovery op), those of the
+        crash log too: they would count against it again at its next crash."""
         now = time.time()
         c = task_view_states.c
         with self.engine.begin() as conn:
@@ -566,6 +568,11 @@ class JobModelStore:
                 .where(c.task == task, c.view == view)
                 .values(state="Running", since=now, reason=reason, crashes="[]")
             ).rowcount
+            conn.execute(
+                task_crashes.delete().where(
+                    task_crashes.c.task == task, task_crashes.c.view == view
+                )
+            )
             if changed:
                 self._event(conn, now, task, view, None, None, "Running", reason)
             return bool(changed)

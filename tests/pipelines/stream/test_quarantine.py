@@ -246,6 +246,10 @@ def test_a_view_that_fails_on_every_record_is_disabled_after_the_limit(tmp_path)
     assert jobs.disabled_views("events:0") == {"fragile"}
     assert log.verdict("events:0", "fragile", 600).quarantines == limit + 1
     assert "quarantined" in jobs.view_states("events:0")[0].reason
+    # re-enabled by an operator: its crashes are forgotten, it does not count them again
+    assert jobs.enable_view("events:0", "fragile", "fixed")
+    verdict = log.verdict("events:0", "fragile", 600)
+    assert verdict.counted == () and verdict.quarantines == 0
 
 
 @pytest.mark.parametrize(
