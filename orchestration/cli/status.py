@@ -49,14 +49,19 @@ class JobView:
     time_shares: dict[str, dict[str, float]] = field(default_factory=dict)
     """Per agent: share of its wall time spent reading, decoding, aggregating, ... (last report)."""
     crashes: dict[str, int] = field(default_factory=dict)
-    """Per task: crashes in the last SLUICE_VIEW_CRASH_WINDOW_S (the crash log)."""
+    """Per task: crashes in the last SLUICE_VIEW_CRASH_WINDOW_S (the crash log); a task that
+    crashed lately is WARN."""
 
     def health(self, task: str) -> str | None:
         """The task's status from the job model alone (None: nothing to say)."""
         a = self.assignments.get(task)
         if a is not None and a.state in ("Waiting", "Disabled"):
             return "STOP"
-        if (a is not None and a.state == "Scheduled") or self.disabled_views.get(task):
+        if (
+            (a is not None and a.state == "Scheduled")
+            or self.disabled_views.get(task)
+            or self.crashes.get(task)
+        ):
             return "WARN"
         return None
 

@@ -241,6 +241,7 @@ class StreamTask:
         end = records.offsets[-1] + 1
         if end <= self.next_offset:
             return  # a sibling on this reader is behind: all of it was ours before
+        self.processing = (max(records.offsets[0], self.next_offset), end, None)
         if self.filters or records.offsets[0] < self.next_offset:
             records = self._own(records, hashes)
             if not records:

@@ -300,3 +300,4 @@ def test_status_counts_task_crashes_and_quarantined_records(tmp_path, monkeypatc
     out = _status_output(state, monkeypatch, capsys, "--once")
     summary = next(line for line in out.splitlines() if " tasks" in line and "backlog" in line)
     assert "2 task crashes lately" in summary and "1 record quarantined" in summary, summary
+    assert summary.startswith("WARN"), summary
