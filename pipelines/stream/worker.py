@@ -41,7 +41,7 @@ from kafka.errors import KafkaError
 
 from pipelines.config import KafkaSettings, SluiceSettings
 from pipelines.control import ControlStore, TaskCrash, TaskStatus, crash_plan
-from pipelines.exceptions import TaskFenced, ViewCrash
+from pipelines.exceptions import BrokerUnavailable, StorageError, TaskFenced, ViewCrash
 from pipelines.kafka import fetched_log_end
 from pipelines.kafka import producer as make_producer
 from pipelines.kafka.reader import open_reader
@@ -62,6 +62,11 @@ TIME_PARTS = ("read", "hash", "decode", "aggregate", "archive", "flush", "checkp
 THROTTLE_SLICE_S = 0.2
 """A rate-capped worker polls at most ``rate * THROTTLE_SLICE_S`` records at a time, so one
 pause is about this long."""
+
+
+NOT_THE_RECORDS = (KafkaError, BrokerUnavailable, StorageError, OSError)
+"""Failures of what a task talks to (the dead-letter producer, storage), not of what it read:
+a crash by one of these names no offsets, so no record is ever quarantined for it."""
 
 
 @dataclass(frozen=True)
@@ -307,6 +312,8 @@ class StreamWorker:
         cause = exc.cause if isinstance(exc, ViewCrash) else exc
         error = traceback.format_exception_only(cause)[-1].strip()[:1000]
         first, end, stamp = task.processing
+        if isinstance(cause, NOT_THE_RECORDS):
+            first, end, stamp = task.next_offset, task.next_offset, None
         detail = str(exc) if view else f"{task.name} crashed: {error}"
         self._emit(
             "crashed",
