@@ -185,6 +185,9 @@ def test_hostile_messages_are_dead_lettered_once_each_and_no_agent_stops(broker,
             lambda: agents.caught_up() and agents.all_running(), 90, "caught up, all Running", "a0"
         )
         assert agents.alive() == ["a0", "a1"]  # no agent ever exited
+        assert not any(s.state == "Disabled" for s in agents.jobs.view_states())
+        # stopped: every dead letter sent is in the topic (each task's last flush waits for it)
+        assert agents.stop_all() == {"a0": 0, "a1": 0}
         letters = _dead_letters(broker.bootstrap, stream["topic"])
         for position, name in stream["injected"].items():
             reasons = {reason for reason, _ in letters.get(position, set())}
@@ -192,8 +195,6 @@ def test_hostile_messages_are_dead_lettered_once_each_and_no_agent_stops(broker,
         # no valid message dead-lettered: exactly the positions the oracle calls bad
         assert set(letters) == _bad_positions(stream["contents"])
         assert all(len(reasons) == 1 for reasons in letters.values())
-        assert not any(s.state == "Disabled" for s in agents.jobs.view_states())
-        assert agents.stop_all() == {"a0": 0, "a1": 0}
         check_against_oracle(stream, agents.store, agents.control)
     finally:
         agents.close()
@@ -267,6 +268,7 @@ def test_a_view_that_raises_on_one_record_gets_it_quarantined(broker, tmp_path):
             lambda: agents.caught_up() and agents.all_running(), 90, "caught up, all Running", "a0"
         )
         assert agents.alive() == ["a0", "a1"]
+        assert agents.stop_all() == {"a0": 0, "a1": 0}
         letters = _dead_letters(broker.bootstrap, stream["topic"])
         quarantined = {k: v for k, v in letters.items() if any(r == "crashed_task" for r, _ in v)}
         assert list(quarantined) == [position]
@@ -281,7 +283,6 @@ def test_a_view_that_raises_on_one_record_gets_it_quarantined(broker, tmp_path):
         row = next(t for t in agents.control.tasks() if t.task == task)
         assert row.views["dead_letter_reasons"].get("crashed_task") == 1
         assert row.views["quarantined"] == 1
-        assert agents.stop_all() == {"a0": 0, "a1": 0}
         check_against_oracle(stream, agents.store, agents.control)
     finally:
         agents.close()
