@@ -81,7 +81,8 @@ class CrashPlan:
     """How a task starts after crashes: ranges to take one record at a time, records to skip."""
 
     suspects: tuple[tuple[int, int], ...] = ()
-    """Merged ``[first, end)`` ranges some crash covered, ascending."""
+    """Merged ``[first, end)`` ranges some crash covered that no quarantine explains,
+    ascending."""
     quarantined: dict[int, TaskCrash] = field(default_factory=dict)
     """Offset -> the crash of that record alone that quarantined it."""
 
@@ -105,7 +106,11 @@ def crash_plan(crashes: Sequence[TaskCrash]) -> CrashPlan:
             and sum(c.covers(offset) for c in crashes) > 1
         ):
             quarantined[offset] = crash
-    ranges = sorted((c.first_offset, c.end_offset) for c in crashes)
+    # a crash whose offsets hold a quarantined record is explained: its other records go in
+    # whole batches again (another bad one among them crashes anew, and is isolated then)
+    ranges = sorted(
+        (c.first_offset, c.end_offset) for c in crashes if not any(c.covers(o) for o in quarantined)
+    )
     merged: list[tuple[int, int]] = []
     for first, end in ranges:
         if merged and first <= merged[-1][1]:

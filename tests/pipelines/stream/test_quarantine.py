@@ -257,10 +257,10 @@ def test_a_view_that_fails_on_every_record_is_disabled_after_the_limit(tmp_path)
     [
         ([], (), []),
         ([(0, 10)], ((0, 10),), []),
-        ([(0, 10), (3, 4)], ((0, 10),), [3]),
+        ([(0, 10), (3, 4)], (), [3]),  # explained by the quarantine: whole batches again
         ([(3, 4)], ((3, 4),), []),  # a batch of one record crashed once: suspect only
-        ([(3, 4), (3, 4)], ((3, 4),), [3]),
-        ([(0, 10), (12, 20), (15, 16)], ((0, 10), (12, 20)), [15]),
+        ([(3, 4), (3, 4)], (), [3]),
+        ([(0, 10), (12, 20), (15, 16)], ((0, 10),), [15]),
         ([(0, 10), (5, 15)], ((0, 15),), []),
     ],
 )
@@ -282,3 +282,23 @@ def test_a_dead_letter_keeps_at_most_a_bounded_part_of_a_huge_message() -> None:
     assert orjson.loads(value)["value_bytes"] == len(huge)
     _, small = dead_letter_message("events", 0, DeadLetter(5, 1, CRASHED_TASK, "d", b"{}"))
     assert "value_bytes" not in orjson.loads(small)
+
+
+def test_two_bad_records_in_one_batch_are_each_quarantined(tmp_path) -> None:
+    """After the first quarantine the batch's other records go as one batch again; the
+    second bad record crashes it anew and is isolated and quarantined in turn."""
+    records = _records([1_100, 1_180])
+    fleet = Fleet(tmp_path, _views(), records)
+    task = fleet.run()
+    assert [(c.first_offset, c.end_offset) for c in fleet.crashes] == [
+        (1_000, 1_250),
+        (1_100, 1_101),
+        (1_101, 1_250),
+        (1_180, 1_181),
+    ]
+    quarantined = {d.offset for _, _, d in fleet.sink.letters if d.reason == CRASHED_TASK}
+    assert quarantined == {1_100, 1_180}  # sent again by each replay: at least once, same key
+    assert task.dead_lettered[CRASHED_TASK] == 2
+    assert task.consumed == len(records)
+    for name, c in task.view_counters().items():
+        assert c["consumed"] == c["processed"] + c["dead_lettered"] + c["dropped_late"], name
