@@ -95,13 +95,14 @@ class CrashPlan:
 
 def crash_plan(crashes: Sequence[TaskCrash]) -> CrashPlan:
     """Suspect ranges and quarantined records from a task's crashes: a record is quarantined
-    when it crashed the task alone and another crash covered it too (the second crash covering
-    the same offset)."""
+    when it crashed the task alone (processed alone, so its timestamp is known) and another
+    crash covered it too (the second crash covering the same offset)."""
     quarantined = {}
-    for crash in crashes:
+    for crash in crashes:  # a record processed alone has its timestamp (a batch of one has not)
         offset = crash.first_offset
         if (
             crash.single
+            and crash.record_ts is not None
             and offset not in quarantined
             and sum(c.covers(offset) for c in crashes) > 1
         ):

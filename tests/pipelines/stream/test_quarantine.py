@@ -96,14 +96,16 @@ class Fleet:
         task.guard(crash_plan(self.control.crashes.of_task(task.name)))
         return task
 
-    def run(self, checkpoint_every: int = 3, max_starts: int = 10) -> StreamTask:
+    def run(
+        self, checkpoint_every: int = 3, max_starts: int = 10, batch: int = BATCH
+    ) -> StreamTask:
         for _ in range(max_starts):
             task = self.start()
             try:
                 n = 0
                 while task.next_offset < len(self.records):
                     first = task.next_offset
-                    task.process(self.records[first : first + BATCH])
+                    task.process(self.records[first : first + batch])
                     n += 1
                     if n % checkpoint_every == 0:
                         task.checkpoint()
@@ -265,7 +267,7 @@ def test_a_view_that_fails_on_every_record_is_disabled_after_the_limit(tmp_path)
     ],
 )
 def test_crash_plan(crashes, suspects, quarantined) -> None:
-    plan = crash_plan([TaskCrash("t", a, b, "E") for a, b in crashes])
+    plan = crash_plan([TaskCrash("t", a, b, "E", record_ts=7) for a, b in crashes])
     assert plan.suspects == suspects
     assert sorted(plan.quarantined) == quarantined
 
@@ -302,3 +304,24 @@ def test_two_bad_records_in_one_batch_are_each_quarantined(tmp_path) -> None:
     assert task.consumed == len(records)
     for name, c in task.view_counters().items():
         assert c["consumed"] == c["processed"] + c["dead_lettered"] + c["dropped_late"], name
+
+
+def test_a_batch_of_one_record_that_crashed_is_not_what_quarantines_it() -> None:
+    """A poll that returned one record crashes without its timestamp; the record processed
+    alone then crashes with it, and that crash is the quarantine (matched on it)."""
+    plan = crash_plan([TaskCrash("t", 3, 4, "E"), TaskCrash("t", 3, 4, "E", record_ts=1_003)])
+    assert plan.quarantined[3].record_ts == 1_003 and plan.suspects == ()
+    assert not crash_plan([TaskCrash("t", 3, 4, "E"), TaskCrash("t", 3, 4, "E")]).quarantined
+
+
+def test_a_record_polled_alone_is_quarantined_too(tmp_path) -> None:
+    """Batches of one record (the tail of a stream): the first crash has no timestamp, the
+    isolated one has, and the record is quarantined after the two."""
+    records = _records([5], total=20)
+    fleet = Fleet(tmp_path, _views(), records)
+    task = fleet.run(batch=1)
+    assert [(c.first_offset, c.end_offset, c.record_ts) for c in fleet.crashes] == [
+        (5, 6, None),
+        (5, 6, records[5].timestamp),
+    ]
+    assert task.dead_lettered[CRASHED_TASK] == 1 and task.consumed == 20
