@@ -98,12 +98,13 @@ def crash_plan(crashes: Sequence[TaskCrash]) -> CrashPlan:
     when it crashed the task alone (processed alone, so its timestamp is known) and another
     crash covered it too (the second crash covering the same offset)."""
     quarantined = {}
-    for crash in crashes:  # a record processed alone has its timestamp (a batch of one has not)
+    # a record processed alone has its timestamp (a batch of one has not); the newest such
+    # crash of an offset wins (an older one may be of another record: a recreated topic)
+    for crash in crashes:
         offset = crash.first_offset
         if (
             crash.single
             and crash.record_ts is not None
-            and offset not in quarantined
             and sum(c.covers(offset) for c in crashes) > 1
         ):
             quarantined[offset] = crash

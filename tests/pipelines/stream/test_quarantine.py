@@ -325,3 +325,15 @@ def test_a_record_polled_alone_is_quarantined_too(tmp_path) -> None:
         (5, 6, records[5].timestamp),
     ]
     assert task.dead_lettered[CRASHED_TASK] == 1 and task.consumed == 20
+
+
+def test_the_newest_crash_of_an_offset_is_the_quarantine() -> None:
+    """An old quarantine at this offset was another record's (a recreated topic): the crash of
+    the record there now decides."""
+    crashes = [
+        TaskCrash("t", 0, 10, "E", record_ts=None),
+        TaskCrash("t", 3, 4, "E", record_ts=111),
+        TaskCrash("t", 0, 10, "E", record_ts=None),
+        TaskCrash("t", 3, 4, "E", record_ts=222),
+    ]
+    assert crash_plan(crashes).quarantined[3].record_ts == 222
