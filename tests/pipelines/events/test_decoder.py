@@ -214,7 +214,11 @@ def _hostile(draw) -> bytes | None:
         return orjson.dumps({**BASE, "event_type": "{[" * draw(st.integers(30, 200))})
     if kind == "literal":  # a field's value as JSON no decoder accepts as an int
         name = draw(st.sampled_from(sorted(BASE)))
-        literal = draw(st.sampled_from([b"NaN", b"1" + b"0" * 400, b"-1" + b"0" * 400, b"1e999"]))
+        literal = draw(
+            st.sampled_from(
+                [b"NaN", b"1" + b"0" * 400, b"-1" + b"0" * 400, b"1e999", b'"\\ud800"', b"2e3"]
+            )
+        )
         return orjson.dumps({**BASE, name: 0}).replace(
             f'"{name}":0'.encode(), f'"{name}":'.encode() + literal
         )
