@@ -12,13 +12,16 @@ heartbeat (1 s) and the loss threshold (``--loss-after``, default 10 s), and mea
   (d) a spot interruption notice on an agent's instance metadata (IMDSv2, a local server) ->
       every task it held Running on another agent (the agent evacuates itself);
   (e) an agent's registration -> its first processed record, for the first agent of an empty
-      fleet and for an agent joining a running one (a checkpoint hand-off first).
+      fleet and for an agent joining a running one (a checkpoint hand-off first);
+  (f) a poison record (a view's update raises on it): its first crash -> its quarantine (the
+      crash of the record alone) -> its task processing past it again, on a topic of its own
+      per trial with one agent (``--poison-trials``; ``--poison-only`` runs just this).
 
 Times come from the control store's clocks: the job-model history (Running events) and the
 task reports (every ``--status-interval`` seconds, the resolution of (c)). Prints the median
 and p95 of ``--kills`` trials and writes ``benchmarks/out/failover.json``.
 
-    .venv/bin/python benchmarks/failover.py [--kills 5] [--loss-after 10]
+    .venv/bin/python benchmarks/failover.py [--kills 5] [--loss-after 10] [--poison-only]
 """
 
 from __future__ import annotations
@@ -185,6 +188,119 @@ def fleet_loss(fleet: Fleet) -> float:
     return float(fleet.env["SLUICE_AGENT_LOSS_AFTER_S"])
 
 
+POISON = "poison-event"
+
+
+def poison_trial(work: Path, bootstrap: str, trial: int, events: int) -> dict[str, float]:
+    """(f) once: a topic of ``events`` with a record ``fails_on`` raises on half way through
+    partition 0, one agent; seconds from the first crash to the quarantine and on to the task
+    processing past the record (the crash log's and the task reports' clocks)."""
+    from tests.fixtures.poison import FailsOn
+
+    topic = f"poison-{trial}"
+    ensure_topics(bootstrap, {topic: 2, f"{topic}.dlq": 1})
+    out = producer(bootstrap)
+    options = GeneratorOptions(seed=100 + trial, max_events=events, peak_rate=40_000)
+    messages = []
+    replay(load_trace("nyc_taxi"), options, messages.append, pace=False)
+    for m in messages[: events // 2]:
+        out.send(topic, key=m.key, value=m.value)
+    event = json.loads(next(m.value for m in messages if m.kind == "valid"))
+    sent = out.send(
+        topic, key=b"poison", value=json.dumps({**event, "event_id": POISON}).encode(), partition=0
+    ).get(timeout=30)
+    for m in messages[events // 2 :]:
+        out.send(topic, key=m.key, value=m.value)
+    out.flush()
+    out.close()
+    views = yaml.safe_load((PROJECT_ROOT / "data" / "views.yaml").read_text())
+    views["views"].append(
+        {
+            "name": "fragile",
+            "grouping_cols": ["org"],
+            "interval": "1h",
+            "allowed_lateness": "10m",
+            "aggregation_info": [
+                {
+                    "aggregation": FailsOn.name,
+                    "col_name": "event_id",
+                    "aggregated_col_name": "events",
+                    "params": {"value": POISON},
+                }
+            ],
+        }
+    )
+    for view in views["views"]:
+        view["topic"] = topic
+    home = work / topic
+    home.mkdir()
+    views_file = home / "views.yaml"
+    views_file.write_text(yaml.safe_dump(views))
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
+        "SLUICE_CONTROL_STORE_URL": f"sqlite:///{home / 'control.db'}",
+        "SLUICE_STORAGE_ROOT": str(home / "storage"),
+        "SLUICE_STATE_DIR": str(home / "state"),
+        "SLUICE_DEAD_LETTER_TOPIC": f"{topic}.dlq",
+        "SLUICE_STATUS_INTERVAL_S": "0.1",
+        "SLUICE_CHECKPOINT_INTERVAL_S": "2",
+        "SLUICE_FLUSH_INTERVAL_S": "2",
+        "SLUICE_AGGREGATOR_MODULES": "tests.fixtures.poison",
+    }
+    control = ControlStore(env["SLUICE_CONTROL_STORE_URL"])
+    command = [sys.executable, "-m", "orchestration.cli", "agent", "--id", "p0"]
+    command += ["--topic", topic, "--views", str(views_file)]
+    agent = start_process(command, env, home / "p0.log")
+    task = f"{topic}:0"
+    try:
+
+        def past_it():
+            row = next((t for t in control.tasks() if t.task == task), None)
+            return row is not None and row.next_offset > sent.offset and row.heartbeat_at
+
+        processing = wait_for(past_it, 120, f"{task} to process past the poison record")
+        crashes = control.crashes.of_task(task)
+        assert len(crashes) == 2 and crashes[-1].first_offset == sent.offset, crashes
+        assert agent.poll() is None, "the agent exited"
+        first, quarantined = crashes[0].at, crashes[1].at
+        return {
+            "crash_to_quarantine_s": quarantined - first,
+            "quarantine_to_processing_s": processing - quarantined,
+            "crash_to_processing_s": processing - first,
+        }
+    finally:
+        stop_process(agent, timeout_s=15)
+        control.close()
+
+
+def poison_benchmark(trials: int, events: int) -> dict[str, list[float]]:
+    """(f) ``trials`` times, each on its own topic of one broker."""
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        broker = EmbeddedBroker(work / "broker")
+        bootstrap = broker.start().bootstrap
+        try:
+            runs = [poison_trial(work, bootstrap, i, events) for i in range(trials)]
+        finally:
+            broker.stop()
+    return {key: [r[key] for r in runs] for key in runs[0]}
+
+
+def print_poison(poison: dict[str, list[float]]) -> None:
+    for key, label in (
+        ("crash_to_quarantine_s", "poison record: first crash -> quarantined"),
+        ("quarantine_to_processing_s", "poison record: quarantined -> its task processing past it"),
+        ("crash_to_processing_s", "poison record: first crash -> its task processing past it"),
+    ):
+        values = poison[key]
+        print(
+            f"{label}: median {statistics.median(values):.2f} s, "
+            f"p95 {percentile(values, 0.95):.2f} s (n={len(values)})"
+        )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kills", type=int, default=4, help="trials per kind (default 4)")
@@ -192,7 +308,13 @@ def main() -> int:
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--rate", type=float, default=1000.0, help="msg/s cap per agent")
     parser.add_argument("--status-interval", type=float, default=0.2)
+    parser.add_argument("--poison-trials", type=int, default=5, help="trials of (f)")
+    parser.add_argument("--poison-only", action="store_true", help="only (f)")
     args = parser.parse_args()
+    poison = poison_benchmark(args.poison_trials, 20_000)
+    if args.poison_only:
+        print_poison(poison)
+        return 0
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         work = Path(tmp)
         broker = EmbeddedBroker(work / "broker")
@@ -258,6 +380,7 @@ def main() -> int:
         "spot_notice_to_running_s": results["spot"],
         "registration_to_first_record_cold_s": cold,
         "registration_to_first_record_join_s": joins,
+        "poison": poison,
     }
     print(f"machine: {figures['machine']}; loss threshold {args.loss_after:g} s")
     for kind, label in (
@@ -276,6 +399,7 @@ def main() -> int:
         f"registration -> first record, joining a running fleet: median "
         f"{statistics.median(joins):.2f} s, p95 {percentile(joins, 0.95):.2f} s (n={len(joins)})"
     )
+    print_poison(poison)
     target = ROOT / "benchmarks" / "out" / "failover.json"
     target.parent.mkdir(exist_ok=True)
     target.write_text(json.dumps(figures, indent=2))

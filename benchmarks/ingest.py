@@ -12,10 +12,12 @@ Measures, on the same topic of the same embedded broker, in one process run:
       aggregations (per org every 10 minutes, and per session id every hour): each alone in
       tasks fed from memory, its cost per event being the time beyond the same tasks with no
       view (decoding and archiving), and the memory per open session of its state,
+  (g) the decoder alone (:func:`decode_batch` on the records in memory): microseconds per
+      valid message, the fast path's cost (``--decoder-only`` measures just this),
 and prints messages per second and the ratios c/a, c/b and c/e. Runs are interleaved and the
 median of ``--repeat`` rounds is reported, because the broker shares the machine's cores.
 
-    .venv/bin/python benchmarks/ingest.py [--events 300000] [--repeat 3]
+    .venv/bin/python benchmarks/ingest.py [--events 300000] [--repeat 3] [--decoder-only]
 """
 
 from __future__ import annotations
@@ -205,6 +207,27 @@ def session_comparison(
     } | {"no view": base / total * 1e6}
 
 
+def decoder_cost(batches: dict[int, list[RecordBatch]], repeat: int) -> list[float]:
+    """(g): microseconds per valid message of :func:`decode_batch` alone, one figure per round
+    (every partition's batches decoded in order, the watermark carried as a task does)."""
+    from pipelines.events.decode import NO_WATERMARK, decode_batch
+
+    figures = []
+    for _ in range(repeat):
+        valid = 0
+        started = time.perf_counter()
+        for partition in sorted(batches):
+            watermark = NO_WATERMARK
+            for batch in batches[partition]:
+                out = decode_batch(
+                    batch, watermark, max_message_bytes=64 * 1024, max_future_ms=6 * 3_600_000
+                )
+                watermark = out.watermark
+                valid += len(out)
+        figures.append((time.perf_counter() - started) / max(1, valid) * 1e6)
+    return figures
+
+
 def session_memory(topic: str, batches: dict[int, list[RecordBatch]], views_file: Path) -> dict:
     """(f): bytes per open session of the example session view's state (tracemalloc), after
     every record is in and settled, with the closed sessions' rows and the pending events
@@ -286,6 +309,9 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--flush-interval", type=float, default=5.0)
     parser.add_argument(
+        "--decoder-only", action="store_true", help="only (g): the decoder's cost per message"
+    )
+    parser.add_argument(
         "--sessions-only", action="store_true", help="only (f): the session view's cost and memory"
     )
     args = parser.parse_args()
@@ -317,6 +343,13 @@ def main() -> int:
             work: dict[str, list[float]] = {c: [] for c in CLIENTS}
             memory: list[float] = []
             in_memory = read_all(info.bootstrap, topic, args.events)
+            decoder = decoder_cost(in_memory, args.repeat)
+            print(
+                f"(g) the decoder alone: {statistics.median(decoder):.3f} us per valid message "
+                f"(median of {args.repeat}; rounds {', '.join(f'{d:.3f}' for d in decoder)})"
+            )
+            if args.decoder_only:
+                return 0
             costs = session_comparison(topic, in_memory, views_file, args.repeat)
             memory_use = session_memory(topic, in_memory, views_file)
             print_sessions(costs, memory_use, args.repeat)

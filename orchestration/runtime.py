@@ -14,6 +14,7 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from pipelines.aggregators import import_modules
 from pipelines.config import KafkaSettings, SluiceSettings, get_settings
 from pipelines.control import ControlStore
 from pipelines.exceptions import QueryError
@@ -30,6 +31,9 @@ log = logging.getLogger(__name__)
 class Runtime:
     settings: SluiceSettings
     kafka: KafkaSettings
+
+    def __post_init__(self) -> None:
+        import_modules(self.settings.aggregator_modules)  # before any view names them
 
     @classmethod
     def from_env(cls) -> Runtime:

@@ -93,6 +93,12 @@ class SluiceSettings(SluiceBaseSettings):
     dead_letter_topic: str = Field(
         default="events.dlq", description="Where bad input goes, with its reason."
     )
+    aggregator_modules: str = Field(
+        default="",
+        description="Python modules (comma-separated, importable where Sluice runs) imported "
+        "at start-up by every process that loads views, so that the custom aggregations they "
+        "register with pipelines.aggregators.register can be named in views.",
+    )
     partitions: int = Field(default=4, ge=1, description="Partitions of a topic Sluice creates.")
     flush_interval_s: float = Field(
         default=60.0, ge=1.0, description="How often a task writes its realtime segments."

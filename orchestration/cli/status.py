@@ -13,6 +13,7 @@ import json
 import logging
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 
 from rich.console import Console, Group
@@ -46,13 +47,20 @@ class JobView:
     leader: str | None = None
     time_shares: dict[str, dict[str, float]] = field(default_factory=dict)
     """Per agent: share of its wall time spent reading, decoding, aggregating, ... (last report)."""
+    crashes: dict[str, int] = field(default_factory=dict)
+    """Per task: crashes in the last SLUICE_VIEW_CRASH_WINDOW_S (the crash log); a task that
+    crashed lately is WARN."""
 
     def health(self, task: str) -> str | None:
         """The task's status from the job model alone (None: nothing to say)."""
         a = self.assignments.get(task)
         if a is not None and a.state in ("Waiting", "Disabled"):
             return "STOP"
-        if (a is not None and a.state == "Scheduled") or self.disabled_views.get(task):
+        if (
+            (a is not None and a.state == "Scheduled")
+            or self.disabled_views.get(task)
+            or self.crashes.get(task)
+        ):
             return "WARN"
         return None
 
@@ -68,8 +76,15 @@ def job_view(runtime: Runtime) -> JobView:
         lease = jobs.lease("coordinator")
         leader = lease["holder"] if lease and lease["expires_at"] > time.time() else None
         shares = {w["worker_id"]: w["time_shares"] for w in runtime.control.workers()}
+        since = time.time() - runtime.settings.view_crash_window_s
+        crashes = Counter(c.task for c in runtime.control.crashes.recent(since))
         return JobView(
-            {a.task: a for a in jobs.assignments()}, disabled, jobs.agents(), leader, shares
+            {a.task: a for a in jobs.assignments()},
+            disabled,
+            jobs.agents(),
+            leader,
+            shares,
+            dict(crashes),
         )
     except SQLAlchemyError as exc:  # status must show what it can
         log.warning("cannot read the job model: %s", exc)
@@ -204,6 +219,12 @@ def render(
         n = sum(a.state == state for a in job.assignments.values())
         if n:
             counts.append(f"{n} {state.lower()}")
+    crashed = sum(job.crashes.values())
+    if crashed:
+        counts.append(f"{crashed} task crash{'es' if crashed > 1 else ''} lately")
+    quarantined = sum(lag.status.views.get("quarantined", 0) for lag in lags)
+    if quarantined:
+        counts.append(f"{quarantined} record{'s' if quarantined > 1 else ''} quarantined")
     views_off = sum(len(v) for v in job.disabled_views.values())
     if views_off:
         counts.append(f"{views_off} view{'s' if views_off > 1 else ''} disabled")

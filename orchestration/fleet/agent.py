@@ -7,8 +7,16 @@ and makes the worker run what the job model says: start what is assigned to this
 at a checkpoint what is being handed off, drop without writing what moved to a newer
 generation. Each task asks the job model before every write whether this agent still owns it
 at its generation (the fence), so an agent that was paused past its loss threshold and comes
-back writes nothing. A view that crashes is counted per task; Mist's rule disables it there
-after ``SLUICE_VIEW_CRASH_LIMIT`` crashes, and the task restarts from its checkpoint without it.
+back writes nothing.
+
+A task that crashes (any exception while it processes a batch) is restarted from its
+checkpoint; the crash is kept in the control store's crash log with the offsets it was
+processing, and the restarted task takes those offsets one record at a time, so a record that
+crashes it again is quarantined: dead-lettered as ``crashed_task`` and skipped
+(:mod:`pipelines.control.crashes`). Mist's rule disables a view on a task after
+``SLUICE_VIEW_CRASH_LIMIT`` crashes that no quarantine explains, or after more quarantines than
+that (it fails on everything), within ``SLUICE_VIEW_CRASH_WINDOW_S``; the task restarts
+without it. Input never stops the agent itself.
 
 When the views in force change (a deployment in the control store, a Disabled state, an edit
 of the views file) the agent reloads them and restarts its tasks in place, each at a
@@ -39,6 +47,7 @@ from orchestration.fleet.imds import InstanceMetadata, Notice
 from orchestration.fleet.rebucketing import Rebucketer
 from orchestration.fleet.rescales import RescaleMeter
 from orchestration.runtime import Runtime
+from pipelines.control import TaskCrash, crash_plan
 from pipelines.kafka import consumer
 from pipelines.stream import StreamWorker, TaskId
 from pipelines.stream.worker import TaskEvent
@@ -263,9 +272,14 @@ class Agent:
                     continue
                 disabled = self.jobs.disabled_views(name)
                 views = [v for v in self.views if v.name not in disabled]
+                crashes = self.runtime.control.crashes.of_task(name)
                 self.requested[name] = a.generation
                 self.worker.start_task(
-                    TaskId.parse(name), a.generation, views, self._fence(name, a.generation)
+                    TaskId.parse(name),
+                    a.generation,
+                    views,
+                    self._fence(name, a.generation),
+                    crashes,
                 )
 
     def _fence(self, task: str, generation: int):
@@ -281,6 +295,8 @@ class Agent:
     def _on_event(self, event: TaskEvent) -> None:
         """From the worker thread: record what became of a task in the job model."""
         name = str(event.task)
+        if event.kind == "crashed":  # logged before the task may be started again
+            self._record_crash(event)
         with self.lock:
             self.requested.pop(name, None)
             handed_off = name in self.handing_off
@@ -300,19 +316,57 @@ class Agent:
                 self.jobs.release(name, self.agent_id, event.generation, reason)
             elif event.kind == "fenced":
                 self.jobs.note(name, self.agent_id, event.generation, "Fenced", event.detail)
-            elif event.kind == "crashed" and event.view is not None:
-                disabled = self.jobs.record_view_crash(
-                    name,
-                    event.view,
-                    event.detail,
-                    self.settings.view_crash_limit,
-                    self.settings.view_crash_window_s,
-                )
-                if disabled:
-                    log.error(
-                        "%s: view %s disabled on this task: %s", name, event.view, event.detail
-                    )
         except SQLAlchemyError as exc:
             log.warning(
                 "agent %s: cannot record %s of %s: %s", self.agent_id, event.kind, name, exc
             )
+
+    def _record_crash(self, event: TaskEvent) -> None:
+        """Keep a crash in the crash log (the task's next start isolates its offsets), note a
+        quarantine, and apply Mist's rule to the view that crashed. Never raises: a crash must
+        not stop the worker thread."""
+        name = str(event.task)
+        first = event.first_offset if event.first_offset is not None else -1
+        crash = TaskCrash(
+            name,
+            first,
+            event.end_offset if event.end_offset is not None else first,
+            event.error or event.detail,
+            event.view,
+            event.record_ts,
+            self.agent_id,
+            event.generation,
+        )
+        settings = self.settings
+        try:
+            crashes = self.runtime.control.crashes
+            crashes.record(crash)
+            if crash.single and crash_plan(crashes.of_task(name)).quarantined.get(first):
+                self.jobs.note(
+                    name,
+                    self.agent_id,
+                    event.generation,
+                    "Quarantined",
+                    f"offset {first}: " + crash.detail(),
+                )
+            if event.view is None:
+                where = f"offsets [{crash.first_offset}, {crash.end_offset})"
+                self.jobs.note(
+                    name, self.agent_id, event.generation, "Crashed", f"{where}: {crash.error}"
+                )
+                return
+            verdict = crashes.verdict(name, event.view, settings.view_crash_window_s)
+            if self.jobs.record_view_crash(
+                name,
+                event.view,
+                event.detail,
+                settings.view_crash_limit,
+                settings.view_crash_window_s,
+                counted=verdict.counted,
+                at_fault=verdict.quarantines > settings.view_crash_limit,
+            ):
+                log.error("%s: view %s disabled on this task: %s", name, event.view, event.detail)
+        except SQLAlchemyError as exc:
+            log.warning("agent %s: cannot record the crash of %s: %s", self.agent_id, name, exc)
+        except Exception:
+            log.exception("agent %s: recording the crash of %s failed", self.agent_id, name)

@@ -5,10 +5,18 @@ model in the control store decides which agent runs which task. The supervisor r
 agent that dies. A loss (killed by a signal: SIGKILL, the OOM killer, a reclaimed machine) is
 always restarted and never counted, and is recorded in the control store at once so the
 coordinator moves its tasks without waiting for the heartbeat to age. A crash (the agent
-exited with an error of its own, e.g. a bad setting) counts, and like Mist's scheduler the
-supervisor gives up on an agent that crashed three times within ten minutes; its tasks run on
-the other agents. Stopping sends SIGTERM (each agent checkpoints and releases its tasks), then
-SIGKILL after a deadline.
+exited with an error of its own) counts, and like Mist's scheduler the supervisor gives up on an
+agent that crashed three times within ten minutes; its tasks run on the other agents.
+
+That rule is for faults of the agent or its host, never of the data: a bad setting, a views
+file that does not load, a control store or storage it cannot reach at start, a bug outside
+the processing of records. Input cannot make an agent exit: every exception while a task
+processes records crashes that task alone, inside the agent, which restarts it and quarantines
+the record that keeps crashing it (:mod:`pipelines.control.crashes`); so an agent is never
+given up on for what its tasks read, and the next agent would not meet the same record.
+
+Stopping sends SIGTERM (each agent checkpoints and releases its tasks), then SIGKILL after a
+deadline.
 """
 
 from __future__ import annotations

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import importlib
 from typing import TypeVar
 
 from pipelines.aggregators.base import AggregationSpec, Aggregator
-from pipelines.exceptions import UnknownAggregation
+from pipelines.exceptions import ConfigError, UnknownAggregation
 
-__all__ = ["build", "get", "names", "register"]
+__all__ = ["build", "get", "import_modules", "names", "register"]
 
 _REGISTRY: dict[str, type[Aggregator]] = {}
 
@@ -37,3 +38,17 @@ def names() -> list[str]:
 
 def build(spec: AggregationSpec) -> Aggregator:
     return get(spec.aggregation)(spec)
+
+
+def import_modules(modules: str) -> list[str]:
+    """Import the comma-separated ``modules`` (SLUICE_AGGREGATOR_MODULES) so the aggregations
+    they register are known; the names imported."""
+    names_ = [m.strip() for m in modules.split(",") if m.strip()]
+    for module in names_:
+        try:
+            importlib.import_module(module)
+        except Exception as exc:
+            raise ConfigError(
+                f"SLUICE_AGGREGATOR_MODULES: cannot import {module!r}: {type(exc).__name__}: {exc}"
+            ) from exc
+    return names_

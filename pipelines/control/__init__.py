@@ -3,6 +3,7 @@
 May import: third-party libraries only (SQLAlchemy); every layer above reads or writes it.
 """
 
+from pipelines.control.crashes import CrashLog, CrashPlan, TaskCrash, crash_plan
 from pipelines.control.jobs import (
     TASK_STATES,
     AgentRecord,
@@ -19,11 +20,15 @@ __all__ = [
     "AgentRecord",
     "Assignment",
     "ControlStore",
+    "CrashLog",
+    "CrashPlan",
     "FleetSample",
     "JobEvent",
     "JobModelStore",
     "RescaleLog",
     "RescaleRecord",
+    "TaskCrash",
     "TaskStatus",
     "TaskViewState",
+    "crash_plan",
 ]

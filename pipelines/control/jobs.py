@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,7 @@ from sqlalchemy import Column, Float, Integer, String, Table, Text, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 
+from pipelines.control.crashes import task_crashes
 from pipelines.control.sql import metadata, upsert
 
 __all__ = [
@@ -509,22 +511,40 @@ class JobModelStore:
     # --- views per task --------------------------------------------------------------------
 
     def record_view_crash(
-        self, task: str, view: str, reason: str, limit: int = 3, window_s: float = 600.0
+        self,
+        task: str,
+        view: str,
+        reason: str,
+        limit: int = 3,
+        window_s: float = 600.0,
+        *,
+        counted: Sequence[float] | None = None,
+        at_fault: bool = False,
     ) -> bool:
         """Count a crash of ``view`` on ``task``; True if it is now Disabled there (``limit``
-        crashes within ``window_s``, Mist's rule)."""
+        crashes within ``window_s``, Mist's rule).
+
+        ``counted``, if given, are the times of the crashes that count (the crash log's, where
+        crashes a quarantine explains are left out: :meth:`pipelines.control.CrashLog.verdict`)
+        instead of this row's own list; ``at_fault`` disables the view whatever the count (it
+        had more records quarantined than the limit: it fails on everything)."""
         now = time.time()
         c = task_view_states.c
         with self.engine.begin() as conn:
             row = conn.execute(
                 select(task_view_states).where(c.task == task, c.view == view)
             ).first()
-            crashes = [t for t in json.loads(row.crashes) if now - t <= window_s] if row else []
-            crashes.append(now)
-            disabled = len(crashes) >= limit
+            if counted is not None:
+                crashes = [t for t in counted if now - t <= window_s]
+            else:
+                crashes = [t for t in json.loads(row.crashes) if now - t <= window_s] if row else []
+                crashes.append(now)
+            disabled = len(crashes) >= limit or at_fault
             state = "Disabled" if disabled else "Running"
             why = (
-                f"{len(crashes)} crashes in {window_s / 60:.0f} min, last: {reason}"
+                f"more than {limit} records quarantined in {window_s / 60:.0f} min, last: {reason}"
+                if at_fault
+                else f"{len(crashes)} crashes in {window_s / 60:.0f} min, last: {reason}"
                 if disabled
                 else f"crashed ({len(crashes)} of {limit} in {window_s / 60:.0f} min): {reason}"
             )
@@ -538,7 +558,8 @@ class JobModelStore:
             return disabled
 
     def enable_view(self, task: str, view: str, reason: str) -> bool:
-        """Re-enable ``view`` on ``task`` and forget its crashes (a recovery op)."""
+        """Re-enable ``view`` on ``task`` and forget its crashes (a recovery op), those of the
+        crash log too: they would count against it again at its next crash."""
         now = time.time()
         c = task_view_states.c
         with self.engine.begin() as conn:
@@ -547,6 +568,11 @@ class JobModelStore:
                 .where(c.task == task, c.view == view)
                 .values(state="Running", since=now, reason=reason, crashes="[]")
             ).rowcount
+            conn.execute(
+                task_crashes.delete().where(
+                    task_crashes.c.task == task, task_crashes.c.view == view
+                )
+            )
             if changed:
                 self._event(conn, now, task, view, None, None, "Running", reason)
             return bool(changed)

@@ -29,6 +29,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Engine
 
+from pipelines.control.crashes import CrashLog
 from pipelines.control.jobs import JobModelStore
 from pipelines.control.rescales import RescaleLog
 from pipelines.control.schema import upgrade
@@ -209,6 +210,8 @@ class ControlStore:
         """The job model: agents, task assignments with generations, leases."""
         self.rescales = RescaleLog(self.engine)
         """What each rescale paused, as the coordinator measured it."""
+        self.crashes = CrashLog(self.engine)
+        """Where tasks crashed, and the records quarantined for it."""
 
     def report_tasks(self, statuses: list[TaskStatus]) -> None:
         """Upsert task rows in one transaction; a row reported by a newer generation of the

@@ -9,7 +9,12 @@ import orjson
 
 from pipelines.events.decode import DeadLetter
 
-__all__ = ["DeadLetterSink", "KafkaDeadLetterSink", "dead_letter_message"]
+__all__ = ["VALUE_MAX_BYTES", "DeadLetterSink", "KafkaDeadLetterSink", "dead_letter_message"]
+
+VALUE_MAX_BYTES = 256 * 1024
+"""A dead letter keeps at most this much of the message (base64 makes it a third larger): with
+SLUICE_MAX_MESSAGE_BYTES raised near the producer's request size, a whole bad message would
+not fit in its dead letter, and failing to send one would crash its task on every replay."""
 
 
 class DeadLetterSink(Protocol):
@@ -22,6 +27,9 @@ class DeadLetterSink(Protocol):
 def dead_letter_message(topic: str, partition: int, letter: DeadLetter) -> tuple[bytes, bytes]:
     """Key and value of a dead letter; the key (source position) lets readers drop replays."""
     key = f"{topic}:{partition}:{letter.offset}".encode()
+    kept = letter.value
+    if kept is not None and len(kept) > VALUE_MAX_BYTES:
+        kept = kept[:VALUE_MAX_BYTES]
     value = {
         "source_topic": topic,
         "source_partition": partition,
@@ -29,8 +37,10 @@ def dead_letter_message(topic: str, partition: int, letter: DeadLetter) -> tuple
         "kafka_timestamp": letter.timestamp,
         "reason": letter.reason,
         "detail": letter.detail,
-        "value_b64": base64.b64encode(letter.value).decode() if letter.value is not None else None,
+        "value_b64": base64.b64encode(kept).decode() if kept is not None else None,
     }
+    if kept is not None and len(kept) < len(letter.value or b""):
+        value["value_bytes"] = len(letter.value or b"")  # kept only the first VALUE_MAX_BYTES
     return key, orjson.dumps(value)
 
 

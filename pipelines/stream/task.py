@@ -15,6 +15,11 @@ Under a job model a task carries its owner's generation: it asks ``fence`` befor
 under its generation, and it refuses to run on a checkpoint a newer generation wrote. A view
 that fails raises :class:`ViewCrash` naming it, so the agent can restart the task and, after
 repeated crashes, disable that view alone.
+
+A task restarted after crashes is given a :class:`~pipelines.control.CrashPlan`: it processes
+the offsets a crash covered one record at a time (so the next crash names one record) and
+dead-letters a quarantined record as ``crashed_task`` instead of processing it; past them it
+is back on the whole-batch path. A task never started after a crash does no such work.
 """
 
 from __future__ import annotations
@@ -30,8 +35,17 @@ import pyarrow as pa
 
 from pipelines.archive import ArchiveBuffer, discard_uncommitted
 from pipelines.config import SluiceSettings
+from pipelines.control.crashes import CrashPlan
 from pipelines.control.store import TaskStatus
-from pipelines.events.decode import NO_WATERMARK, RawRecord, RecordBatch, decode_batch
+from pipelines.events.decode import (
+    CRASHED_TASK,
+    NO_WATERMARK,
+    DeadLetter,
+    DecodedBatch,
+    RawRecord,
+    RecordBatch,
+    decode_batch,
+)
 from pipelines.exceptions import TaskFenced, ViewCrash
 from pipelines.segments import read_parquet, realtime_key, to_parquet
 from pipelines.storage import ObjectStore
@@ -102,6 +116,11 @@ class StreamTask:
         self.replay_until = 0
         """Realtime files are not rewritten before ``next_offset`` reaches this: an earlier
         owner had flushed them that far (see :meth:`restore`)."""
+        self.plan = CrashPlan()
+        """Where earlier runs crashed (:meth:`guard`); empty, and free, on the normal path."""
+        self.processing: tuple[int, int, int | None] = (0, 0, None)
+        """``(first, end, timestamp)`` of the records being processed: where a crash was (the
+        timestamp when they are one record)."""
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -191,6 +210,18 @@ class StreamTask:
         self.next_offset = offset
         self.archive = ArchiveBuffer(self.topic, self.partition, offset, *self.id.where)
 
+    def guard(self, plan: CrashPlan) -> None:
+        """Process the offsets earlier crashes covered one at a time, skipping quarantined
+        records (dead-lettered as ``crashed_task``), until past all of them."""
+        self.plan = plan
+        if plan:
+            log.warning(
+                "%s: restarted after crashes: offsets %s one record at a time, %d quarantined",
+                self.name,
+                ", ".join(f"[{a}, {b})" for a, b in plan.suspects),
+                len(plan.quarantined),
+            )
+
     # --- the hot path --------------------------------------------------------------------
 
     @property
@@ -210,6 +241,7 @@ class StreamTask:
         end = records.offsets[-1] + 1
         if end <= self.next_offset:
             return  # a sibling on this reader is behind: all of it was ours before
+        self.processing = (max(records.offsets[0], self.next_offset), end, None)
         if self.filters or records.offsets[0] < self.next_offset:
             records = self._own(records, hashes)
             if not records:
@@ -219,6 +251,14 @@ class StreamTask:
         else:
             self.seen += len(records)
             self.kept += len(records)
+        if self.plan:
+            self._process_guarded(records, end)
+            return
+        self.processing = (records.offsets[0], end, None)
+        self._fold(records, end)
+
+    def _fold(self, records: RecordBatch, end: int) -> None:
+        """Decode ``records`` and fold them into every view; ``end`` is where the task is then."""
         started = time.perf_counter()
         batch = decode_batch(
             records,
@@ -245,6 +285,61 @@ class StreamTask:
         self.consumed += batch.consumed
         self.next_offset = batch.next_offset
         self.last_processed_ts = records.timestamps[-1]
+
+    def _process_guarded(self, records: RecordBatch, end: int) -> None:
+        """:meth:`process` under a crash plan: suspect offsets one record at a time,
+        quarantined ones dead-lettered, the records between them as one batch."""
+        plan = self.plan
+        if records.offsets[0] >= max(
+            [e for _, e in plan.suspects] + [o + 1 for o in plan.quarantined]
+        ):
+            self.plan = CrashPlan()  # past every crash: back on the whole-batch path
+            log.info("%s: past the offsets it crashed on", self.name)
+            self.processing = (records.offsets[0], end, None)
+            self._fold(records, end)
+            return
+        start = 0
+        for i, offset in enumerate(records.offsets):
+            crash = plan.quarantined.get(offset)
+            quarantined = crash is not None and crash.record_ts == records.timestamps[i]
+            if not quarantined and not plan.suspect(offset):
+                continue
+            if start < i:
+                self._fold_slice(records, start, i, offset)
+            if quarantined:
+                self._quarantine(records, i, crash.detail())
+            else:
+                self._fold_slice(records, i, i + 1, offset + 1)
+            start = i + 1
+        if start < len(records):
+            self._fold_slice(records, start, len(records), end)
+        self.next_offset = end
+        self.archive.advance(end)
+
+    def _fold_slice(self, records: RecordBatch, lo: int, hi: int, end: int) -> None:
+        part = RecordBatch(
+            records.offsets[lo:hi],
+            records.timestamps[lo:hi],
+            records.values[lo:hi],
+            records.keys[lo:hi],
+        )
+        self.processing = (part.offsets[0], end, part.timestamps[0] if hi - lo == 1 else None)
+        self._fold(part, end)
+
+    def _quarantine(self, records: RecordBatch, i: int, detail: str) -> None:
+        """Dead-letter record ``i`` as ``crashed_task`` without processing it."""
+        offset = records.offsets[i]
+        letter = DeadLetter(offset, records.timestamps[i], CRASHED_TASK, detail, records.values[i])
+        log.warning("%s: offset %d quarantined: %s", self.name, offset, detail)
+        self.sink.send(self.topic, self.partition, letter)
+        self.dead_lettered[CRASHED_TASK] += 1
+        self.consumed += 1
+        none = np.empty(0, dtype=np.int64)
+        self.archive.add(
+            DecodedBatch(none, none, {}, none, [letter], self.watermark, 1, offset + 1)
+        )
+        self.next_offset = offset + 1
+        self.last_processed_ts = records.timestamps[i]
 
     def _own(self, records: RecordBatch, hashes: np.ndarray | None) -> RecordBatch:
         """The records of the batch that are this task's to count."""
@@ -421,6 +516,8 @@ class StreamTask:
             views={
                 "counters": counters,
                 "dead_letter_reasons": dict(self.dead_lettered),
+                "quarantined": self.dead_lettered[CRASHED_TASK],
+                "isolating": [list(r) for r in self.plan.suspects],
                 "bucket": {
                     "bucket": self.bucket,
                     "factor": self.factor,

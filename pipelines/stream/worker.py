@@ -9,8 +9,12 @@ with a final checkpoint; SIGKILL loses nothing either, since it resumes from the
 An agent drives a worker through its job model: :meth:`StreamWorker.start_task` and
 :meth:`StreamWorker.stop_task` are safe to call from another thread and take effect between
 polls; what became of each task (started, stopped, fenced, crashed) goes back through
-``on_event``. Without an agent the worker runs the tasks it was built with, and a crash of a
-view stops the process as before.
+``on_event``. Any exception while a task processes a batch (a view's, or any other) crashes
+that task alone: it is dropped without writing and reported with the offsets it was processing
+and the traceback's last line, so its next start can take them one record at a time and
+quarantine the record that crashes it again (:mod:`pipelines.control.crashes`); the worker and
+its other tasks go on. Without an agent the worker runs the tasks it was built with, and a
+crash stops the process as before (nothing would restart the task).
 
 Utilisation (busy time over wall time) counts decoding, processing, flushes and checkpoints,
 not waiting for the broker, so rate / utilisation estimates what the worker could carry. With
@@ -27,6 +31,7 @@ import queue
 import signal
 import threading
 import time
+import traceback
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -35,8 +40,8 @@ from kafka import TopicPartition
 from kafka.errors import KafkaError
 
 from pipelines.config import KafkaSettings, SluiceSettings
-from pipelines.control import ControlStore, TaskStatus
-from pipelines.exceptions import TaskFenced, ViewCrash
+from pipelines.control import ControlStore, TaskCrash, TaskStatus, crash_plan
+from pipelines.exceptions import BrokerUnavailable, StorageError, TaskFenced, ViewCrash
 from pipelines.kafka import fetched_log_end
 from pipelines.kafka import producer as make_producer
 from pipelines.kafka.reader import open_reader
@@ -59,6 +64,11 @@ THROTTLE_SLICE_S = 0.2
 pause is about this long."""
 
 
+NOT_THE_RECORDS = (KafkaError, BrokerUnavailable, StorageError, OSError)
+"""Failures of what a task talks to (the dead-letter producer, storage), not of what it read:
+a crash by one of these names no offsets, so no record is ever quarantined for it."""
+
+
 @dataclass(frozen=True)
 class TaskEvent:
     """What became of a task the worker was asked to run or stop."""
@@ -72,6 +82,14 @@ class TaskEvent:
     detail: str = ""
     view: str | None = None
     """The view that crashed."""
+    first_offset: int | None = None
+    """A crash: the offsets ``[first_offset, end_offset)`` being processed (equal if it
+    crashed restoring)."""
+    end_offset: int | None = None
+    record_ts: int | None = None
+    """A crash on one record: its Kafka timestamp."""
+    error: str = ""
+    """A crash: the traceback's last line."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +98,7 @@ class _Start:
     generation: int | None
     views: tuple[View, ...]
     fence: Callable[[], bool] | None
+    crashes: tuple[TaskCrash, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -156,9 +175,11 @@ class StreamWorker:
         generation: int | None,
         views: Sequence[View],
         fence: Callable[[], bool] | None = None,
+        crashes: Sequence[TaskCrash] = (),
     ) -> None:
-        """Run ``task`` from its checkpoint as ``generation``, between the next two polls."""
-        self.commands.put(_Start(task, generation, tuple(views), fence))
+        """Run ``task`` from its checkpoint as ``generation``, between the next two polls;
+        ``crashes`` are its earlier crashes (it isolates and quarantines what they cover)."""
+        self.commands.put(_Start(task, generation, tuple(views), fence, tuple(crashes)))
 
     def stop_task(self, task: TaskId, checkpoint: bool, reason: str) -> None:
         """Stop ``task``: at a final checkpoint (a hand-off), or dropping what it has not
@@ -184,7 +205,14 @@ class StreamWorker:
             else:
                 changed |= self._stop(command)
 
-    def _emit(self, kind: str, task: StreamTask, detail: str = "", view: str | None = None):
+    def _emit(
+        self,
+        kind: str,
+        task: StreamTask,
+        detail: str = "",
+        view: str | None = None,
+        **crash: int | str | None,
+    ) -> None:
         log.log(
             logging.INFO if kind in ("started", "stopped") else logging.WARNING,
             "worker %s: %s %s (generation %s) %s",
@@ -195,7 +223,7 @@ class StreamWorker:
             detail,
         )
         if self.on_event is not None:
-            event = TaskEvent(kind, task.id, task.generation or 0, detail, view)
+            event = TaskEvent(kind, task.id, task.generation or 0, detail, view, **crash)
             self.on_event(event)
 
     def _start(self, command: _Start) -> bool:
@@ -238,8 +266,14 @@ class StreamWorker:
                 offset = None
             if offset is None:
                 task.start_at(beginnings.get(tp, 0))
-        except (TaskFenced, ViewCrash) as exc:
+            if command.crashes:
+                task.guard(crash_plan(command.crashes))
+        except TaskFenced as exc:
             self._lose(task, exc)
+            return False
+        except Exception as exc:  # it cannot start (a view's state is unreadable...)
+            task.processing = (task.next_offset, task.next_offset, None)
+            self._crash(task, exc)
             return False
         self.tasks[task_id] = task
         self._emit("started", task, f"at offset {task.next_offset}")
@@ -261,15 +295,36 @@ class StreamWorker:
         self._emit("stopped", task, f"at offset {task.next_offset}: {command.reason}")
         return True
 
-    def _lose(self, task: StreamTask, exc: TaskFenced | ViewCrash) -> None:
-        """``task`` cannot go on: drop it without writing (it resumes from its checkpoint)."""
+    def _lose(self, task: StreamTask, exc: TaskFenced) -> None:
+        """``task`` is fenced: drop it without writing (its new owner resumes it)."""
         if self.on_event is None:
             raise exc  # no agent to restart it: the process fails, its supervisor sees it
         self.tasks.pop(task.id, None)
-        if isinstance(exc, ViewCrash):
-            self._emit("crashed", task, str(exc), exc.view)
-        else:
-            self._emit("fenced", task, str(exc))
+        self._emit("fenced", task, str(exc))
+
+    def _crash(self, task: StreamTask, exc: Exception) -> None:
+        """``task`` raised: drop it without writing (it resumes from its checkpoint) and say
+        where, so its next start isolates those offsets; the worker goes on."""
+        self.tasks.pop(task.id, None)  # its state is not to be checkpointed, even at shutdown
+        if self.on_event is None:
+            raise exc  # no agent to restart it: the process fails, its supervisor sees it
+        view = exc.view if isinstance(exc, ViewCrash) else None
+        cause = exc.cause if isinstance(exc, ViewCrash) else exc
+        error = traceback.format_exception_only(cause)[-1].strip()[:1000]
+        first, end, stamp = task.processing
+        if isinstance(cause, NOT_THE_RECORDS):
+            first, end, stamp = task.next_offset, task.next_offset, None
+        detail = str(exc) if view else f"{task.name} crashed: {error}"
+        self._emit(
+            "crashed",
+            task,
+            detail,
+            view,
+            first_offset=first,
+            end_offset=end,
+            record_ts=stamp,
+            error=error,
+        )
 
     def _reassign(self) -> None:
         """Point the reader at the current tasks, each at its next offset."""
@@ -345,8 +400,11 @@ class StreamWorker:
                         for task in tasks:
                             try:
                                 task.process(records, hashes)
-                            except (TaskFenced, ViewCrash) as exc:
+                            except TaskFenced as exc:
                                 self._lose(task, exc)
+                                lost = True
+                            except Exception as exc:  # whatever the input did: this task alone
+                                self._crash(task, exc)
                                 lost = True
                     if lost:
                         self._reassign()

@@ -267,3 +267,37 @@ def test_a_virtual_task_shows_its_bucket_and_its_share_of_the_backlog(tmp_path) 
     text = out.getvalue()
     share = f"{task.kept / task.seen:.0%}"
     assert "events:2#3/4" in text and f"3/4 {share}" in text, text
+
+
+def test_status_counts_task_crashes_and_quarantined_records(tmp_path, monkeypatch, capsys) -> None:
+    """A crash in the crash log and a record quarantined on a task are counted in the summary."""
+    import time
+
+    from pipelines.control import ControlStore, TaskCrash, TaskStatus
+
+    state = tmp_path / "state"
+    store = ControlStore(f"sqlite:///{state / 'control.db'}")
+    store.crashes.record(TaskCrash("events:0", 10, 20, "ValueError: x", "traffic_by_org"))
+    store.crashes.record(TaskCrash("events:0", 12, 13, "ValueError: x", "traffic_by_org", 5))
+    store.report_tasks(
+        [
+            TaskStatus(
+                task="events:0",
+                topic="events",
+                partition=0,
+                worker_id="a0",
+                pid=10,
+                consumed=100,
+                dead_lettered=1,
+                next_offset=100,
+                end_offset=100,
+                heartbeat_at=time.time(),
+                views={"dead_letter_reasons": {"crashed_task": 1}, "quarantined": 1},
+            )
+        ]
+    )
+    store.close()
+    out = _status_output(state, monkeypatch, capsys, "--once")
+    summary = next(line for line in out.splitlines() if " tasks" in line and "backlog" in line)
+    assert "2 task crashes lately" in summary and "1 record quarantined" in summary, summary
+    assert summary.startswith("WARN"), summary

@@ -236,7 +236,7 @@ def test_dead_letters_reject_an_unknown_reason_and_a_repeated_position(
     frame = dead_letters.copy()
     frame.loc[0, "reason"] = "gremlins"
     message = _rejected(validate_dead_letters, frame)
-    assert "column 'reason' fails 'in {empty, oversize, malformed_json" in message
+    assert "column 'reason' fails 'in {empty, oversize, too_deep, malformed_json" in message
     assert "'gremlins'" in message
     frame = pd.concat([dead_letters, dead_letters.head(1)], ignore_index=True)
     message = _rejected(validate_dead_letters, frame)

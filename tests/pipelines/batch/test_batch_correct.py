@@ -218,7 +218,10 @@ def served(table) -> list[dict]:
 
 def test_the_views_cover_every_registered_aggregation():
     used = {agg.name for view in load_test_views() for agg in view.aggregators}
-    assert used == set(aggregators.names())
+    builtin = {
+        n for n in aggregators.names() if aggregators.get(n).__module__.startswith("pipelines.")
+    }
+    assert used == builtin
 
 
 def test_the_traffic_has_late_and_duplicate_events(streamed):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import orjson
@@ -9,7 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipelines.events.decode import FUTURE_EVENT_TIME, NO_WATERMARK, _classify, decode_batch
+from pipelines.events.decode import (
+    FUTURE_EVENT_TIME,
+    MAX_JSON_DEPTH,
+    NO_WATERMARK,
+    _classify,
+    decode_batch,
+)
 from pipelines.events.schema import EVENT_FIELDS
 
 BASE = {
@@ -107,9 +114,14 @@ _json_scalars = st.one_of(
 @st.composite
 def _messages(draw) -> bytes | None:
     """A valid event with a few of its fields broken, dropped or added, or raw junk."""
-    kind = draw(st.sampled_from(["event", "event", "event", "junk", "none", "list"]))
+    kind = draw(st.sampled_from(["event", "event", "event", "junk", "none", "list", "deep"]))
     if kind == "none":
         return None
+    if kind == "deep":  # around the depth limit, or many brackets inside a string
+        depth = draw(st.integers(MAX_JSON_DEPTH - 2, MAX_JSON_DEPTH + 2))
+        if draw(st.booleans()):
+            return orjson.dumps({**BASE, "event_type": "[" * depth})
+        return orjson.dumps(BASE)[:-1] + b',"x":' + b"[" * depth + b"]" * depth + b"}"
     if kind == "junk":
         return draw(st.binary(max_size=40))
     if kind == "list":
@@ -159,3 +171,110 @@ def test_the_fast_path_agrees_with_the_exact_classifier(values):
     assert [(d.offset, d.reason) for d in batch.dead_letters] == dead
     assert batch.watermark == wm
     assert batch.consumed == len(values)
+
+
+# --- no input makes the decoder raise ------------------------------------------------------
+
+
+def _nested(depth: int, kind: str) -> bytes:
+    if kind == "object":
+        return b'{"a":' * depth + b"1" + b"}" * depth
+    if kind == "array":
+        return b"[" * depth + b"]" * depth
+    if kind == "event":  # a valid event carrying one deep extra field
+        inner = b"[" * depth + b"]" * depth
+        return orjson.dumps(BASE)[:-1] + b',"extra":' + inner + b"}"
+    return b"[" * depth  # unclosed
+
+
+_json = st.recursive(
+    _json_scalars | st.integers() | st.floats() | st.text(),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=5), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@st.composite
+def _hostile(draw) -> bytes | None:
+    """Anything a producer could send: raw bytes, any JSON, deep nesting, events broken in
+    the ways of issue 27."""
+    kind = draw(st.sampled_from(["bytes", "json", "deep", "event", "literal", "none", "brackets"]))
+    if kind == "none":
+        return None
+    if kind == "bytes":
+        return draw(st.binary(max_size=200))
+    if kind == "json":  # the standard library writes NaN, Infinity and integers of any size
+        return json.dumps(draw(_json)).encode()
+    if kind == "deep":
+        depth = draw(st.sampled_from([63, 64, 65, 100, 1_000, 5_000, 10_000]))
+        return _nested(depth, draw(st.sampled_from(["object", "array", "event", "open"])))
+    if kind == "brackets":  # many brackets, all inside strings: not deep
+        return orjson.dumps({**BASE, "event_type": "{[" * draw(st.integers(30, 200))})
+    if kind == "literal":  # a field's value as JSON no decoder accepts as an int
+        name = draw(st.sampled_from(sorted(BASE)))
+        literal = draw(
+            st.sampled_from(
+                [b"NaN", b"1" + b"0" * 400, b"-1" + b"0" * 400, b"1e999", b'"\\ud800"', b"2e3"]
+            )
+        )
+        return orjson.dumps({**BASE, name: 0}).replace(
+            f'"{name}":0'.encode(), f'"{name}":'.encode() + literal
+        )
+    event = dict(BASE)
+    event[draw(st.sampled_from(sorted(BASE)))] = draw(_json)
+    raw = json.dumps(event).encode()
+    if draw(st.booleans()):  # not UTF-8
+        raw = raw.replace(b"org-001", b"org-\xff\xfe")
+    return raw
+
+
+@settings(max_examples=250, deadline=None)
+@given(st.lists(_hostile(), min_size=1, max_size=20))
+def test_decoding_never_raises_and_classifies_each_message_once(values):
+    batch = _decode(values)
+    seen = [int(o) for o in batch.offsets] + [d.offset for d in batch.dead_letters]
+    assert sorted(seen) == list(range(len(values)))  # each offset exactly once
+    assert all(d.reason and d.detail for d in batch.dead_letters)
+    assert batch.consumed == len(values)
+
+
+@pytest.mark.parametrize("kind", ["object", "array", "event", "open"])
+@pytest.mark.parametrize("depth", [5_000, 10_000])
+def test_deep_nesting_is_dead_lettered_as_too_deep(kind, depth):
+    """Regression of issue 27: 5,000 levels raised RecursionError out of the fast path."""
+    batch = decode_batch(
+        [Rec(0, _event()), Rec(1, _nested(depth, kind)), Rec(2, _event(event_id="e2"))],
+        NO_WATERMARK,
+        max_message_bytes=1 << 20,
+        max_future_ms=3_600_000,
+    )
+    assert list(batch.offsets) == [0, 2]
+    assert [(d.offset, d.reason) for d in batch.dead_letters] == [(1, "too_deep")]
+    levels = depth + 1 if kind == "event" else depth
+    assert f"nested {levels} levels deep" in batch.dead_letters[0].detail
+
+
+def test_brackets_inside_strings_do_not_count_as_depth():
+    value = orjson.dumps({**BASE, "event_type": "{[" * 500, "note": 'a \\" {{{ "'})
+    batch = decode_batch([Rec(0, value)], NO_WATERMARK, max_message_bytes=1 << 20, max_future_ms=0)
+    assert len(batch) == 1 and not batch.dead_letters
+
+
+def test_nesting_up_to_the_limit_is_decoded():
+    assert len(_decode([_nested(MAX_JSON_DEPTH - 1, "event")])) == 1
+    assert [d.reason for d in _decode([_nested(MAX_JSON_DEPTH, "event")]).dead_letters] == [
+        "too_deep"
+    ]
+
+
+def test_the_classifier_turns_its_own_failure_into_a_dead_letter(monkeypatch):
+    import pipelines.events.decode as decode
+
+    def broken(value):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(decode, "json_depth", broken)
+    checked = _classify(_nested(100, "array"), 1 << 20)
+    assert checked == ("decoder_error", "RuntimeError: a bug")
