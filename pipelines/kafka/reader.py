@@ -12,6 +12,7 @@ reported (the embedded broker under-reports the listed end, FACTS.md).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
@@ -83,6 +84,7 @@ def librdkafka_config(bootstrap: str, kafka: KafkaSettings | None) -> dict[str, 
     config: dict[str, Any] = {
         "bootstrap.servers": bootstrap,
         "security.protocol": kafka.security_protocol,
+        "socket.timeout.ms": kafka.timeout_ms,  # every request's deadline (default 60 s)
     }
     if kafka.sasl_mechanism:
         config["sasl.mechanism"] = kafka.sasl_mechanism
@@ -101,6 +103,7 @@ class ConfluentReader:
         from confluent_kafka import Consumer, KafkaException
 
         self._error = KafkaException
+        self.timeout_s = (kafka or KafkaSettings()).timeout_s
         config = {
             **librdkafka_config(bootstrap, kafka),
             "group.id": group_id,
@@ -164,15 +167,19 @@ class ConfluentReader:
         return out
 
     def commit(self, tp: TopicPartition, offset: int) -> None:
+        # Asynchronous: a synchronous commit waits for the group coordinator without end when
+        # the broker is gone. close() still sends what is pending.
         try:
-            self.client.commit(offsets=[self._ctp(tp, offset)], asynchronous=False)
+            self.client.commit(offsets=[self._ctp(tp, offset)], asynchronous=True)
         except self._error as exc:
             raise KafkaError(str(exc)) from exc  # the worker treats commits as a courtesy
 
-    def _watermarks(self, tp: TopicPartition, cached: bool) -> tuple[int, int] | None:
+    def _watermarks(
+        self, tp: TopicPartition, cached: bool, timeout_s: float | None = None
+    ) -> tuple[int, int] | None:
         try:
             low, high = self.client.get_watermark_offsets(
-                self._ctp(tp), timeout=10.0, cached=cached
+                self._ctp(tp), timeout=timeout_s or self.timeout_s, cached=cached
             )
         except self._error as exc:
             log.warning("watermarks of %s failed: %s", tp, exc)
@@ -192,9 +199,11 @@ class ConfluentReader:
         """The fetch high watermark where fetches gave one (exact, and no round trip: the
         worker asks every status interval), else what the broker lists."""
         result = {}
+        deadline = time.monotonic() + self.timeout_s  # one deadline for all, not one each
         for tp in tps:
             fetched = self._watermarks(tp, cached=True) if tp in self.assigned else None
-            marks = fetched or self._watermarks(tp, cached=False)
+            left = deadline - time.monotonic()
+            marks = fetched or (self._watermarks(tp, False, left) if left > 0 else None)
             result[tp] = marks[1] if marks is not None else 0
         return result
 
