@@ -17,7 +17,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from kafka import TopicPartition
-from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata
 
 from pipelines.config import KafkaSettings
@@ -48,11 +47,17 @@ class Reader(Protocol):
     def close(self) -> None: ...
 
 
+COMMIT_TIMEOUT_S = 2.0
+"""The longest a reader waits for a commit to the consumer group (a courtesy copy of the
+checkpoint); SLUICE_KAFKA_TIMEOUT_S if shorter."""
+
+
 class KafkaPythonReader:
     """kafka-python's KafkaConsumer (manual assignment; the group only stores commits)."""
 
     def __init__(self, bootstrap: str, kafka: KafkaSettings | None, group_id: str) -> None:
         self.client = consumer(bootstrap, kafka, group_id=group_id)
+        self.timeout_s = (kafka or KafkaSettings()).timeout_s
 
     def assign(self, positions: Mapping[TopicPartition, int]) -> None:
         self.client.assign(list(positions))
@@ -66,7 +71,8 @@ class KafkaPythonReader:
         return {tp: RecordBatch.of(records) for tp, records in polled.items()}
 
     def commit(self, tp: TopicPartition, offset: int) -> None:
-        self.client.commit({tp: OffsetAndMetadata(offset, "", -1)})
+        timeout_ms = int(min(self.timeout_s, COMMIT_TIMEOUT_S) * 1000)
+        self.client.commit({tp: OffsetAndMetadata(offset, "", -1)}, timeout_ms=timeout_ms)
 
     def beginning_offsets(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
         return beginning_offsets(self.client, list(tps))
@@ -75,7 +81,7 @@ class KafkaPythonReader:
         return end_offsets(self.client, list(tps))
 
     def close(self) -> None:
-        self.client.close()
+        self.client.close(timeout_ms=1000)
 
 
 def librdkafka_config(bootstrap: str, kafka: KafkaSettings | None) -> dict[str, Any]:
@@ -103,7 +109,13 @@ class ConfluentReader:
         from confluent_kafka import Consumer, KafkaException
 
         self._error = KafkaException
+        self.bootstrap = bootstrap
+        self.kafka = kafka
+        self.group_id = group_id
         self.timeout_s = (kafka or KafkaSettings()).timeout_s
+        self._committer = consumer(bootstrap, kafka, group_id=group_id)
+        """A kafka-python consumer of the group, for commits (see :meth:`commit`); made now,
+        while the broker answers, not at a stop's last checkpoint."""
         config = {
             **librdkafka_config(bootstrap, kafka),
             "group.id": group_id,
@@ -167,12 +179,12 @@ class ConfluentReader:
         return out
 
     def commit(self, tp: TopicPartition, offset: int) -> None:
-        # Asynchronous: a synchronous commit waits for the group coordinator without end when
-        # the broker is gone. close() still sends what is pending.
-        try:
-            self.client.commit(offsets=[self._ctp(tp, offset)], asynchronous=True)
-        except self._error as exc:
-            raise KafkaError(str(exc)) from exc  # the worker treats commits as a courtesy
+        """Through kafka-python, within ``COMMIT_TIMEOUT_S``: with the broker gone,
+        librdkafka's synchronous commit waits for the group coordinator without end, and after
+        an asynchronous one its close (and the process's exit) waits as long. The worker treats
+        commits as a courtesy copy of the checkpoint, so a slow one is given up on."""
+        timeout_ms = int(min(self.timeout_s, COMMIT_TIMEOUT_S) * 1000)
+        self._committer.commit({tp: OffsetAndMetadata(offset, "", -1)}, timeout_ms=timeout_ms)
 
     def _watermarks(
         self, tp: TopicPartition, cached: bool, timeout_s: float | None = None
@@ -209,6 +221,7 @@ class ConfluentReader:
 
     def close(self) -> None:
         self.client.close()
+        self._committer.close(timeout_ms=1000)
 
 
 def open_reader(bootstrap: str, kafka: KafkaSettings | None, group_id: str) -> Reader:
