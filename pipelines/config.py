@@ -48,7 +48,7 @@ class KafkaSettings(SluiceBaseSettings):
     )
     timeout_s: float = Field(
         default=10.0,
-        gt=0,
+        ge=1.0,
         description="The longest any one call to the broker waits: a new client's bootstrap, "
         "metadata, offsets, commits, a producer's flush. A supervisor, an agent, a sensor or the "
         "CLI that meets a broker gone logs it and tries again at its next pass.",
@@ -96,7 +96,7 @@ class SluiceSettings(SluiceBaseSettings):
     )
     control_store_timeout_s: float = Field(
         default=10.0,
-        gt=0,
+        ge=1.0,
         description="The longest a control-store call waits: to connect, for a statement (a "
         "server-side statement timeout on PostgreSQL), for a pooled connection, for SQLite's "
         "lock. A server that hangs mid-query is not bounded by these: a stopping process "

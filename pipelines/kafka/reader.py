@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from kafka import TopicPartition
+from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata
 
 from pipelines.config import KafkaSettings
@@ -51,13 +52,35 @@ COMMIT_TIMEOUT_S = 2.0
 """The longest a reader waits for a commit to the consumer group (a courtesy copy of the
 checkpoint); SLUICE_KAFKA_TIMEOUT_S if shorter."""
 
+COMMIT_PAUSE_S = 30.0
+"""After a commit failed, commits are skipped this long: with the broker gone, a stop that
+checkpoints many tasks must not wait ``COMMIT_TIMEOUT_S`` for each."""
+
+
+class Commits:
+    """Commits to the consumer group with a deadline, paused for a while after one failed."""
+
+    def __init__(self, client: Any, timeout_s: float) -> None:
+        self.client = client
+        self.timeout_ms = int(min(timeout_s, COMMIT_TIMEOUT_S) * 1000)
+        self.paused_until = 0.0
+
+    def commit(self, tp: TopicPartition, offset: int) -> None:
+        if time.monotonic() < self.paused_until:
+            raise KafkaError("skipped: a commit failed less than 30 s ago")
+        try:
+            self.client.commit({tp: OffsetAndMetadata(offset, "", -1)}, timeout_ms=self.timeout_ms)
+        except KafkaError:
+            self.paused_until = time.monotonic() + COMMIT_PAUSE_S
+            raise
+
 
 class KafkaPythonReader:
     """kafka-python's KafkaConsumer (manual assignment; the group only stores commits)."""
 
     def __init__(self, bootstrap: str, kafka: KafkaSettings | None, group_id: str) -> None:
         self.client = consumer(bootstrap, kafka, group_id=group_id)
-        self.timeout_s = (kafka or KafkaSettings()).timeout_s
+        self.commits = Commits(self.client, (kafka or KafkaSettings()).timeout_s)
 
     def assign(self, positions: Mapping[TopicPartition, int]) -> None:
         self.client.assign(list(positions))
@@ -71,8 +94,7 @@ class KafkaPythonReader:
         return {tp: RecordBatch.of(records) for tp, records in polled.items()}
 
     def commit(self, tp: TopicPartition, offset: int) -> None:
-        timeout_ms = int(min(self.timeout_s, COMMIT_TIMEOUT_S) * 1000)
-        self.client.commit({tp: OffsetAndMetadata(offset, "", -1)}, timeout_ms=timeout_ms)
+        self.commits.commit(tp, offset)
 
     def beginning_offsets(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
         return beginning_offsets(self.client, list(tps))
@@ -116,6 +138,7 @@ class ConfluentReader:
         self._committer = consumer(bootstrap, kafka, group_id=group_id)
         """A kafka-python consumer of the group, for commits (see :meth:`commit`); made now,
         while the broker answers, not at a stop's last checkpoint."""
+        self.commits = Commits(self._committer, self.timeout_s)
         config = {
             **librdkafka_config(bootstrap, kafka),
             "group.id": group_id,
@@ -183,8 +206,7 @@ class ConfluentReader:
         librdkafka's synchronous commit waits for the group coordinator without end, and after
         an asynchronous one its close (and the process's exit) waits as long. The worker treats
         commits as a courtesy copy of the checkpoint, so a slow one is given up on."""
-        timeout_ms = int(min(self.timeout_s, COMMIT_TIMEOUT_S) * 1000)
-        self._committer.commit({tp: OffsetAndMetadata(offset, "", -1)}, timeout_ms=timeout_ms)
+        self.commits.commit(tp, offset)
 
     def _watermarks(
         self, tp: TopicPartition, cached: bool, timeout_s: float | None = None

@@ -278,8 +278,9 @@ def test_stream_exits_within_15_s(
     case, own_broker, hole, pg_proxy_factory, gone, sig, group, how
 ) -> None:
     prepare(gone, case, own_broker.bootstrap, hole, pg_proxy_factory)
-    case.start(["stream", "--agents", "2"])
-    running_then_gone(gone, case, own_broker, hole, 2, how)
+    agents = 2 if how == signal.SIGKILL else 1  # the issue's case as it was; the others cheaper
+    case.start(["stream", "--agents", str(agents)])
+    running_then_gone(gone, case, own_broker, hole, agents, how)
     if gone == "broker":  # where the issue's supervisor blocked for good: the lag probe
         case.waits_in("orchestration/lag.py")
     case.check(case.stop(sig, group))
@@ -296,9 +297,9 @@ def test_stream_exits_within_15_s(
 )
 def test_up_exits_within_15_s(case, own_broker, hole, pg_proxy_factory, gone, sig, group) -> None:
     prepare(gone, case, own_broker.bootstrap, hole, pg_proxy_factory)
-    args = ["up", "--no-dagster", "--agents", "2", "--duration", "6h", "--peak-rate", "200"]
+    args = ["up", "--no-dagster", "--agents", "1", "--duration", "6h", "--peak-rate", "200"]
     case.start(args)
-    running_then_gone(gone, case, own_broker, hole, 2, signal.SIGKILL)
+    running_then_gone(gone, case, own_broker, hole, 1, signal.SIGKILL)
     case.check(case.stop(sig, group))
 
 
@@ -327,18 +328,10 @@ def test_agent_exits_within_15_s(
     ("gone", "sig", "group"),
     [
         ("broker", signal.SIGTERM, False),
-        ("broker", signal.SIGINT, True),
-        ("control store", signal.SIGTERM, False),
         ("control store", signal.SIGINT, True),
         ("storage", signal.SIGTERM, False),
     ],
-    ids=[
-        "broker-hole-SIGTERM",
-        "broker-hole-SIGINT-group",
-        "store-hole-SIGTERM",
-        "store-hole-SIGINT-group",
-        "s3-SIGTERM",
-    ],
+    ids=["broker-hole-SIGTERM", "store-hole-SIGINT-group", "s3-SIGTERM"],
 )
 def test_status_exits_within_15_s(case, hole, gone, sig, group) -> None:
     """`status` against a black hole from the start: it blocks in its first call to it."""
