@@ -41,11 +41,15 @@ class Runtime:
 
     @cached_property
     def store(self) -> ObjectStore:
-        return open_store(self.settings.resolved_storage_root, self.settings.s3_endpoint_url)
+        settings = self.settings
+        return open_store(
+            settings.resolved_storage_root, settings.s3_endpoint_url, settings.storage_timeout_s
+        )
 
     @cached_property
     def control(self) -> ControlStore:
-        return ControlStore(self.settings.resolved_control_store_url)
+        settings = self.settings
+        return ControlStore(settings.resolved_control_store_url, settings.control_store_timeout_s)
 
     def views(self, path: str | Path | None = None) -> list[View]:
         """The views file's own definitions, before deployments: what a user edits. Everything

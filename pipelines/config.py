@@ -46,6 +46,13 @@ class KafkaSettings(SluiceBaseSettings):
         description="The client stream workers read and the generator writes with: "
         "confluent (librdkafka, several times faster) or kafka-python.",
     )
+    timeout_s: float = Field(
+        default=10.0,
+        ge=1.0,
+        description="The longest any one call to the broker waits: a new client's bootstrap, "
+        "metadata, offsets, commits, a producer's flush. A supervisor, an agent, a sensor or the "
+        "CLI that meets a broker gone logs it and tries again at its next pass.",
+    )
 
     def client_kwargs(self, bootstrap_servers: str) -> dict[str, Any]:
         """The one converter from settings to kafka-python client keyword arguments."""
@@ -60,7 +67,14 @@ class KafkaSettings(SluiceBaseSettings):
                 kwargs["sasl_plain_password"] = self.sasl_password.get_secret_value()
         if self.ssl_cafile:
             kwargs["ssl_cafile"] = self.ssl_cafile
+        # without these kafka-python waits 30 s to bootstrap and per request
+        kwargs["request_timeout_ms"] = self.timeout_ms
+        kwargs["bootstrap_timeout_ms"] = self.timeout_ms
         return kwargs
+
+    @property
+    def timeout_ms(self) -> int:
+        return max(1, int(self.timeout_s * 1000))
 
 
 class SluiceSettings(SluiceBaseSettings):
@@ -79,6 +93,29 @@ class SluiceSettings(SluiceBaseSettings):
     )
     s3_endpoint_url: str | None = Field(
         default=None, description="S3-compatible endpoint (tests, MinIO); unset = AWS."
+    )
+    control_store_timeout_s: float = Field(
+        default=10.0,
+        ge=1.0,
+        description="The longest a control-store call waits: to connect, for a statement (a "
+        "server-side statement timeout on PostgreSQL), for a pooled connection, for SQLite's "
+        "lock. A server that hangs mid-query is not bounded by these: a stopping process "
+        "gives up on it after SLUICE_STOP_TIMEOUT_S.",
+    )
+    storage_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="The longest an object-storage (S3) request waits to connect and for each "
+        "read of its answer; a failed request is retried once.",
+    )
+    stop_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        le=60.0,
+        description="How long a process told to stop (SIGTERM, SIGINT) may take to stop "
+        "gracefully (final checkpoints, releasing its tasks and lease, stopping its children). "
+        "Past it the process says what it gave up on and exits; the job model's loss detection "
+        "moves tasks it could not release. A supervisor SIGKILLs agents still running then.",
     )
     control_store_url: str | None = Field(
         default=None,

@@ -21,7 +21,7 @@ from assets.constants import RAW_ARCHIVE_KEY
 from assets.run_window import run_hours
 from orchestration.resources import KafkaResource, StorageResource
 from pipelines.exceptions import BrokerUnavailable
-from pipelines.kafka import beginning_offsets, consumer, end_offsets
+from pipelines.kafka import beginning_offsets, consumer, end_offsets, partitions_of
 from pipelines.storage import ObjectStore
 from quality.lineage import HourLineage, check_nothing_lost
 
@@ -55,7 +55,7 @@ def broker_offset_bounds(
         tps = [
             TopicPartition(topic, p)
             for topic in topics
-            for p in sorted(client.partitions_for_topic(topic) or ())
+            for p in partitions_of(kafka.bootstrap(), kafka.client_settings(), topic)
         ]
         if not tps:
             return {}

@@ -12,6 +12,7 @@ import argparse
 import json
 import logging
 import sys
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from orchestration.lag import (
 from orchestration.runtime import Runtime
 from pipelines.control import AgentRecord, Assignment
 from pipelines.exceptions import SluiceError
+from pipelines.stopping import StopDeadline, on_stop_signals, run_until_stopped
 from pipelines.views import ResolvedView
 
 __all__ = ["JobView", "job_view", "register", "render"]
@@ -366,18 +368,28 @@ def _snapshot(lags: list[TaskLag], job: JobView) -> list[dict]:
 
 def run(args: argparse.Namespace) -> int:
     runtime = Runtime.from_env()
+    stop = threading.Event()
+    # status holds nothing: on SIGTERM or SIGINT it exits at once, whatever it waits on
+    deadline = StopDeadline(runtime.settings.stop_timeout_s, "sluice status", exit_code=0)
+    on_stop_signals(stop, deadline)
+    run_until_stopped(lambda: show(runtime, args, stop), stop, "status", grace_s=1.0)
+    return 0
+
+
+def show(runtime: Runtime, args: argparse.Namespace, stop: threading.Event) -> None:
+    """What `sluice status` prints: once (``--once``, ``--json``) or live until ``stop``."""
     if args.json:
         lags = collect_task_lags(runtime, args.stale_after)
         json.dump(_snapshot(lags, job_view(runtime)), sys.stdout, indent=2)
         print()
-        return 0
+        return
     console = Console()
     if args.once or not (args.watch or sys.stdout.isatty()):
         console.print(render_views(_views(runtime)))
         lags = collect_task_lags(runtime, args.stale_after)
         tracker = LagTracker(stale_after_s=args.stale_after)
         console.print(render(lags, tracker.update(lags), job_view(runtime), console.width))
-        return 0
+        return
     console.print(render_views(_views(runtime)))
     tracker = LagTracker(stale_after_s=args.stale_after)
     probe = ProducedProbe(runtime.bootstrap, runtime.kafka)
@@ -388,10 +400,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         with Live(frame(), console=console, auto_refresh=False) as live:
-            while True:
-                time.sleep(args.interval)
+            while not stop.wait(args.interval):
                 live.update(frame(), refresh=True)
-    except KeyboardInterrupt:
-        return 0
     finally:
         probe.close()

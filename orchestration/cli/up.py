@@ -3,12 +3,14 @@
 Starts the embedded broker (unless KAFKA_BOOTSTRAP_SERVERS points elsewhere), the stream
 agents over the example views, the generator replaying a shipped trace (a simulated day in
 a few minutes) and the Dagster webserver and daemon; shows progress; Ctrl-C stops every
-process it started, agents first so they checkpoint.
+process it started, agents first so they checkpoint, within ``SLUICE_STOP_TIMEOUT_S`` + 3 s
+whatever is gone (past it every child is SIGKILLed by PID).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import subprocess
@@ -23,14 +25,15 @@ from rich.text import Text
 
 from orchestration.cli.logs import stderr_console
 from orchestration.cli.status import job_view, render
-from orchestration.cli.stream import add_agents_argument
-from orchestration.fleet import Supervisor, child_environment, start_fleet
+from orchestration.cli.stream import STOP_MARGIN_S, add_agents_argument
+from orchestration.fleet import LocalFleet, Supervisor, child_environment, start_fleet
 from orchestration.fleet.processes import start_process, stop_process
 from orchestration.lag import LagTracker
 from orchestration.runtime import Runtime
 from pipelines.config import SluiceSettings
 from pipelines.generator.progress import ReplayProgress
 from pipelines.kafka import EmbeddedBroker, ensure_topics
+from pipelines.stopping import StopDeadline, on_stop_signals, run_until_stopped
 
 __all__ = ["register"]
 
@@ -101,15 +104,16 @@ def run(args: argparse.Namespace) -> int:
     progress_file = state_dir / PROGRESS_FILE
     progress_file.unlink(missing_ok=True)
     console = stderr_console()
-    own_broker = None
-    fleet = None
-    generator = None
-    dagster = None
-    watch = None
-    interrupted = False
+    started = Started()
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    try:
+    signals: list[int] = []
+    deadline = StopDeadline(
+        settings.stop_timeout_s + STOP_MARGIN_S, "sluice up", last_step=started.kill
+    )
+    on_stop_signals(stop, deadline, then=signals.append)
+
+    def body() -> None:
+        nonlocal runtime
         if runtime.kafka.bootstrap_servers:
             bootstrap = runtime.kafka.bootstrap_servers
             console.print(f"using the Kafka cluster at {bootstrap}")
@@ -123,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
                 )
             else:
                 info = broker.start()
-                own_broker = broker
+                started.keep("broker", broker)
                 console.print(f"embedded broker pid {info.pid} at {info.bootstrap}")
             bootstrap = info.bootstrap
             kafka = runtime.kafka.model_copy(update={"bootstrap_servers": bootstrap})
@@ -133,50 +137,106 @@ def run(args: argparse.Namespace) -> int:
             {settings.topic: settings.partitions, settings.dead_letter_topic: 1},
             runtime.kafka,
         )
-        fleet = start_fleet(runtime, args.agents, args.views, None)
+        fleet = start_fleet(runtime, args.agents, args.views, None, started.fleets.append)
         console.print(f"{len(fleet.agents)} stream agents: {', '.join(fleet.agents)}")
         children = child_environment(runtime)
         if not args.no_dagster:
             dagster = _start_dagster(settings, children, console)
+            if dagster is not None and not started.keep("dagster", dagster):
+                return
         generator = _generator(args, {**os.environ, **children}, state_dir, progress_file)
+        if not started.keep("generator", generator):
+            return
         console.print(
             f"replaying {args.trace} ({args.duration} simulated at {args.speedup:g}x); "
             f"logs in {state_dir / 'logs'}; Ctrl-C stops everything"
         )
-        watch = Watch(runtime, generator, dagster, progress_file, args.trace)
+        watch = Watch(runtime, generator, started.dagster, progress_file, args.trace)
+        if not started.keep("watch", watch):
+            return
         Supervisor(runtime, fleet).run(
             stop,
             2.0,
             lambda events, lags: watch.show(events, lags, args.exit_when_done),
             with_lags=True,
         )
-    except KeyboardInterrupt:
-        interrupted = True
+
+    try:
+        # the supervisor calls the broker and the control store; the main thread only waits,
+        # so a signal is taken at once however long those calls take
+        run_until_stopped(body, stop, "supervisor")
     finally:
-        # A second Ctrl-C must not cut the clean-up short and leave children behind.
-        previous = signal.signal(signal.SIGINT, _still_stopping(console))
-        if watch is not None:
-            watch.close()
-        try:
-            console.print("stopping: generator, agents (checkpointing), Dagster, broker...")
-            stop_process(generator)
-            if fleet is not None:
-                fleet.stop()
-            if dagster is not None:
-                dagster.stop()
-            if own_broker is not None:
-                own_broker.stop()
-            console.print("stopped")
-        finally:
-            signal.signal(signal.SIGINT, previous)
-    return 130 if interrupted else 0
+        deadline.arm()  # a second Ctrl-C gives up at once, killing every child by PID
+        console.print("stopping: generator, agents (checkpointing), Dagster, broker...")
+        started.stop(settings.stop_timeout_s + 1)
+        console.print("stopped")
+    return 130 if signal.SIGINT in signals else 0
 
 
-def _still_stopping(console):
-    def handler(_signum, _frame) -> None:
-        console.print("still stopping every process started here; a moment...")
+class Started:
+    """What `up` started, so that the main thread stops it whatever the supervisor thread is
+    doing: nothing is kept once stopping began (it is stopped at once instead)."""
 
-    return handler
+    def __init__(self) -> None:
+        self.broker: EmbeddedBroker | None = None
+        self.fleets: list[LocalFleet] = []
+        self.generator: subprocess.Popen | None = None
+        self.dagster = None
+        self.watch: Watch | None = None
+        self.closed = False
+        self.lock = threading.Lock()
+
+    def keep(self, kind: str, thing) -> bool:
+        """Remember ``thing`` (broker, dagster, generator, watch); False, and ``thing``
+        stopped, if stopping already began."""
+        with self.lock:
+            if not self.closed:
+                setattr(self, kind, thing)
+                return True
+        if kind == "generator":
+            stop_process(thing, timeout_s=2)
+        elif kind == "dagster":
+            thing.stop(interrupt_timeout_s=2, term_timeout_s=2)
+        elif kind == "broker":
+            thing.stop(timeout_s=2)
+        return False
+
+    def stop(self, timeout_s: float) -> None:
+        """Agents first in spirit (they checkpoint through the broker, stopped last), all at
+        once in time: the generator, the agents and Dagster stop in parallel within
+        ``timeout_s``, then the broker."""
+        with self.lock:
+            self.closed = True
+        if self.watch is not None:
+            self.watch.close()
+        stops = [lambda: stop_process(self.generator, timeout_s)]
+        stops += [lambda fleet=fleet: fleet.close(timeout_s) for fleet in self.fleets]
+        if self.dagster is not None:
+            stops.append(lambda: self.dagster.stop(timeout_s - 4, 2))
+        threads = [threading.Thread(target=s, daemon=True) for s in stops]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout_s + 1)
+        if self.broker is not None:
+            self.broker.stop(timeout_s=2)
+
+    def kill(self) -> None:
+        """SIGKILL every process started here (the stop deadline passed)."""
+        with self.lock:
+            self.closed = True
+        for fleet in self.fleets:
+            fleet.kill()
+        groups = [p.pid for p in (self.generator,) if p is not None and p.poll() is None]
+        if self.dagster is not None:
+            groups.append(self.dagster.pgid)
+        for pgid in groups:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGKILL)
+        info = self.broker.info() if self.broker is not None else None
+        if info is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(info.pid, signal.SIGKILL)
 
 
 def _start_dagster(settings: SluiceSettings, env: dict[str, str], console: Console):

@@ -28,7 +28,11 @@ checkpoint at once and is released to the others), so the work moves even when D
 down; a rebalance recommendation is recorded for the sensor that starts a replacement.
 
 SIGTERM or SIGINT stop the agent gracefully: every task checkpoints and is released, so the
-coordinator moves it at once rather than after the loss threshold.
+coordinator moves it at once rather than after the loss threshold. A stop takes at most
+``SLUICE_STOP_TIMEOUT_S``: with the control store, the broker or the storage gone, the agent
+gives up on what it could not finish, says so in its log and exits; its tasks then move when
+the coordinator sees it lost. The worker loop runs in a thread of its own so that the main
+thread is always free to take a signal.
 """
 
 from __future__ import annotations
@@ -48,7 +52,8 @@ from orchestration.fleet.rebucketing import Rebucketer
 from orchestration.fleet.rescales import RescaleMeter
 from orchestration.runtime import Runtime
 from pipelines.control import TaskCrash, crash_plan
-from pipelines.kafka import consumer
+from pipelines.kafka import partitions_of
+from pipelines.stopping import StopDeadline
 from pipelines.stream import StreamWorker, TaskId
 from pipelines.stream.worker import TaskEvent
 from pipelines.views.model import View
@@ -81,6 +86,9 @@ class Agent:
         """Tasks stopped at a checkpoint to start again with new views (not released)."""
         self.jobs = runtime.control.jobs
         self.stopping = threading.Event()
+        self.deadline = StopDeadline(self.settings.stop_timeout_s, f"agent {agent_id}")
+        self.owns_process = False
+        """Set by :meth:`install_signal_handlers`: the agent is the process and may end it."""
         self.requested: dict[str, int] = {}
         """Task -> generation asked of the worker and not yet reported started or lost."""
         self.handing_off: set[str] = set()
@@ -115,11 +123,7 @@ class Agent:
         )
 
     def _partitions(self) -> list[int]:
-        probe = consumer(self.runtime.bootstrap(), self.runtime.kafka)
-        try:
-            return sorted(probe.partitions_for_topic(self.topic) or [])
-        finally:
-            probe.close()
+        return partitions_of(self.runtime.bootstrap(), self.runtime.kafka, self.topic)
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -137,21 +141,39 @@ class Agent:
         control.start()
         if self.settings.spot_imds_url:
             threading.Thread(target=self._spot_loop, name="agent-spot", daemon=True).start()
+        failed: list[BaseException] = []
+
+        def work() -> None:
+            try:
+                self.worker.run()
+            except BaseException as exc:  # re-raised by the main thread: the agent fails
+                failed.append(exc)
+
+        worker = threading.Thread(target=work, name="agent-worker", daemon=True)
+        worker.start()
         try:
-            self.worker.run()
+            while worker.is_alive():  # the main thread stays free to take signals
+                worker.join(0.5)
         finally:
+            if self.owns_process:  # however the worker ended, the rest of the stop is bounded
+                self.deadline.arm()
             self.stopping.set()
-            control.join(timeout=10)
+            self.worker.stop_event.set()
+            worker.join(self.settings.stop_timeout_s)
+            control.join(timeout=1.0)
             try:
                 self.jobs.release_lease(COORDINATOR_LEASE, self.agent_id)
                 self.jobs.set_agent_state(self.agent_id, "stopped", "stopped gracefully")
             except SQLAlchemyError as exc:
                 log.warning("agent %s: could not record its stop: %s", self.agent_id, exc)
             log.info("agent %s stopped", self.agent_id)
+        if failed:
+            raise failed[0]
         return 0
 
     def install_signal_handlers(self) -> None:
-        self.worker.install_signal_handlers()
+        self.owns_process = True
+        self.worker.install_signal_handlers(self.deadline)
 
     def _control_loop(self) -> None:
         interval = self.settings.agent_heartbeat_interval_s

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from orchestration.fleet.local import LocalFleet, local_agent_ids
 from orchestration.runtime import Runtime
 from pipelines.exceptions import ConfigError, ViewDefinitionError
@@ -22,10 +24,16 @@ def child_environment(runtime: Runtime) -> dict[str, str]:
 
 
 def start_fleet(
-    runtime: Runtime, agents: int, views_file: str | None, topic: str | None
+    runtime: Runtime,
+    agents: int,
+    views_file: str | None,
+    topic: str | None,
+    on_fleet: Callable[[LocalFleet], None] | None = None,
 ) -> LocalFleet:
     """Validate the views, make sure the topics exist and start ``agents`` local agents; they
-    register, elect a coordinator and share the topic's tasks through the job model."""
+    register, elect a coordinator and share the topic's tasks through the job model.
+    ``on_fleet`` gets the fleet before any agent starts (a caller in another thread can then
+    stop it whatever happens here)."""
     if agents < 1:
         raise ConfigError(f"need at least one agent, got {agents}")
     settings = runtime.settings
@@ -46,5 +54,7 @@ def start_fleet(
         log_dir=settings.resolved_state_dir / "logs",
         control=runtime.control,
     )
+    if on_fleet is not None:
+        on_fleet(fleet)
     fleet.start()
     return fleet

@@ -21,11 +21,14 @@ deadline.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -90,6 +93,10 @@ class LocalFleet:
         self.prefix = agent_ids[0].rstrip("0123456789")
         """New agents of :meth:`rescale` are named like the first: ``<prefix><n>``."""
         self.agents: dict[str, AgentProcess] = {a: AgentProcess(a) for a in agent_ids}
+        self.closed = False
+        """Set by :meth:`close`: nothing starts any more (the supervisor may still be ticking
+        in another thread while the main thread stops the fleet)."""
+        self._lock = threading.Lock()
 
     def _command(self, agent: AgentProcess) -> list[str]:
         cmd = [sys.executable, "-m", "orchestration.cli", "agent", "--id", agent.agent_id]
@@ -101,8 +108,11 @@ class LocalFleet:
 
     def _spawn(self, agent: AgentProcess) -> None:
         log_file = self.log_dir / f"agent-{agent.agent_id}.log" if self.log_dir else None
-        agent.started_at = time.time()
-        agent.process = start_process(self._command(agent), self.env, log_file)
+        with self._lock:  # against close() from another thread: no agent starts after it
+            if self.closed:
+                return
+            agent.started_at = time.time()
+            agent.process = start_process(self._command(agent), self.env, log_file)
         log.info("started agent %s (pid %d)", agent.agent_id, agent.pid)
 
     def start(self) -> None:
@@ -121,7 +131,9 @@ class LocalFleet:
 
     def supervise(self) -> list[str]:
         """Restart dead agents; returns what happened, for the caller to show."""
-        events = []
+        events: list[str] = []
+        if self.closed:  # stopping: an agent that exits now is not lost
+            return events
         now = time.monotonic()
         for agent in self.agents.values():
             if agent.disabled or agent.process is None or agent.alive():
@@ -204,9 +216,27 @@ class LocalFleet:
         return {a: p.pid for a, p in self.agents.items()}
 
     def stop(self, timeout_s: float = 20.0) -> None:
-        for agent in self.agents.values():
+        agents = list(self.agents.values())
+        for agent in agents:
             signal_stop(agent.process)
         deadline = time.monotonic() + timeout_s
-        for agent in self.agents.values():
+        for agent in agents:
             if wait_or_kill(agent.process, deadline - time.monotonic()):
                 log.warning("agent %s did not stop in %.0fs: SIGKILL", agent.agent_id, timeout_s)
+
+    def close(self, timeout_s: float) -> None:
+        """Stop every agent for good (SIGTERM, SIGKILL of its group after ``timeout_s``);
+        safe while another thread supervises: nothing is started after it."""
+        with self._lock:
+            self.closed = True
+        self.stop(timeout_s)
+
+    def kill(self) -> None:
+        """SIGKILL every agent's process group now: a supervisor that gives up on its stop
+        leaves no agent behind."""
+        with self._lock:
+            self.closed = True
+        for agent in list(self.agents.values()):
+            if agent.process is not None and agent.process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(agent.process.pid, signal.SIGKILL)

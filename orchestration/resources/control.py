@@ -26,7 +26,7 @@ class ControlStoreResource(dg.ConfigurableResource):
 
     def open(self) -> ControlStore:
         """A connected store; callers ``close()`` it when done."""
-        return ControlStore(self.url())
+        return ControlStore(self.url(), get_settings().control_store_timeout_s)
 
 
 class LocalControlStoreResource(ControlStoreResource):

@@ -43,14 +43,18 @@ class LocalFleetResource(FleetResource):
 
     def realizer(self, policy: str) -> Realizer:
         settings = get_settings()
-        control = ControlStore(self.control_store_url or settings.resolved_control_store_url)
+        control = ControlStore(
+            self.control_store_url or settings.resolved_control_store_url,
+            settings.control_store_timeout_s,
+        )
         return ControlStoreRealizer(
             control, self.topic or settings.topic, timeout_s=self.timeout_s, policy=policy
         )
 
 
 def _jobs():
-    return ControlStore(get_settings().resolved_control_store_url).jobs
+    settings = get_settings()
+    return ControlStore(settings.resolved_control_store_url, settings.control_store_timeout_s).jobs
 
 
 class AwsFleetResource(FleetResource):

@@ -13,7 +13,7 @@ from kafka import TopicPartition
 from pydantic import Field
 
 from pipelines.config import KafkaSettings, get_settings
-from pipelines.kafka import consumer, end_offsets, resolve_bootstrap
+from pipelines.kafka import consumer, end_offsets, partitions_of, resolve_bootstrap
 
 __all__ = ["ClusterKafkaResource", "EmbeddedKafkaResource", "KafkaResource"]
 
@@ -32,9 +32,9 @@ class KafkaResource(dg.ConfigurableResource):
     def topic_end_offsets(self, topic: str) -> dict[int, int]:
         """Log-end offset per partition of ``topic`` (what has been produced so far)."""
         settings = self.client_settings()
+        partitions = partitions_of(self.bootstrap(), settings, topic)
         client = consumer(self.bootstrap(), settings)
         try:
-            partitions = sorted(client.partitions_for_topic(topic) or ())
             tps = [TopicPartition(topic, p) for p in partitions]
             return {tp.partition: offset for tp, offset in end_offsets(client, tps).items()}
         finally:

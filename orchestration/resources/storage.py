@@ -38,7 +38,8 @@ class LocalStorageResource(StorageResource):
     )
 
     def open(self) -> ObjectStore:
-        return open_store(self.location(), get_settings().s3_endpoint_url)
+        settings = get_settings()
+        return open_store(self.location(), settings.s3_endpoint_url, settings.storage_timeout_s)
 
     def location(self) -> str:
         return self.root or get_settings().resolved_storage_root

@@ -62,10 +62,10 @@ def sqlite_file_lock(database: str | None) -> Iterator[None]:
         yield
 
 
-def sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+def sqlite_pragmas(dbapi_connection: Any, _record: Any, busy_timeout_ms: int = 10_000) -> None:
     cursor = dbapi_connection.cursor()
     # the busy timeout first, so writers wait for each other instead of failing
-    cursor.execute("PRAGMA busy_timeout=10000")
+    cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
     if cursor.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
         # switching to WAL is not covered by the busy timeout: two connections switching a new
         # database at once fail with "database is locked" (11 in 100 when five processes open

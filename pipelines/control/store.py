@@ -197,14 +197,45 @@ class FleetSample:
         return cls(**data)
 
 
+DEFAULT_TIMEOUT_S = 10.0
+"""SLUICE_CONTROL_STORE_TIMEOUT_S's default, for stores opened without settings."""
+
+
+def engine_options(url: str, timeout_s: float) -> dict[str, Any]:
+    """Every wait of a connection bounded by ``timeout_s``: waiting for a pooled connection,
+    connecting, and (PostgreSQL) each statement on the server and dead peers through TCP
+    keepalives. A server that hangs mid-query while its kernel still answers is not bounded
+    here: the caller's thread waits, and a stopping process gives up on it."""
+    options: dict[str, Any] = {"future": True, "pool_pre_ping": True}
+    if url.startswith("postgresql"):
+        seconds = max(1, round(timeout_s))
+        options["pool_timeout"] = timeout_s
+        options["connect_args"] = {
+            "connect_timeout": seconds,
+            "options": f"-c statement_timeout={int(timeout_s * 1000)}",
+            "keepalives": 1,
+            "keepalives_idle": seconds,
+            "keepalives_interval": max(1, seconds // 3),
+            "keepalives_count": 3,
+            "tcp_user_timeout": int(timeout_s * 1000),
+        }
+    elif url.startswith("sqlite"):
+        options["connect_args"] = {"timeout": timeout_s}
+    return options
+
+
 class ControlStore:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         if url.startswith("sqlite:///"):
             Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         self.url = url
-        self.engine: Engine = create_engine(url, future=True, pool_pre_ping=True)
+        self.timeout_s = timeout_s
+        self.engine: Engine = create_engine(url, **engine_options(url, timeout_s))
         if self.engine.dialect.name == "sqlite":
-            event.listen(self.engine, "connect", sqlite_pragmas)
+            busy_ms = int(timeout_s * 1000)
+            event.listen(
+                self.engine, "connect", lambda conn, record: sqlite_pragmas(conn, record, busy_ms)
+            )
         upgrade(self.engine)
         self.jobs = JobModelStore(self.engine)
         """The job model: agents, task assignments with generations, leases."""

@@ -9,8 +9,10 @@ from pipelines.kafka.client import (
     end_offsets,
     ensure_topics,
     fetched_log_end,
+    partitions_of,
     producer,
     resolve_bootstrap,
+    within,
 )
 from pipelines.kafka.embedded import BrokerInfo, EmbeddedBroker, free_port
 
@@ -23,6 +25,8 @@ __all__ = [
     "ensure_topics",
     "fetched_log_end",
     "free_port",
+    "partitions_of",
     "producer",
     "resolve_bootstrap",
+    "within",
 ]

@@ -4,14 +4,21 @@ The same code serves the embedded broker and real Kafka/MSK. Two defects of the 
 broker are designed around here so that nothing else needs to know: ``end_offsets`` can
 under-report (we take the max with the fetch high watermark), and the first group join takes
 half the session timeout (we use short session timeouts locally).
+
+Every call has a deadline, ``SLUICE_KAFKA_TIMEOUT_S``: kafka-python's own timeouts where a
+call takes one, and :func:`within` (the call in a thread of its own, given up on) where it does
+not: its metadata calls (``topics``, ``partitions_for_topic``, the admin's ``list_topics``)
+wait for the broker without end.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
@@ -26,9 +33,13 @@ __all__ = [
     "consumer",
     "end_offsets",
     "ensure_topics",
+    "partitions_of",
     "producer",
     "resolve_bootstrap",
+    "within",
 ]
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +72,46 @@ def _kwargs(bootstrap: str, kafka: KafkaSettings | None) -> dict[str, Any]:
     return (kafka or KafkaSettings()).client_kwargs(bootstrap)
 
 
+def _timeout_s(kafka: KafkaSettings | None) -> float:
+    return (kafka or KafkaSettings()).timeout_s
+
+
+def within(timeout_s: float, what: str, call: Callable[[], T]) -> T:
+    """``call()``, given up on after ``timeout_s`` with :class:`BrokerUnavailable`.
+
+    For the calls kafka-python does not bound: the call runs in a daemon thread, left behind
+    if it does not return (it ends when the broker answers, or with the process)."""
+    done = threading.Event()
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = call()
+        except BaseException as exc:  # handed to the caller
+            outcome["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name=f"kafka: {what}", daemon=True).start()
+    if not done.wait(timeout_s):
+        raise BrokerUnavailable(f"{what}: no answer from the broker within {timeout_s:g} s")
+    if "error" in outcome:
+        error = outcome["error"]
+        if isinstance(error, KafkaError):
+            raise BrokerUnavailable(f"{what}: {error}") from error
+        raise error
+    return outcome["value"]
+
+
 def producer(bootstrap: str, kafka: KafkaSettings | None = None, **extra: Any) -> KafkaProducer:
-    options = {"linger_ms": 5, "batch_size": 256 * 1024, "acks": 1, **extra}
+    options = {
+        "linger_ms": 5,
+        "batch_size": 256 * 1024,
+        "acks": 1,
+        # send() waits this long for metadata or buffer space; flush and close take theirs
+        "max_block_ms": int(_timeout_s(kafka) * 1000),
+        **extra,
+    }
     try:
         return KafkaProducer(**_kwargs(bootstrap, kafka), **options)
     except KafkaError as exc:
@@ -83,7 +132,18 @@ def ensure_topics(
     kafka: KafkaSettings | None = None,
     timeout_s: float = 15.0,
 ) -> None:
-    """Create missing topics (name -> partitions) and wait until their metadata is visible."""
+    """Create missing topics (name -> partitions) and wait until their metadata is visible
+    (within ``timeout_s`` plus the time to reach the broker)."""
+    within(
+        timeout_s + 2 * _timeout_s(kafka),
+        f"creating topics {sorted(topics)}",
+        lambda: _ensure_topics(bootstrap, topics, kafka, timeout_s),
+    )
+
+
+def _ensure_topics(
+    bootstrap: str, topics: dict[str, int], kafka: KafkaSettings | None, timeout_s: float
+) -> None:
     try:
         admin = KafkaAdminClient(**_kwargs(bootstrap, kafka))
     except KafkaError as exc:
@@ -97,7 +157,7 @@ def ensure_topics(
         ]
         if missing:
             with contextlib.suppress(TopicAlreadyExistsError):
-                admin.create_topics(missing)
+                admin.create_topics(missing, timeout_ms=int(_timeout_s(kafka) * 1000))
     finally:
         admin.close()
     probe = consumer(bootstrap, kafka)
@@ -115,12 +175,35 @@ def ensure_topics(
         probe.close()
 
 
+def partitions_of(bootstrap: str, kafka: KafkaSettings | None, topic: str) -> list[int]:
+    """The partitions of ``topic`` (none if it does not exist); :class:`BrokerUnavailable`
+    when the broker does not say within ``SLUICE_KAFKA_TIMEOUT_S`` (twice: connect, ask)."""
+
+    def ask() -> list[int]:
+        probe = consumer(bootstrap, kafka)
+        try:
+            return sorted(probe.partitions_for_topic(topic) or [])
+        finally:
+            probe.close(timeout_ms=1000)
+
+    return within(2 * _timeout_s(kafka), f"partitions of {topic}", ask)
+
+
+def _client_timeout_ms(client: KafkaConsumer) -> int:
+    return int(client.config["request_timeout_ms"])
+
+
 def end_offsets(
-    client: KafkaConsumer, partitions: list[TopicPartition]
+    client: KafkaConsumer, partitions: list[TopicPartition], timeout_s: float | None = None
 ) -> dict[TopicPartition, int]:
-    """Log-end offsets, corrected by the fetch high watermark where the consumer knows it."""
+    """Log-end offsets, corrected by the fetch high watermark where the consumer knows it.
+
+    Waits at most ``timeout_s`` (default: the client's request timeout, which
+    ``SLUICE_KAFKA_TIMEOUT_S`` sets); a broker that does not answer leaves what the consumer
+    fetched, or 0."""
+    timeout_ms = _client_timeout_ms(client) if timeout_s is None else int(timeout_s * 1000)
     try:
-        ends = client.end_offsets(partitions)
+        ends = client.end_offsets(partitions, timeout_ms=timeout_ms)
     except KafkaError as exc:
         log.warning("end_offsets failed: %s", exc)
         ends = {}
@@ -157,19 +240,20 @@ def fetched_log_end(
                 return high
         return None
     finally:
-        probe.close()
+        probe.close(timeout_ms=1000)
 
 
 def beginning_offsets(
-    client: KafkaConsumer, partitions: list[TopicPartition], timeout_s: float = 10.0
+    client: KafkaConsumer, partitions: list[TopicPartition], timeout_s: float | None = None
 ) -> dict[TopicPartition, int]:
     """Log-start offsets: the oldest offset the broker still holds per partition.
 
     Unlike :func:`end_offsets` there is no safe fallback (0 would claim the broker holds
     offsets it may have deleted), so a failure raises :class:`BrokerUnavailable`.
     """
+    timeout_ms = _client_timeout_ms(client) if timeout_s is None else int(timeout_s * 1000)
     try:
-        return client.beginning_offsets(partitions, timeout_ms=int(timeout_s * 1000))
+        return client.beginning_offsets(partitions, timeout_ms=timeout_ms)
     except KafkaError as exc:
         names = ", ".join(f"{tp.topic}-{tp.partition}" for tp in partitions)
         raise BrokerUnavailable(f"log start offsets of {names} unavailable: {exc}") from exc

@@ -12,6 +12,7 @@ reported (the embedded broker under-reports the listed end, FACTS.md).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
@@ -47,11 +48,39 @@ class Reader(Protocol):
     def close(self) -> None: ...
 
 
+COMMIT_TIMEOUT_S = 2.0
+"""The longest a reader waits for a commit to the consumer group (a courtesy copy of the
+checkpoint); SLUICE_KAFKA_TIMEOUT_S if shorter."""
+
+COMMIT_PAUSE_S = 30.0
+"""After a commit failed, commits are skipped this long: with the broker gone, a stop that
+checkpoints many tasks must not wait ``COMMIT_TIMEOUT_S`` for each."""
+
+
+class Commits:
+    """Commits to the consumer group with a deadline, paused for a while after one failed."""
+
+    def __init__(self, client: Any, timeout_s: float) -> None:
+        self.client = client
+        self.timeout_ms = int(min(timeout_s, COMMIT_TIMEOUT_S) * 1000)
+        self.paused_until = 0.0
+
+    def commit(self, tp: TopicPartition, offset: int) -> None:
+        if time.monotonic() < self.paused_until:
+            raise KafkaError("skipped: a commit failed less than 30 s ago")
+        try:
+            self.client.commit({tp: OffsetAndMetadata(offset, "", -1)}, timeout_ms=self.timeout_ms)
+        except KafkaError:
+            self.paused_until = time.monotonic() + COMMIT_PAUSE_S
+            raise
+
+
 class KafkaPythonReader:
     """kafka-python's KafkaConsumer (manual assignment; the group only stores commits)."""
 
     def __init__(self, bootstrap: str, kafka: KafkaSettings | None, group_id: str) -> None:
         self.client = consumer(bootstrap, kafka, group_id=group_id)
+        self.commits = Commits(self.client, (kafka or KafkaSettings()).timeout_s)
 
     def assign(self, positions: Mapping[TopicPartition, int]) -> None:
         self.client.assign(list(positions))
@@ -65,7 +94,7 @@ class KafkaPythonReader:
         return {tp: RecordBatch.of(records) for tp, records in polled.items()}
 
     def commit(self, tp: TopicPartition, offset: int) -> None:
-        self.client.commit({tp: OffsetAndMetadata(offset, "", -1)})
+        self.commits.commit(tp, offset)
 
     def beginning_offsets(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
         return beginning_offsets(self.client, list(tps))
@@ -74,7 +103,7 @@ class KafkaPythonReader:
         return end_offsets(self.client, list(tps))
 
     def close(self) -> None:
-        self.client.close()
+        self.client.close(timeout_ms=1000)
 
 
 def librdkafka_config(bootstrap: str, kafka: KafkaSettings | None) -> dict[str, Any]:
@@ -83,6 +112,7 @@ def librdkafka_config(bootstrap: str, kafka: KafkaSettings | None) -> dict[str, 
     config: dict[str, Any] = {
         "bootstrap.servers": bootstrap,
         "security.protocol": kafka.security_protocol,
+        "socket.timeout.ms": kafka.timeout_ms,  # every request's deadline (default 60 s)
     }
     if kafka.sasl_mechanism:
         config["sasl.mechanism"] = kafka.sasl_mechanism
@@ -101,6 +131,14 @@ class ConfluentReader:
         from confluent_kafka import Consumer, KafkaException
 
         self._error = KafkaException
+        self.bootstrap = bootstrap
+        self.kafka = kafka
+        self.group_id = group_id
+        self.timeout_s = (kafka or KafkaSettings()).timeout_s
+        self._committer = consumer(bootstrap, kafka, group_id=group_id)
+        """A kafka-python consumer of the group, for commits (see :meth:`commit`); made now,
+        while the broker answers, not at a stop's last checkpoint."""
+        self.commits = Commits(self._committer, self.timeout_s)
         config = {
             **librdkafka_config(bootstrap, kafka),
             "group.id": group_id,
@@ -164,15 +202,18 @@ class ConfluentReader:
         return out
 
     def commit(self, tp: TopicPartition, offset: int) -> None:
-        try:
-            self.client.commit(offsets=[self._ctp(tp, offset)], asynchronous=False)
-        except self._error as exc:
-            raise KafkaError(str(exc)) from exc  # the worker treats commits as a courtesy
+        """Through kafka-python, within ``COMMIT_TIMEOUT_S``: with the broker gone,
+        librdkafka's synchronous commit waits for the group coordinator without end, and after
+        an asynchronous one its close (and the process's exit) waits as long. The worker treats
+        commits as a courtesy copy of the checkpoint, so a slow one is given up on."""
+        self.commits.commit(tp, offset)
 
-    def _watermarks(self, tp: TopicPartition, cached: bool) -> tuple[int, int] | None:
+    def _watermarks(
+        self, tp: TopicPartition, cached: bool, timeout_s: float | None = None
+    ) -> tuple[int, int] | None:
         try:
             low, high = self.client.get_watermark_offsets(
-                self._ctp(tp), timeout=10.0, cached=cached
+                self._ctp(tp), timeout=timeout_s or self.timeout_s, cached=cached
             )
         except self._error as exc:
             log.warning("watermarks of %s failed: %s", tp, exc)
@@ -192,14 +233,17 @@ class ConfluentReader:
         """The fetch high watermark where fetches gave one (exact, and no round trip: the
         worker asks every status interval), else what the broker lists."""
         result = {}
+        deadline = time.monotonic() + self.timeout_s  # one deadline for all, not one each
         for tp in tps:
             fetched = self._watermarks(tp, cached=True) if tp in self.assigned else None
-            marks = fetched or self._watermarks(tp, cached=False)
+            left = deadline - time.monotonic()
+            marks = fetched or (self._watermarks(tp, False, left) if left > 0 else None)
             result[tp] = marks[1] if marks is not None else 0
         return result
 
     def close(self) -> None:
         self.client.close()
+        self._committer.close(timeout_ms=1000)
 
 
 def open_reader(bootstrap: str, kafka: KafkaSettings | None, group_id: str) -> Reader:

@@ -38,6 +38,7 @@ class KafkaPythonWriter:
         self.client = producer(bootstrap, kafka, max_request_size=4 * 1024 * 1024)
         self.failed = 0
         self.error: str | None = None
+        self.timeout_s = (kafka or KafkaSettings()).timeout_s
 
     def _failed(self, exc: BaseException) -> None:
         self.failed += 1
@@ -57,7 +58,7 @@ class KafkaPythonWriter:
             raise BrokerUnavailable(f"{self.failed} messages not delivered: {self.error}")
 
     def close(self) -> None:
-        self.client.close()
+        self.client.close(timeout=self.timeout_s)
 
 
 class ConfluentWriter:
@@ -83,6 +84,7 @@ class ConfluentWriter:
         self.failed = 0
         self.error: str | None = None
         self._unpolled = 0
+        self.timeout_s = (kafka or KafkaSettings()).timeout_s
 
     def _delivered(self, error, _message) -> None:
         if error is not None:
@@ -109,7 +111,7 @@ class ConfluentWriter:
             raise BrokerUnavailable(f"{self.failed} messages not delivered: {self.error}")
 
     def close(self) -> None:
-        self.client.flush(10)
+        self.client.flush(self.timeout_s)
 
 
 def open_writer(bootstrap: str, kafka: KafkaSettings | None) -> Writer:

@@ -11,10 +11,13 @@ from pipelines.storage.local import LocalObjectStore
 __all__ = ["LocalObjectStore", "ObjectStore", "open_store"]
 
 
-def open_store(root: str, s3_endpoint_url: str | None = None) -> ObjectStore:
-    """The backend for ``root``: ``s3://bucket/prefix`` or a directory path."""
+def open_store(
+    root: str, s3_endpoint_url: str | None = None, timeout_s: float | None = None
+) -> ObjectStore:
+    """The backend for ``root``: ``s3://bucket/prefix`` or a directory path. ``timeout_s``
+    bounds each S3 request (SLUICE_STORAGE_TIMEOUT_S); a local directory has no deadline."""
     if root.startswith("s3://"):
         from pipelines.storage.s3 import S3ObjectStore
 
-        return S3ObjectStore(root, endpoint_url=s3_endpoint_url)
+        return S3ObjectStore(root, endpoint_url=s3_endpoint_url, timeout_s=timeout_s)
     return LocalObjectStore(root)

@@ -1,4 +1,8 @@
-"""S3 backend through boto3: one PUT per object is already atomic."""
+"""S3 backend through boto3: one PUT per object is already atomic.
+
+Every request has a deadline: ``timeout_s`` to connect and for each read of the answer, and
+one retry (boto3's defaults are 60 s each and up to five attempts in legacy mode: minutes
+against an endpoint that accepts connections and never answers)."""
 
 from __future__ import annotations
 
@@ -7,12 +11,18 @@ from urllib.parse import urlparse
 from pipelines.exceptions import StorageError
 from pipelines.storage.base import ObjectStore
 
-__all__ = ["S3ObjectStore"]
+__all__ = ["DEFAULT_TIMEOUT_S", "S3ObjectStore"]
+
+DEFAULT_TIMEOUT_S = 10.0
+"""SLUICE_STORAGE_TIMEOUT_S's default, for stores opened without settings."""
 
 
 class S3ObjectStore(ObjectStore):
-    def __init__(self, root: str, endpoint_url: str | None = None) -> None:
+    def __init__(
+        self, root: str, endpoint_url: str | None = None, timeout_s: float | None = None
+    ) -> None:
         import boto3
+        from botocore.config import Config
 
         parsed = urlparse(root)
         if parsed.scheme != "s3" or not parsed.netloc:
@@ -20,7 +30,13 @@ class S3ObjectStore(ObjectStore):
         self.root = root.rstrip("/")
         self.bucket = parsed.netloc
         self.prefix = parsed.path.strip("/")
-        self.client = boto3.client("s3", endpoint_url=endpoint_url)
+        timeout_s = DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s
+        config = Config(
+            connect_timeout=timeout_s,
+            read_timeout=timeout_s,
+            retries={"max_attempts": 2, "mode": "standard"},
+        )
+        self.client = boto3.client("s3", endpoint_url=endpoint_url, config=config)
 
     def _key(self, key: str) -> str:
         return f"{self.prefix}/{key}" if self.prefix else key

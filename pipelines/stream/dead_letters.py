@@ -45,13 +45,16 @@ def dead_letter_message(topic: str, partition: int, letter: DeadLetter) -> tuple
 
 
 class KafkaDeadLetterSink:
-    def __init__(self, producer, topic: str) -> None:
+    def __init__(self, producer, topic: str, timeout_s: float | None = None) -> None:
         self.producer = producer
         self.topic = topic
+        self.timeout_s = timeout_s
+        """How long :meth:`flush` waits for deliveries (None: until done); past it the
+        producer raises and the checkpoint that flushed does not happen."""
 
     def send(self, topic: str, partition: int, letter: DeadLetter) -> None:
         key, value = dead_letter_message(topic, partition, letter)
         self.producer.send(self.topic, key=key, value=value)
 
     def flush(self) -> None:
-        self.producer.flush()
+        self.producer.flush(timeout=self.timeout_s)

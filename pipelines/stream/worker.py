@@ -28,7 +28,6 @@ from __future__ import annotations
 import logging
 import os
 import queue
-import signal
 import threading
 import time
 import traceback
@@ -45,6 +44,7 @@ from pipelines.exceptions import BrokerUnavailable, StorageError, TaskFenced, Vi
 from pipelines.kafka import fetched_log_end
 from pipelines.kafka import producer as make_producer
 from pipelines.kafka.reader import open_reader
+from pipelines.stopping import StopDeadline, on_stop_signals
 from pipelines.storage import ObjectStore
 from pipelines.stream.buckets import key_hashes
 from pipelines.stream.dead_letters import KafkaDeadLetterSink
@@ -144,7 +144,10 @@ class StreamWorker:
         self.kafka = kafka
         self.stop_event = threading.Event()
         self.producer = make_producer(bootstrap, kafka)
-        self.sink = KafkaDeadLetterSink(self.producer, settings.dead_letter_topic)
+        self.kafka_timeout_s = (kafka or KafkaSettings()).timeout_s
+        self.sink = KafkaDeadLetterSink(
+            self.producer, settings.dead_letter_topic, self.kafka_timeout_s
+        )
         self.tasks: dict[TaskId, StreamTask] = {}
         for t in tasks:
             self.commands.put(_Start(t, None, tuple(views), None))
@@ -159,13 +162,13 @@ class StreamWorker:
         """Monotonic time of the last batch processed; benchmarks measure up to it."""
         self._ends: dict[TopicPartition, int] = {}
 
-    def install_signal_handlers(self) -> None:
-        def _stop(signum: int, _frame: object) -> None:
-            log.info("worker %s: signal %d, stopping after a checkpoint", self.worker_id, signum)
-            self.stop_event.set()
-
-        signal.signal(signal.SIGTERM, _stop)
-        signal.signal(signal.SIGINT, _stop)
+    def install_signal_handlers(self, deadline: StopDeadline | None = None) -> None:
+        """SIGTERM and SIGINT stop the worker after a final checkpoint; if that takes longer
+        than ``deadline`` (SLUICE_STOP_TIMEOUT_S), the process exits anyway."""
+        what = f"worker {self.worker_id}"
+        on_stop_signals(
+            self.stop_event, deadline or StopDeadline(self.settings.stop_timeout_s, what)
+        )
 
     # --- the job model's commands (any thread) -------------------------------------------
 
@@ -481,8 +484,11 @@ class StreamWorker:
     def _report(
         self, util: float, elapsed: float, last_consumed: dict, state: str = "running"
     ) -> None:
-        ends = self.reader.end_offsets(list(self._partitions())) if self.tasks else {}
-        self._ends = ends
+        if state == "stopped":  # the last report: what the broker said last (it may be gone)
+            ends = self._ends
+        else:
+            ends = self.reader.end_offsets(list(self._partitions())) if self.tasks else {}
+            self._ends = ends
         if self.control is None:
             return
         statuses = [
@@ -549,5 +555,7 @@ class StreamWorker:
                 self._emit("stopped", task, f"at offset {task.next_offset}: the worker stopped")
         finally:
             self.reader.close()
-            self.producer.close()
+            self.producer.close(
+                timeout=self.kafka_timeout_s
+            )  # undelivered letters: not checkpointed
             log.info("worker %s stopped", self.worker_id)
