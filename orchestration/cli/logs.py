@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import faulthandler
 import logging
+import os
 import signal
 import sys
 import threading
@@ -37,7 +38,26 @@ OWN_LOGGERS = ("pipelines", "orchestration", "assets", "quality", "__main__")
 THIRD_PARTY_LEVELS = {"kafka": logging.INFO, "librdkafka": logging.INFO}
 """Levels of the Kafka clients in the file, also under -v (their DEBUG is per request)."""
 
-_console = Console(stderr=True)
+
+class _TerminalConsole(Console):
+    """Rich's console, except that a closed terminal pipe silences it instead of exiting.
+
+    ``sluice up 2>&1 | tee up.log`` and Ctrl-C: the signal ends tee too, and the next line
+    printed (the stop's own log line) meets a broken pipe. Rich's default then raises
+    SystemExit, which cut the stop short and left every child running. Output goes nowhere
+    from then on (the log file still gets everything) and the stop goes on.
+    """
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        for fd in (1, 2):
+            with contextlib.suppress(OSError):
+                os.dup2(devnull, fd)
+        os.close(devnull)
+
+
+_console = _TerminalConsole(stderr=True)
 
 
 def stderr_console() -> Console:

@@ -32,14 +32,13 @@ from sqlalchemy.engine import make_url
 from pipelines.control import ControlStore, TaskStatus
 from pipelines.kafka import EmbeddedBroker
 from tests.fixtures.blackhole import BlackHole, FreezableProxy
-from tests.fixtures.processes import sluice_process, wait_until
+from tests.fixtures.processes import MARK, marked, sluice_process, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.broker]
 
 EXIT_WITHIN_S = 15.0
 PARTITIONS = 2
 TOPIC = "events"
-MARK = "SLUICE_TEST_DEADLINES"
 
 MEASURED: dict[str, float] = {}
 
@@ -50,21 +49,6 @@ def _record_times(artifacts_dir: Path):
     if MEASURED:
         out = artifacts_dir / "deadlines.json"
         out.write_text(json.dumps(MEASURED, indent=2, sort_keys=True) + "\n")
-
-
-def marked(mark: str) -> list[int]:
-    """PIDs of live processes whose environment carries ``mark`` (a case's processes)."""
-    needle = f"{MARK}={mark}".encode()
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            if needle in (proc / "environ").read_bytes().split(b"\0"):
-                found.append(int(proc.name))
-        except OSError:
-            continue
-    return found
 
 
 def catches(pid: int, sig: int) -> bool:
