@@ -12,13 +12,18 @@ heartbeat (1 s) and the loss threshold (``--loss-after``, default 10 s), and mea
   (d) a spot interruption notice on an agent's instance metadata (IMDSv2, a local server) ->
       every task it held Running on another agent (the agent evacuates itself);
   (e) an agent's registration -> its first processed record, for the first agent of an empty
-      fleet and for an agent joining a running one (a checkpoint hand-off first).
+      fleet and for an agent joining a running one (a checkpoint hand-off first);
+  (f) a fault during a merge (issue 27): a fleet of four agents on 12 key buckets
+      (SLUICE_MAX_BUCKET_FACTOR 4, windowed views only) loses one agent to an operator's
+      drain, so the coordinator merges; once a task is stopping for the merge, its owner is
+      SIGKILLed and a supervisor records the loss at once. Measured: the kill (= the loss
+      detected) -> every task Running on a live agent again. Then the fleet is restored.
 
 Times come from the control store's clocks: the job-model history (Running events) and the
 task reports (every ``--status-interval`` seconds, the resolution of (c)). Prints the median
 and p95 of ``--kills`` trials and writes ``benchmarks/out/failover.json``.
 
-    .venv/bin/python benchmarks/failover.py [--kills 5] [--loss-after 10]
+    .venv/bin/python benchmarks/failover.py [--kills 5] [--loss-after 10] [--only merge]
 """
 
 from __future__ import annotations
@@ -69,20 +74,23 @@ def percentile(values: list[float], q: float) -> float:
 
 
 class Fleet:
-    def __init__(self, work: Path, bootstrap: str, views_file: Path, args) -> None:
+    def __init__(
+        self, work: Path, bootstrap: str, views_file: Path, args, name: str = "", **env: str
+    ) -> None:
         self.work = work
         self.env = {
             **os.environ,
             "PYTHONPATH": str(ROOT),
             "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
-            "SLUICE_CONTROL_STORE_URL": f"sqlite:///{work / 'control.db'}",
-            "SLUICE_STORAGE_ROOT": str(work / "storage"),
+            "SLUICE_CONTROL_STORE_URL": f"sqlite:///{work / f'control{name}.db'}",
+            "SLUICE_STORAGE_ROOT": str(work / f"storage{name}"),
             "SLUICE_DEAD_LETTER_TOPIC": f"{TOPIC}.dlq",
             "SLUICE_FLUSH_INTERVAL_S": "2",
             "SLUICE_CHECKPOINT_INTERVAL_S": "2",
             "SLUICE_STATUS_INTERVAL_S": str(args.status_interval),
             "SLUICE_AGENT_LOSS_AFTER_S": str(args.loss_after),
             "SLUICE_WORKER_MAX_RATE": str(args.rate),
+            **env,
         }
         self.views_file = views_file
         self.control = ControlStore(self.env["SLUICE_CONTROL_STORE_URL"])
@@ -181,6 +189,73 @@ def notice_to_running(fleet: Fleet, victim: str, imds: FakeImds) -> float:
     return running_at - noticed
 
 
+MERGE_AGENTS = ("m0", "m1", "m2", "m3")
+"""Four agents on 6 partitions call for 2 key buckets each; three for whole partitions."""
+
+
+def merge_fault_trials(work: Path, bootstrap: str, views: dict, args) -> list[float]:
+    """(f): per trial, the SIGKILL of the owner of a task stopping for a merge -> every task
+    Running on a live agent again (the loss recorded at once, as a supervisor does)."""
+    windowed = {"views": [v for v in views["views"] if v.get("kind") != "session"]}
+    views_file = work / "views-windowed.yaml"
+    views_file.write_text(yaml.safe_dump(windowed))
+    fleet = Fleet(
+        work,
+        bootstrap,
+        views_file,
+        args,
+        "-merge",
+        SLUICE_MAX_BUCKET_FACTOR="4",
+        SLUICE_BUCKET_MERGE_DELAY_S="1",
+    )
+    live = lambda: {a for a, p in fleet.processes.items() if p.poll() is None}  # noqa: E731
+
+    def tasks():
+        return fleet.jobs.assignments(TOPIC)
+
+    def split_in_two():
+        now = tasks()
+        return len(now) == 2 * PARTITIONS and all(
+            a.state == "Running" and not a.handoff_to and a.agent_id in live() for a in now
+        )
+
+    def every_task_running():
+        now = tasks()
+        return now and all(a.state == "Running" and a.agent_id in live() for a in now)
+
+    results = []
+    try:
+        for agent_id in MERGE_AGENTS:
+            fleet.start(agent_id)
+        for _ in range(args.kills):
+            wait_for(split_in_two, 180, "12 key buckets Running on four agents")
+            fleet.jobs.set_agent_state("m3", "draining", "benchmark: scale-in")
+
+            def stopping_for_a_merge():
+                owners = [
+                    a.agent_id
+                    for a in tasks()
+                    if a.handoff_to == "@merge" and a.state == "Running" and a.agent_id != "m3"
+                ]
+                return owners[0] if owners else None
+
+            victim = wait_for(stopping_for_a_merge, 60, "a task stopping for a merge", 0.01)
+            killed = time.time()
+            os.kill(fleet.processes[victim].pid, signal.SIGKILL)
+            fleet.processes[victim].wait(10)
+            fleet.jobs.set_agent_state(victim, "lost", "killed by signal 9")
+            fleet.jobs.release_lease(COORDINATOR_LEASE, victim)
+            wait_for(every_task_running, 120, "every task Running after a fault in a merge")
+            results.append(time.time() - killed)
+            stuck = [a.task for a in tasks() if a.state == "Waiting"]
+            assert not stuck, stuck
+            fleet.start(victim)
+            fleet.jobs.set_agent_state("m3", "running", "benchmark: scale-out")
+    finally:
+        fleet.stop()
+    return results
+
+
 def fleet_loss(fleet: Fleet) -> float:
     return float(fleet.env["SLUICE_AGENT_LOSS_AFTER_S"])
 
@@ -192,6 +267,9 @@ def main() -> int:
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--rate", type=float, default=1000.0, help="msg/s cap per agent")
     parser.add_argument("--status-interval", type=float, default=0.2)
+    parser.add_argument(
+        "--only", choices=("all", "merge"), default="all", help="merge: only trials (f)"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         work = Path(tmp)
@@ -215,6 +293,11 @@ def main() -> int:
                 view["topic"] = TOPIC
             views_file = work / "views.yaml"
             views_file.write_text(yaml.safe_dump(views))
+            results: dict[str, list[float]] = {"merge": []}
+            cold, joins = None, []
+            if args.only == "merge":
+                results["merge"] = merge_fault_trials(work, bootstrap, views, args)
+                return report(args, results, cold, joins)
             fleet = Fleet(work, bootstrap, views_file, args)
 
             imds = {a: stack.enter_context(FakeImds(a)) for a in ("a0", "a1", "a2")}
@@ -229,7 +312,7 @@ def main() -> int:
             wait_for(fleet.all_running, 60, "three agents running every task")
 
             kinds = ("heartbeat", "supervised", "leader", "spot")
-            results: dict[str, list[float]] = {kind: [] for kind in kinds}
+            results |= {kind: [] for kind in kinds}
             for trial in range(args.kills * len(kinds)):
                 kind = kinds[trial % len(kinds)]
                 leader = fleet.jobs.lease(COORDINATOR_LEASE)["holder"]
@@ -244,18 +327,25 @@ def main() -> int:
                 registered = fleet.registered_at(victim, started - 1)
                 joins.append(fleet.first_record_at(victim, registered) - registered)
                 wait_for(fleet.all_running, 60, "every task running again")
+            fleet.stop()
+            fleet = None
+            results["merge"] = merge_fault_trials(work, bootstrap, views, args)
         finally:
             if fleet is not None:
                 fleet.stop()
             broker.stop()
+    return report(args, results, cold, joins)
 
+
+def report(args, results: dict[str, list[float]], cold: float | None, joins: list[float]) -> int:
     figures = {
         "machine": f"{platform.node()} ({os.cpu_count()} cores, Python {platform.python_version()})",
         "loss_after_s": args.loss_after,
-        "kill_to_running_heartbeat_s": results["heartbeat"],
-        "kill_to_running_supervised_s": results["supervised"],
-        "kill_leader_to_running_s": results["leader"],
-        "spot_notice_to_running_s": results["spot"],
+        "kill_to_running_heartbeat_s": results.get("heartbeat", []),
+        "kill_to_running_supervised_s": results.get("supervised", []),
+        "kill_leader_to_running_s": results.get("leader", []),
+        "spot_notice_to_running_s": results.get("spot", []),
+        "merge_fault_to_every_task_running_s": results["merge"],
         "registration_to_first_record_cold_s": cold,
         "registration_to_first_record_join_s": joins,
     }
@@ -266,17 +356,30 @@ def main() -> int:
         ("leader", "SIGKILL of the coordinator -> running elsewhere (heartbeat only)"),
         ("spot", "spot interruption notice (IMDS) -> running elsewhere"),
     ):
-        values = results[kind]
+        values = results.get(kind)
+        if not values:
+            continue
         print(
             f"{label}: median {statistics.median(values):.2f} s, p95 {percentile(values, 0.95):.2f} s"
             f" (n={len(values)}; {statistics.median(values) / args.loss_after:.2f}x the threshold)"
         )
-    print(f"registration -> first record, first agent of an empty fleet: {cold:.2f} s")
-    print(
-        f"registration -> first record, joining a running fleet: median "
-        f"{statistics.median(joins):.2f} s, p95 {percentile(joins, 0.95):.2f} s (n={len(joins)})"
-    )
-    target = ROOT / "benchmarks" / "out" / "failover.json"
+    merges = results["merge"]
+    if merges:
+        print(
+            "SIGKILL of a task's owner during a merge (loss recorded at once) -> every task "
+            f"Running: median {statistics.median(merges):.2f} s, "
+            f"p95 {percentile(merges, 0.95):.2f} s (n={len(merges)})"
+        )
+    if cold is not None:
+        print(f"registration -> first record, first agent of an empty fleet: {cold:.2f} s")
+    if joins:
+        print(
+            f"registration -> first record, joining a running fleet: median "
+            f"{statistics.median(joins):.2f} s, p95 {percentile(joins, 0.95):.2f} s "
+            f"(n={len(joins)})"
+        )
+    name = "failover-merge.json" if args.only == "merge" else "failover.json"
+    target = ROOT / "benchmarks" / "out" / name
     target.parent.mkdir(exist_ok=True)
     target.write_text(json.dumps(figures, indent=2))
     print(f"figures in {target.relative_to(ROOT)}")

@@ -22,7 +22,8 @@ holds the lease next (with nothing in memory) does the same:
   the mark is cancelled (:meth:`JobModelStore.cancel_handoff`) and the task is scheduled as it
   is; the next pass may start the merge again;
 - a step refused by the rewrite (:class:`RebucketError`, raised before anything is written):
-  cancelled, and the partition is not rebucketed again for ``retry_after_s``.
+  cancelled, and the partition is not rebucketed again for ``retry_after_s``;
+- a task retired (replaced) whose status row and checkpoints were not removed yet: removed.
 """
 
 from __future__ import annotations
@@ -102,7 +103,27 @@ class Rebucketer:
         done: list[str] = []
         for _, tasks in sorted(by_partition.items()):
             done += self._partition(tasks, target)
-        return done
+        steady = {p for p, tasks in by_partition.items() if not any(a.handoff_to for _, a in tasks)}
+        current = {a.task for a in (self.jobs.assignments(self.topic) if done else assignments)}
+        return done + self._forget_retired(current, steady)
+
+    def _forget_retired(self, current: set[str], steady: set[int]) -> list[str]:
+        """Finish what a coordinator that died after replacing rows left undone: a task that
+        is no longer in the job model but still has a status row (or got one from its owner's
+        late report) loses its row and its checkpoints. Only in partitions where no step is
+        under way, so a step's rewritten checkpoints are never touched."""
+        retired = [
+            t.task
+            for t in self.control.tasks()
+            if t.topic == self.topic and t.task not in current and t.partition in steady
+        ]
+        for name in retired:
+            task = TaskId.parse(name)
+            delete_checkpoints(self.store, task.topic, task.partition, *task.where)
+        if retired:
+            self.control.forget_tasks(retired)
+            log.info("forgot the retired tasks %s (status rows and checkpoints)", retired)
+        return [f"{name}: retired, its status and checkpoints removed" for name in retired]
 
     def _steady(self, target: int, assignments: Sequence[Assignment], now: float) -> int:
         """The target, except that a merge waits until it has been due for ``merge_delay_s``:

@@ -12,7 +12,7 @@ from sqlalchemy import update
 
 from orchestration.fleet.coordinator import Coordinator
 from orchestration.fleet.rebucketing import Rebucketer
-from pipelines.control import ControlStore
+from pipelines.control import ControlStore, TaskStatus
 from pipelines.control.jobs import task_assignments
 from pipelines.storage import LocalObjectStore
 from pipelines.stream import TaskId
@@ -189,3 +189,44 @@ def test_the_watchdog_cancels_a_merge_whose_other_half_never_stops(control_url, 
     _agents_follow(control)
     coordinator.reconcile()  # the same merge is not asked again at once
     assert "@merge" not in {a.handoff_to for a in control.jobs.assignments(TOPIC)}
+
+
+def test_a_leader_dying_after_the_replacement_leaves_no_retired_task_behind(control_url, tmp_path):
+    """The leader dies after replacing the rows, before deleting the halves' checkpoints and
+    status rows: the next leader removes them (a status row left behind would be counted by
+    status and by every sum over the tasks)."""
+    control, store, coordinator = _two_halves(control_url, tmp_path)
+    for i, task in enumerate((LOW, HIGH)):
+        t = TaskId.parse(task)
+        save_checkpoint(
+            store,
+            TaskCheckpoint(TOPIC, 0, 100 + i, 0, 50, {}, generation=1, bucket=t.bucket, factor=2),
+        )
+    control.report_tasks(
+        [TaskStatus(task=t, topic=TOPIC, partition=0, worker_id="a0", pid=1) for t in (LOW, HIGH)]
+    )
+    _ask_for_a_merge(control, coordinator)
+    _agents_follow(control)
+    jobs = control.jobs
+    replace = jobs.replace_tasks
+
+    def dies_after(*args, **kwargs):
+        replace(*args, **kwargs)
+        raise SystemExit("the leader dies")
+
+    jobs.replace_tasks = dies_after  # type: ignore[method-assign]
+    try:
+        coordinator.reconcile()
+    except SystemExit:
+        pass
+    finally:
+        del jobs.replace_tasks
+    assert [a.task for a in jobs.assignments(TOPIC)] == ["events:0"]
+    assert {t.task for t in control.tasks()} == {LOW, HIGH}  # left behind
+    assert load_checkpoint(store, TOPIC, 0, 0, 2) is not None
+    done = _leader(control, store).reconcile()
+    assert sum("retired" in d for d in done) == 2, done
+    assert not control.tasks()
+    assert load_checkpoint(store, TOPIC, 0, 0, 2) is None
+    assert load_checkpoint(store, TOPIC, 0, 1, 2) is None
+    assert load_checkpoint(store, TOPIC, 0).consumed == 100  # the merged task's is kept
