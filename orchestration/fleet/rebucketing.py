@@ -103,20 +103,21 @@ class Rebucketer:
         done: list[str] = []
         for _, tasks in sorted(by_partition.items()):
             done += self._partition(tasks, target)
-        steady = {p for p, tasks in by_partition.items() if not any(a.handoff_to for _, a in tasks)}
-        current = {a.task for a in (self.jobs.assignments(self.topic) if done else assignments)}
-        return done + self._forget_retired(current, steady)
+        return done + self._forget_retired({a.task for a in assignments})
 
-    def _forget_retired(self, current: set[str], steady: set[int]) -> list[str]:
+    def _forget_retired(self, known: set[str]) -> list[str]:
         """Finish what a coordinator that died after replacing rows left undone: a task that
         is no longer in the job model but still has a status row (or got one from its owner's
-        late report) loses its row and its checkpoints. Only in partitions where no step is
-        under way, so a step's rewritten checkpoints are never touched."""
-        retired = [
-            t.task
-            for t in self.control.tasks()
-            if t.topic == self.topic and t.task not in current and t.partition in steady
-        ]
+        late report) loses the row and its checkpoints. Only in partitions where no step is
+        under way, so a step's rewritten checkpoints are never touched. The job model is read
+        after the status rows: a task reported by its owner is in it unless it was retired."""
+        reported = [t for t in self.control.tasks() if t.topic == self.topic]
+        if all(t.task in known for t in reported):
+            return []  # the common case: nothing retired, no second read
+        model = self.jobs.assignments(self.topic)
+        current = {a.task for a in model}
+        busy = {a.partition for a in model if a.handoff_to in (SPLIT, MERGE)}
+        retired = [t.task for t in reported if t.task not in current and t.partition not in busy]
         for name in retired:
             task = TaskId.parse(name)
             delete_checkpoints(self.store, task.topic, task.partition, *task.where)
