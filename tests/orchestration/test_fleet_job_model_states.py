@@ -80,11 +80,13 @@ class JobModelMachine(RuleBasedStateMachine):
         self.coordinator = self._new_coordinator()
         self.leaders = 0
 
-    def _new_coordinator(self) -> Coordinator:
+    def _new_coordinator(self, waiting_max_s: float = 3600.0) -> Coordinator:
         rebucketer = Rebucketer(
             self.control, self.store, TOPIC, lambda: [], MAX_FACTOR, "org", merge_delay_s=0.0
         )
-        return Coordinator(self.jobs, TOPIC, lambda: PARTITIONS, 3600.0, None, rebucketer)
+        return Coordinator(
+            self.jobs, TOPIC, lambda: PARTITIONS, 3600.0, None, rebucketer, waiting_max_s
+        )
 
     # --- agents ---------------------------------------------------------------------------
 
@@ -179,10 +181,11 @@ class JobModelMachine(RuleBasedStateMachine):
         for agent_id in sorted(a for a, s in self.agents.items() if s.alive):
             self._sync(agent_id, finish_handoffs=True)
 
-    @rule()
-    def lease_moves(self) -> None:
-        """Another agent takes the lease: a coordinator with nothing in memory."""
-        self.coordinator = self._new_coordinator()
+    @rule(impatient=st.booleans())
+    def lease_moves(self, impatient: bool) -> None:
+        """Another agent takes the lease: a coordinator with nothing in memory (impatient:
+        every Waiting task is past its watchdog limit, as if a minute went by)."""
+        self.coordinator = self._new_coordinator(0.0 if impatient else 3600.0)
 
     @rule(after_replacement=st.booleans())
     def coordinator_dies_mid_step(self, after_replacement: bool) -> None:
