@@ -15,9 +15,10 @@ heartbeat (1 s) and the loss threshold (``--loss-after``, default 10 s), and mea
       fleet and for an agent joining a running one (a checkpoint hand-off first);
   (f) a fault during a merge (issue 27): a fleet of four agents on 12 key buckets
       (SLUICE_MAX_BUCKET_FACTOR 4, windowed views only) loses one agent to an operator's
-      drain, so the coordinator merges; once a task is stopping for the merge, its owner is
-      SIGKILLed and a supervisor records the loss at once. Measured: the kill (= the loss
-      detected) -> every task Running on a live agent again. Then the fleet is restored.
+      drain, so the coordinator merges; once a task is stopping for the merge, its owner (every
+      other trial: the coordinator) is SIGKILLed and a supervisor records the loss at once.
+      Measured: the kill (= the loss detected) -> every task Running on a live agent again.
+      Then the fleet is restored.
 
 Times come from the control store's clocks: the job-model history (Running events) and the
 task reports (every ``--status-interval`` seconds, the resolution of (c)). Prints the median
@@ -193,9 +194,10 @@ MERGE_AGENTS = ("m0", "m1", "m2", "m3")
 """Four agents on 6 partitions call for 2 key buckets each; three for whole partitions."""
 
 
-def merge_fault_trials(work: Path, bootstrap: str, views: dict, args) -> list[float]:
-    """(f): per trial, the SIGKILL of the owner of a task stopping for a merge -> every task
-    Running on a live agent again (the loss recorded at once, as a supervisor does)."""
+def merge_fault_trials(work: Path, bootstrap: str, views: dict, args) -> dict[str, list[float]]:
+    """(f): per trial, the SIGKILL of the owner of a task stopping for a merge (every other
+    trial: of the coordinator) -> every task Running on a live agent again (the loss recorded
+    at once, as a supervisor does)."""
     windowed = {"views": [v for v in views["views"] if v.get("kind") != "session"]}
     views_file = work / "views-windowed.yaml"
     views_file.write_text(yaml.safe_dump(windowed))
@@ -223,7 +225,7 @@ def merge_fault_trials(work: Path, bootstrap: str, views: dict, args) -> list[fl
         now = tasks()
         return now and all(a.state == "Running" and a.agent_id in live() for a in now)
 
-    results = []
+    results: dict[str, list[float]] = {"owner": [], "leader": []}
     try:
         for agent_id in MERGE_AGENTS:
             fleet.start(agent_id)
@@ -237,16 +239,22 @@ def merge_fault_trials(work: Path, bootstrap: str, views: dict, args) -> list[fl
                     for a in tasks()
                     if a.handoff_to == "@merge" and a.state == "Running" and a.agent_id != "m3"
                 ]
-                return owners[0] if owners else None
+                return owners
 
-            victim = wait_for(stopping_for_a_merge, 60, "a task stopping for a merge", 0.01)
+            owners = wait_for(stopping_for_a_merge, 60, "a task stopping for a merge", 0.01)
+            lease = fleet.jobs.lease(COORDINATOR_LEASE)
+            leader = lease["holder"] if lease else None
+            # every other trial the coordinator dies in the merge instead (if it is not m3)
+            trial = len(results["owner"]) + len(results["leader"])
+            others = [o for o in owners if o != leader] or owners
+            victim = leader if trial % 2 and leader not in (None, "m3") else others[0]
             killed = time.time()
             os.kill(fleet.processes[victim].pid, signal.SIGKILL)
             fleet.processes[victim].wait(10)
             fleet.jobs.set_agent_state(victim, "lost", "killed by signal 9")
             fleet.jobs.release_lease(COORDINATOR_LEASE, victim)
             wait_for(every_task_running, 120, "every task Running after a fault in a merge")
-            results.append(time.time() - killed)
+            results["leader" if victim == leader else "owner"].append(time.time() - killed)
             stuck = [a.task for a in tasks() if a.state == "Waiting"]
             assert not stuck, stuck
             fleet.start(victim)
@@ -293,10 +301,11 @@ def main() -> int:
                 view["topic"] = TOPIC
             views_file = work / "views.yaml"
             views_file.write_text(yaml.safe_dump(views))
-            results: dict[str, list[float]] = {"merge": []}
+            results: dict[str, list[float]] = {"merge_owner": [], "merge_leader": []}
             cold, joins = None, []
             if args.only == "merge":
-                results["merge"] = merge_fault_trials(work, bootstrap, views, args)
+                merges = merge_fault_trials(work, bootstrap, views, args)
+                results |= {"merge_owner": merges["owner"], "merge_leader": merges["leader"]}
                 return report(args, results, cold, joins)
             fleet = Fleet(work, bootstrap, views_file, args)
 
@@ -329,7 +338,8 @@ def main() -> int:
                 wait_for(fleet.all_running, 60, "every task running again")
             fleet.stop()
             fleet = None
-            results["merge"] = merge_fault_trials(work, bootstrap, views, args)
+            merges = merge_fault_trials(work, bootstrap, views, args)
+            results |= {"merge_owner": merges["owner"], "merge_leader": merges["leader"]}
         finally:
             if fleet is not None:
                 fleet.stop()
@@ -345,7 +355,8 @@ def report(args, results: dict[str, list[float]], cold: float | None, joins: lis
         "kill_to_running_supervised_s": results.get("supervised", []),
         "kill_leader_to_running_s": results.get("leader", []),
         "spot_notice_to_running_s": results.get("spot", []),
-        "merge_fault_to_every_task_running_s": results["merge"],
+        "merge_owner_killed_to_every_task_running_s": results["merge_owner"],
+        "merge_leader_killed_to_every_task_running_s": results["merge_leader"],
         "registration_to_first_record_cold_s": cold,
         "registration_to_first_record_join_s": joins,
     }
@@ -363,13 +374,14 @@ def report(args, results: dict[str, list[float]], cold: float | None, joins: lis
             f"{label}: median {statistics.median(values):.2f} s, p95 {percentile(values, 0.95):.2f} s"
             f" (n={len(values)}; {statistics.median(values) / args.loss_after:.2f}x the threshold)"
         )
-    merges = results["merge"]
-    if merges:
-        print(
-            "SIGKILL of a task's owner during a merge (loss recorded at once) -> every task "
-            f"Running: median {statistics.median(merges):.2f} s, "
-            f"p95 {percentile(merges, 0.95):.2f} s (n={len(merges)})"
-        )
+    for kind, whom in (("merge_owner", "a task's owner"), ("merge_leader", "the coordinator")):
+        values = results[kind]
+        if values:
+            print(
+                f"SIGKILL of {whom} during a merge (loss recorded at once) -> every task "
+                f"Running: median {statistics.median(values):.2f} s, "
+                f"p95 {percentile(values, 0.95):.2f} s (n={len(values)})"
+            )
     if cold is not None:
         print(f"registration -> first record, first agent of an empty fleet: {cold:.2f} s")
     if joins:
