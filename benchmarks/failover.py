@@ -16,12 +16,18 @@ heartbeat (1 s) and the loss threshold (``--loss-after``, default 10 s), and mea
   (f) a poison record (a view's update raises on it): its first crash -> its quarantine (the
       crash of the record alone) -> its task processing past it again, on a topic of its own
       per trial with one agent (``--poison-trials``; ``--poison-only`` runs just this).
+  (g) a fault during a merge (issue 27): a fleet of four agents on 12 key buckets
+      (SLUICE_MAX_BUCKET_FACTOR 4, windowed views only) loses one agent to an operator's
+      drain, so the coordinator merges; once a task is stopping for the merge, its owner (every
+      other trial: the coordinator) is SIGKILLed and a supervisor records the loss at once.
+      Measured: the kill (= the loss detected) -> every task Running on a live agent again.
+      Then the fleet is restored (``--only merge`` runs just this).
 
 Times come from the control store's clocks: the job-model history (Running events) and the
 task reports (every ``--status-interval`` seconds, the resolution of (c)). Prints the median
 and p95 of ``--kills`` trials and writes ``benchmarks/out/failover.json``.
 
-    .venv/bin/python benchmarks/failover.py [--kills 5] [--loss-after 10] [--poison-only]
+    .venv/bin/python benchmarks/failover.py [--kills 5] [--loss-after 10] [--poison-only | --only merge]
 """
 
 from __future__ import annotations
@@ -72,20 +78,23 @@ def percentile(values: list[float], q: float) -> float:
 
 
 class Fleet:
-    def __init__(self, work: Path, bootstrap: str, views_file: Path, args) -> None:
+    def __init__(
+        self, work: Path, bootstrap: str, views_file: Path, args, name: str = "", **env: str
+    ) -> None:
         self.work = work
         self.env = {
             **os.environ,
             "PYTHONPATH": str(ROOT),
             "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
-            "SLUICE_CONTROL_STORE_URL": f"sqlite:///{work / 'control.db'}",
-            "SLUICE_STORAGE_ROOT": str(work / "storage"),
+            "SLUICE_CONTROL_STORE_URL": f"sqlite:///{work / f'control{name}.db'}",
+            "SLUICE_STORAGE_ROOT": str(work / f"storage{name}"),
             "SLUICE_DEAD_LETTER_TOPIC": f"{TOPIC}.dlq",
             "SLUICE_FLUSH_INTERVAL_S": "2",
             "SLUICE_CHECKPOINT_INTERVAL_S": "2",
             "SLUICE_STATUS_INTERVAL_S": str(args.status_interval),
             "SLUICE_AGENT_LOSS_AFTER_S": str(args.loss_after),
             "SLUICE_WORKER_MAX_RATE": str(args.rate),
+            **env,
         }
         self.views_file = views_file
         self.control = ControlStore(self.env["SLUICE_CONTROL_STORE_URL"])
@@ -182,6 +191,80 @@ def notice_to_running(fleet: Fleet, victim: str, imds: FakeImds) -> float:
     fleet.processes[victim].wait(10)
     imds.clear_notices()  # its replacement has no notice
     return running_at - noticed
+
+
+MERGE_AGENTS = ("m0", "m1", "m2", "m3")
+"""Four agents on 6 partitions call for 2 key buckets each; three for whole partitions."""
+
+
+def merge_fault_trials(work: Path, bootstrap: str, views: dict, args) -> dict[str, list[float]]:
+    """(f): per trial, the SIGKILL of the owner of a task stopping for a merge (every other
+    trial: of the coordinator) -> every task Running on a live agent again (the loss recorded
+    at once, as a supervisor does)."""
+    windowed = {"views": [v for v in views["views"] if v.get("kind") != "session"]}
+    views_file = work / "views-windowed.yaml"
+    views_file.write_text(yaml.safe_dump(windowed))
+    fleet = Fleet(
+        work,
+        bootstrap,
+        views_file,
+        args,
+        "-merge",
+        SLUICE_MAX_BUCKET_FACTOR="4",
+        SLUICE_BUCKET_MERGE_DELAY_S="1",
+    )
+    live = lambda: {a for a, p in fleet.processes.items() if p.poll() is None}  # noqa: E731
+
+    def tasks():
+        return fleet.jobs.assignments(TOPIC)
+
+    def split_in_two():
+        now = tasks()
+        return len(now) == 2 * PARTITIONS and all(
+            a.state == "Running" and not a.handoff_to and a.agent_id in live() for a in now
+        )
+
+    def every_task_running():
+        now = tasks()
+        return now and all(a.state == "Running" and a.agent_id in live() for a in now)
+
+    results: dict[str, list[float]] = {"owner": [], "leader": []}
+    try:
+        for agent_id in MERGE_AGENTS:
+            fleet.start(agent_id)
+        for _ in range(args.kills):
+            wait_for(split_in_two, 180, "12 key buckets Running on four agents")
+            fleet.jobs.set_agent_state("m3", "draining", "benchmark: scale-in")
+
+            def stopping_for_a_merge():
+                owners = [
+                    a.agent_id
+                    for a in tasks()
+                    if a.handoff_to == "@merge" and a.state == "Running" and a.agent_id != "m3"
+                ]
+                return owners
+
+            owners = wait_for(stopping_for_a_merge, 60, "a task stopping for a merge", 0.01)
+            lease = fleet.jobs.lease(COORDINATOR_LEASE)
+            leader = lease["holder"] if lease else None
+            # every other trial the coordinator dies in the merge instead (if it is not m3)
+            trial = len(results["owner"]) + len(results["leader"])
+            others = [o for o in owners if o != leader] or owners
+            victim = leader if trial % 2 and leader not in (None, "m3") else others[0]
+            killed = time.time()
+            os.kill(fleet.processes[victim].pid, signal.SIGKILL)
+            fleet.processes[victim].wait(10)
+            fleet.jobs.set_agent_state(victim, "lost", "killed by signal 9")
+            fleet.jobs.release_lease(COORDINATOR_LEASE, victim)
+            wait_for(every_task_running, 120, "every task Running after a fault in a merge")
+            results["leader" if victim == leader else "owner"].append(time.time() - killed)
+            stuck = [a.task for a in tasks() if a.state == "Waiting"]
+            assert not stuck, stuck
+            fleet.start(victim)
+            fleet.jobs.set_agent_state("m3", "running", "benchmark: scale-out")
+    finally:
+        fleet.stop()
+    return results
 
 
 def fleet_loss(fleet: Fleet) -> float:
@@ -310,8 +393,11 @@ def main() -> int:
     parser.add_argument("--status-interval", type=float, default=0.2)
     parser.add_argument("--poison-trials", type=int, default=5, help="trials of (f)")
     parser.add_argument("--poison-only", action="store_true", help="only (f)")
+    parser.add_argument(
+        "--only", choices=("all", "merge"), default="all", help="merge: only trials (g)"
+    )
     args = parser.parse_args()
-    poison = poison_benchmark(args.poison_trials, 20_000)
+    poison = poison_benchmark(args.poison_trials, 20_000) if args.only == "all" else None
     if args.poison_only:
         print_poison(poison)
         return 0
@@ -337,6 +423,12 @@ def main() -> int:
                 view["topic"] = TOPIC
             views_file = work / "views.yaml"
             views_file.write_text(yaml.safe_dump(views))
+            results: dict[str, list[float]] = {"merge_owner": [], "merge_leader": []}
+            cold, joins = None, []
+            if args.only == "merge":
+                merges = merge_fault_trials(work, bootstrap, views, args)
+                results |= {"merge_owner": merges["owner"], "merge_leader": merges["leader"]}
+                return report(args, results, cold, joins, poison)
             fleet = Fleet(work, bootstrap, views_file, args)
 
             imds = {a: stack.enter_context(FakeImds(a)) for a in ("a0", "a1", "a2")}
@@ -351,7 +443,7 @@ def main() -> int:
             wait_for(fleet.all_running, 60, "three agents running every task")
 
             kinds = ("heartbeat", "supervised", "leader", "spot")
-            results: dict[str, list[float]] = {kind: [] for kind in kinds}
+            results |= {kind: [] for kind in kinds}
             for trial in range(args.kills * len(kinds)):
                 kind = kinds[trial % len(kinds)]
                 leader = fleet.jobs.lease(COORDINATOR_LEASE)["holder"]
@@ -366,18 +458,33 @@ def main() -> int:
                 registered = fleet.registered_at(victim, started - 1)
                 joins.append(fleet.first_record_at(victim, registered) - registered)
                 wait_for(fleet.all_running, 60, "every task running again")
+            fleet.stop()
+            fleet = None
+            merges = merge_fault_trials(work, bootstrap, views, args)
+            results |= {"merge_owner": merges["owner"], "merge_leader": merges["leader"]}
         finally:
             if fleet is not None:
                 fleet.stop()
             broker.stop()
+    return report(args, results, cold, joins, poison)
 
+
+def report(
+    args,
+    results: dict[str, list[float]],
+    cold: float | None,
+    joins: list[float],
+    poison: dict[str, list[float]] | None,
+) -> int:
     figures = {
         "machine": f"{platform.node()} ({os.cpu_count()} cores, Python {platform.python_version()})",
         "loss_after_s": args.loss_after,
-        "kill_to_running_heartbeat_s": results["heartbeat"],
-        "kill_to_running_supervised_s": results["supervised"],
-        "kill_leader_to_running_s": results["leader"],
-        "spot_notice_to_running_s": results["spot"],
+        "kill_to_running_heartbeat_s": results.get("heartbeat", []),
+        "kill_to_running_supervised_s": results.get("supervised", []),
+        "kill_leader_to_running_s": results.get("leader", []),
+        "spot_notice_to_running_s": results.get("spot", []),
+        "merge_owner_killed_to_every_task_running_s": results["merge_owner"],
+        "merge_leader_killed_to_every_task_running_s": results["merge_leader"],
         "registration_to_first_record_cold_s": cold,
         "registration_to_first_record_join_s": joins,
         "poison": poison,
@@ -389,18 +496,33 @@ def main() -> int:
         ("leader", "SIGKILL of the coordinator -> running elsewhere (heartbeat only)"),
         ("spot", "spot interruption notice (IMDS) -> running elsewhere"),
     ):
-        values = results[kind]
+        values = results.get(kind)
+        if not values:
+            continue
         print(
             f"{label}: median {statistics.median(values):.2f} s, p95 {percentile(values, 0.95):.2f} s"
             f" (n={len(values)}; {statistics.median(values) / args.loss_after:.2f}x the threshold)"
         )
-    print(f"registration -> first record, first agent of an empty fleet: {cold:.2f} s")
-    print(
-        f"registration -> first record, joining a running fleet: median "
-        f"{statistics.median(joins):.2f} s, p95 {percentile(joins, 0.95):.2f} s (n={len(joins)})"
-    )
-    print_poison(poison)
-    target = ROOT / "benchmarks" / "out" / "failover.json"
+    for kind, whom in (("merge_owner", "a task's owner"), ("merge_leader", "the coordinator")):
+        values = results[kind]
+        if values:
+            print(
+                f"SIGKILL of {whom} during a merge (loss recorded at once) -> every task "
+                f"Running: median {statistics.median(values):.2f} s, "
+                f"p95 {percentile(values, 0.95):.2f} s (n={len(values)})"
+            )
+    if cold is not None:
+        print(f"registration -> first record, first agent of an empty fleet: {cold:.2f} s")
+    if joins:
+        print(
+            f"registration -> first record, joining a running fleet: median "
+            f"{statistics.median(joins):.2f} s, p95 {percentile(joins, 0.95):.2f} s "
+            f"(n={len(joins)})"
+        )
+    if poison is not None:
+        print_poison(poison)
+    name = "failover-merge.json" if args.only == "merge" else "failover.json"
+    target = ROOT / "benchmarks" / "out" / name
     target.parent.mkdir(exist_ok=True)
     target.write_text(json.dumps(figures, indent=2))
     print(f"figures in {target.relative_to(ROOT)}")

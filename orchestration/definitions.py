@@ -34,6 +34,7 @@ from orchestration.sensors import (
     make_spot_interruption_sensor,
 )
 from orchestration.settings import DagsterSettings
+from pipelines.config import get_settings
 from pipelines.settings import load_settings
 
 __all__ = ["VIEWS", "corrected_assets", "defs", "realtime_assets", "reconciliation_report"]
@@ -89,7 +90,11 @@ defs = dg.Definitions(
             description="Corrects archive hours once they are complete and reports a day once "
             "all its hours are corrected (assets/automation.py).",
         ),
-        make_realtime_lag_sensor(VIEWS, lag_sla_s=SETTINGS.realtime_lag_sla_s),
+        make_realtime_lag_sensor(
+            VIEWS,
+            lag_sla_s=SETTINGS.realtime_lag_sla_s,
+            waiting_max_s=get_settings().task_waiting_max_s,
+        ),
         make_autoscaling_sensor(scale_stream_workers),
         make_spot_interruption_sensor(evacuate_spot_instance),
     ],

@@ -185,6 +185,14 @@ class SluiceSettings(SluiceBaseSettings):
         "Waiting and are scheduled on live agents (also the coordinator lease's length). Keep "
         "agents' clocks in sync (NTP) well within it.",
     )
+    task_waiting_max_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="The watchdog: while a running agent exists, no task stays Waiting longer "
+        "than this. The coordinator cancels a split or merge that blocks it (unless its storage "
+        "rewrite may have run) and schedules the task as it is, saying why in the job history; "
+        "`sluice status` and the realtime_lag sensor name every task waiting longer.",
+    )
     spot_imds_url: str | None = Field(
         default=None,
         description="The EC2 instance metadata service an agent polls for spot interruption "

@@ -3,7 +3,9 @@
 With agents, each task also shows its job-model state (Mist's Waiting, Scheduled, Running,
 Disabled), its generation and its disabled views, and the agents are listed with the
 coordinator marked. The summary is not OK while any task is stale, unassigned (Waiting),
-Disabled, or runs with a view disabled; each of those is counted in the summary line.
+Disabled, or runs with a view disabled; each of those is counted in the summary line. A task
+Waiting longer than ``SLUICE_TASK_WAITING_MAX_S`` (what the coordinator's watchdog should not
+allow) is named under the table with why, and flagged in ``--json`` (``waiting_too_long``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from rich.table import Table
 from rich.text import Text
 from sqlalchemy.exc import SQLAlchemyError
 
+from orchestration.fleet.scheduling import waiting_too_long
 from orchestration.lag import (
     LagTracker,
     ProducedProbe,
@@ -52,6 +55,10 @@ class JobView:
     crashes: dict[str, int] = field(default_factory=dict)
     """Per task: crashes in the last SLUICE_VIEW_CRASH_WINDOW_S (the crash log); a task that
     crashed lately is WARN."""
+    waiting_max_s: float = 60.0
+    """``SLUICE_TASK_WAITING_MAX_S``."""
+    waiting_s: dict[str, float] = field(default_factory=dict)
+    """Tasks Waiting longer than ``waiting_max_s``: for how long (at the read)."""
 
     def health(self, task: str) -> str | None:
         """The task's status from the job model alone (None: nothing to say)."""
@@ -80,13 +87,19 @@ def job_view(runtime: Runtime) -> JobView:
         shares = {w["worker_id"]: w["time_shares"] for w in runtime.control.workers()}
         since = time.time() - runtime.settings.view_crash_window_s
         crashes = Counter(c.task for c in runtime.control.crashes.recent(since))
+        assignments = jobs.assignments()
+        waiting_max_s = runtime.settings.task_waiting_max_s
+        now = time.time()
+        overdue = {a.task: now - a.since for a in waiting_too_long(assignments, now, waiting_max_s)}
         return JobView(
-            {a.task: a for a in jobs.assignments()},
+            {a.task: a for a in assignments},
             disabled,
             jobs.agents(),
             leader,
             shares,
             dict(crashes),
+            waiting_max_s,
+            overdue,
         )
     except SQLAlchemyError as exc:  # status must show what it can
         log.warning("cannot read the job model: %s", exc)
@@ -241,6 +254,8 @@ def render(
     if not lags and not job.assignments:
         footer = Text("no task has reported yet: is the fleet running? (sluice stream / sluice up)")
     parts = [table, footer]
+    if job.waiting_s:
+        parts.append(_overdue_note(job))
     if job.agents:
         parts.insert(0, render_agents(job))
     return Group(*parts)
@@ -269,6 +284,20 @@ def _bucket_cell(bucket: dict | None) -> str:
     kept = f" {bucket.get('kept', 0) / seen:.0%}" if seen else ""
     hashing = f" {bucket.get('hash_s', 0.0) / seen * 1e6:.1f}µs" if seen else ""
     return f"{bucket['bucket']}/{bucket['factor']}{kept}{hashing}"
+
+
+def _overdue_note(job: JobView) -> Text:
+    """Names every task Waiting longer than the watchdog allows, with what it waits for."""
+    named = []
+    for task, waited in sorted(job.waiting_s.items()):
+        a = job.assignments[task]
+        mark = f" for {a.handoff_to}" if a.handoff_to else ""
+        named.append(f"{task} Waiting{mark} {waited:.0f}s ({a.reason})")
+    return Text(
+        f"Waiting longer than {job.waiting_max_s:g}s (SLUICE_TASK_WAITING_MAX_S): "
+        + "; ".join(named),
+        style="bold red",
+    )
 
 
 def _job_cell(job: JobView, task: str) -> Text:
@@ -348,6 +377,7 @@ def _snapshot(lags: list[TaskLag], job: JobView) -> list[dict]:
             "job_reason": a.reason if a else None,
             "agent_id": a.agent_id if a else None,
             "disabled_views": job.disabled_views.get(task, []),
+            "waiting_too_long": task in job.waiting_s,
         }
 
     reported = [

@@ -107,7 +107,9 @@ class Agent:
                 self.settings.max_bucket_factor,
                 self.settings.key_field,
                 self.settings.bucket_merge_delay_s,
+                self.settings.task_waiting_max_s,
             ),
+            self.settings.task_waiting_max_s,
         )
         self.worker = StreamWorker(
             agent_id,

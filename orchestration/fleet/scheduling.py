@@ -26,6 +26,7 @@ __all__ = [
     "is_rebucketing",
     "live_agents",
     "plan_changes",
+    "waiting_too_long",
 ]
 
 
@@ -69,6 +70,15 @@ def _loss_reason(agent: AgentRecord | None, agent_id: str | None, now: float) ->
     if agent.state in ("stopped", "lost"):
         return f"agent {agent_id} {agent.state}"
     return f"agent {agent_id} lost: no heartbeat for {agent.heartbeat_age_s(now):.1f}s"
+
+
+def waiting_too_long(
+    assignments: Sequence[Assignment], now: float, waiting_max_s: float
+) -> list[Assignment]:
+    """Tasks Waiting longer than ``waiting_max_s`` (``SLUICE_TASK_WAITING_MAX_S``): what the
+    coordinator's watchdog acts on, ``sluice status`` names and the realtime_lag sensor alerts
+    on. Disabled tasks are an operator's choice and do not count."""
+    return [a for a in assignments if a.state == "Waiting" and now - a.since > waiting_max_s]
 
 
 def plan_changes(

@@ -5,6 +5,10 @@ recorded as asset observations: backlog (offsets not yet processed), heartbeat a
 tasks (Mist's controller: stale after 5 minutes), the event-time watermark (how far the
 view's windows are complete) and how old the newest processed record is. The cursor keeps
 the newest heartbeat seen per view, so a tick without new reports records nothing.
+
+Every tick also alerts (a warning in the sensor's log) on each task of a view's topic that has
+been Waiting longer than ``SLUICE_TASK_WAITING_MAX_S`` (the coordinator's watchdog should
+have scheduled it: something blocks it), whether or not tasks reported.
 """
 
 import json
@@ -18,9 +22,10 @@ import dagster as dg
 
 from assets.constants import realtime_key
 from assets.views.lag_check import evaluate_lag
+from orchestration.fleet.scheduling import waiting_too_long
 from orchestration.lag import LagTracker, task_lags, worst
 from orchestration.resources import ControlStoreResource
-from pipelines.control import TaskStatus
+from pipelines.control import Assignment, TaskStatus
 from pipelines.views import View
 
 __all__ = ["make_realtime_lag_sensor", "realtime_observations"]
@@ -80,6 +85,35 @@ TRACKER_KEY = "_lag_tracker"
 WINDOW = 10
 
 
+def _waiting_too_long(
+    context: dg.SensorEvaluationContext,
+    views: Sequence[View],
+    assignments: Sequence[Assignment],
+    waiting_max_s: float,
+) -> dict[str, dict[str, str]]:
+    """Per topic: its tasks Waiting longer than ``waiting_max_s`` and why; each view of the
+    topic gets an alert naming them."""
+    now = time.time()
+    overdue: dict[str, dict[str, str]] = {}
+    for a in waiting_too_long(assignments, now, waiting_max_s):
+        mark = f" for {a.handoff_to}" if a.handoff_to else ""
+        overdue.setdefault(a.topic, {})[a.task] = (
+            f"Waiting{mark} for {now - a.since:.0f}s: {a.reason}"
+        )
+    for view in views:
+        tasks = overdue.get(view.topic)
+        if tasks:
+            context.log.warning(
+                "pipeline alert for %s: %d task(s) Waiting longer than %gs "
+                "(SLUICE_TASK_WAITING_MAX_S): %s",
+                view.name,
+                len(tasks),
+                waiting_max_s,
+                "; ".join(f"{t} {why}" for t, why in sorted(tasks.items())),
+            )
+    return overdue
+
+
 def make_realtime_lag_sensor(
     views: Sequence[View],
     *,
@@ -88,10 +122,12 @@ def make_realtime_lag_sensor(
     stale_after_s: float = STALE_AFTER_S,
     default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.RUNNING,
     lag_sla_s: float | None = None,
+    waiting_max_s: float = 60.0,
 ) -> dg.SensorDefinition:
     """A sensor recording an observation of ``realtime_<view>`` whenever its tasks reported
     and, with ``lag_sla_s``, the view's ``lag_within_sla`` check on every tick (a fleet that
-    stopped reporting fails it: that is when it matters)."""
+    stopped reporting fails it: that is when it matters). It alerts on tasks Waiting longer
+    than ``waiting_max_s`` (``SLUICE_TASK_WAITING_MAX_S``)."""
     views = list(views)
 
     @dg.sensor(
@@ -110,8 +146,10 @@ def make_realtime_lag_sensor(
         try:
             statuses = control.tasks()
             deployed = {d["name"]: d["state"] for d in control.deployed_views()}
+            assignments = control.jobs.assignments()
         finally:
             control.close()
+        overdue = _waiting_too_long(context, views, assignments, waiting_max_s)
         observed = realtime_observations(views, statuses, deployed, stale_after_s=stale_after_s)
         health = tracker.update(task_lags(statuses, stale_after_s=stale_after_s))
         events = []
@@ -121,6 +159,7 @@ def make_realtime_lag_sensor(
             mine = {t: s for t, s in health.items() if t.rpartition(":")[0] == topic}
             metadata["status"] = worst(list(mine.values()))
             metadata["task_status"] = dg.MetadataValue.json(mine)
+            metadata["tasks_waiting_too_long"] = dg.MetadataValue.json(overdue.get(topic, {}))
             broken = {t: s for t, s in mine.items() if s in ("STALL", "STOP", "ERR")}
             if broken:
                 context.log.warning(

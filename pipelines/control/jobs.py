@@ -415,6 +415,31 @@ class JobModelStore:
                 self._event(conn, time.time(), task, None, None, generation, "Running", reason)
             return bool(asked)
 
+    def cancel_handoff(self, task: str, generation: int, reason: str) -> bool:
+        """Clear the split or merge mark (``@...``) of ``task`` at ``generation``, Waiting (it
+        is then scheduled as it is) or still Running (its owner goes on); the history records
+        ``Cancelled`` and why.
+        False if the task changed meanwhile. Only for a step whose storage rewrite has not run:
+        the coordinator decides that (:mod:`orchestration.fleet.rebucketing`)."""
+        c = task_assignments.c
+        now = time.time()
+        with self.engine.begin() as conn:
+            cancelled = conn.execute(
+                task_assignments.update()
+                .where(
+                    c.task == task,
+                    c.generation == generation,
+                    c.state.in_(("Waiting", "Running")),
+                    c.handoff_to.like("@%"),
+                )
+                .values(handoff_to=None, reason=reason)
+                .returning(c.state)
+            ).scalar_one_or_none()
+            if cancelled is None:
+                return False
+            self._event(conn, now, task, None, None, generation, "Cancelled", reason)
+            return True
+
     def mark_running(self, task: str, agent_id: str, generation: int, reason: str) -> bool:
         """The owner restored ``task`` and runs it; False if it is no longer the owner."""
         c = task_assignments.c

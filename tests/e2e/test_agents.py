@@ -12,9 +12,17 @@ import time
 import pytest
 
 from pipelines.stream.checkpoint import load_checkpoint, save_checkpoint
-from tests.fixtures.agents import EVENTS, LOSS_AFTER_S, PARTITIONS
+from tests.fixtures.agents import (
+    EVENTS,
+    LOSS_AFTER_S,
+    PARTITIONS,
+    Agents,
+    Fleet,
+    windowed_views_that_drop_nothing,
+)
+from tests.fixtures.imds import FakeImds
 from tests.fixtures.processes import wait_until
-from tests.fixtures.stream import check_against_oracle
+from tests.fixtures.stream import check_against_oracle, make_stream
 
 pytestmark = [pytest.mark.e2e, pytest.mark.broker]
 
@@ -282,3 +290,126 @@ def test_agents_reload_the_views_in_force_by_themselves(agents_factory, tmp_path
     assert agents.all_running()
     reloads = [e for e in agents.jobs.events(limit=2000) if e.state == "Waiting"]
     assert not [e for e in reloads if "views" in e.reason]  # restarted in place, not moved
+
+
+CHAOS_SEED = int(os.environ.get("SLUICE_CHAOS_SEED", "27"))
+"""Run the rebucketing chaos test with other seeds: ``SLUICE_CHAOS_SEED=N pytest ...``."""
+BUCKET_PARTITIONS = 4
+BUCKET_EVENTS = 60_000
+
+
+@pytest.fixture(scope="module")
+def rebucket_stream(broker, tmp_path_factory):
+    """Windowed views only (a topic with a session view is never split)."""
+    return make_stream(
+        broker.bootstrap,
+        tmp_path_factory.mktemp("views"),
+        "chaos-buckets",
+        BUCKET_EVENTS,
+        BUCKET_PARTITIONS,
+        seed=27,
+        edit_views=windowed_views_that_drop_nothing,
+    )
+
+
+def test_chaos_during_splits_and_merges_strands_no_task(tmp_path, broker, pg_url, rebucket_stream):
+    """Issue 27: PostgreSQL, factor up to 4, agents joining and leaving so that partitions
+    split and merge during the faults: the leader SIGKILLed in a split and in a merge, the
+    owner of a task stopping for a merge SIGKILLed, a spot notice during a merge. At the end
+    every task runs, nothing is left marked, the backlog is 0 and the views equal the oracle.
+    With 4 partitions, 3 running agents call for factor 2, 4 or 5 for 1, 6 for 4."""
+    rng = random.Random(CHAOS_SEED)
+    agents = Agents(
+        tmp_path,
+        broker.bootstrap,
+        rebucket_stream,
+        pg_url,
+        SLUICE_MAX_BUCKET_FACTOR="4",
+        SLUICE_BUCKET_MERGE_DELAY_S="2",
+        SLUICE_TASK_WAITING_MAX_S="20",
+        SLUICE_WORKER_MAX_RATE="700",  # the replay outlasts the faults
+        SLUICE_SPOT_POLL_INTERVAL_S="0.5",
+    )
+    fleet = Fleet(agents, rebucket_stream["ends"], BUCKET_PARTITIONS)
+    faults: list[str] = []
+
+    def marked(kind: str) -> list:
+        return [a for a in fleet.tasks().values() if a.handoff_to == kind]
+
+    def leader() -> str | None:
+        lease = agents.jobs.lease("coordinator")
+        return lease["holder"] if lease and lease["expires_at"] > time.time() else None
+
+    def kill_and_restart(agent_id: str, why: str) -> None:
+        assert agents.kill(agent_id) == -signal.SIGKILL
+        faults.append(f"SIGKILL {agent_id} {why} at {fleet.progress()}")
+        time.sleep(rng.uniform(0.2, 2.0))  # a supervisor's restart delay, chaos not a wait
+        agents.start(agent_id)
+
+    def settled(factor: int, on: list[str]) -> bool:
+        return fleet.running(factor, on) and leader() is not None
+
+    with FakeImds() as imds:
+        try:
+            three = ["a0", "a1", "a2"]
+            for agent_id in three:
+                agents.start(agent_id)
+            agents.wait_until(lambda: marked("@split"), 90, "a split under way", "a0")
+            kill_and_restart(agents.wait_until(leader, 30, "a leader", "a0"), "leader in a split")
+            agents.wait_until(lambda: settled(2, three), 120, "8 buckets Running", "a0")
+
+            # a fourth agent, on a spot instance: four agents call for whole partitions
+            agents.start("a3", SLUICE_SPOT_IMDS_URL=imds.url)
+            stopping = agents.wait_until(
+                lambda: [a.agent_id for a in marked("@merge") if a.state == "Running"],
+                90,
+                "a task stopping for a merge",
+                "a0",
+            )
+            kill_and_restart(rng.choice(stopping), "owning a task stopping for a merge")
+            agents.wait_until(lambda: marked("@merge"), 120, "a merge under way again", "a0")
+            imds.interrupt("2026-11-25T10:00:00Z")  # a3 drains: three running agents again
+            faults.append(f"spot notice to a3 at {fleet.progress()}")
+            agents.wait_until(
+                lambda: any(
+                    a.agent_id == "a3" and a.state == "draining" for a in agents.jobs.agents()
+                ),
+                30,
+                "a3 draining",
+                "a3",
+            )
+            # a fifth agent: four running agents call for a merge; the leader dies in it
+            agents.start("a4")
+            agents.wait_until(lambda: marked("@merge"), 120, "a merge under way", "a0")
+            kill_and_restart(agents.wait_until(leader, 30, "a leader", "a0"), "leader in a merge")
+            assert agents.kill("a3", signal.SIGTERM) == 0  # the spot instance goes
+            final = ["a0", "a1", "a2", "a4"]
+            agents.wait_until(
+                lambda: fleet.running(1, final) and fleet.caught_up(),
+                150,
+                "4 whole tasks Running and caught up",
+                "a0",
+            )
+        finally:
+            imds_requests = len(imds.requests)
+    try:
+        events = agents.jobs.events(limit=20_000)
+        splits = [e for e in events if e.state == "Retired" and "split from" in e.reason]
+        merges = [e for e in events if e.state == "Retired" and "merged from" in e.reason]
+        assert splits and merges, faults
+        assert imds_requests > 0
+        assert not any(a.state == "Disabled" for a in agents.assignments().values())
+        # the fleet stops as a whole: agents leaving one by one would call for other factors
+        # (3 agents: 2 buckets) and stop with a split under way, its new tasks never reported
+        for agent_id in agents.alive():
+            agents.jobs.set_agent_state(agent_id, "draining", "the test ends")
+        codes = agents.stop_all()
+        assert codes == dict.fromkeys(codes, 0), codes
+        reported = {t.task: t for t in agents.control.tasks() if t.topic == agents.topic}
+        assert set(reported) == set(agents.assignments()), (
+            sorted(reported),
+            [(t.task, t.generation, t.dead_lettered, t.next_offset) for t in reported.values()],
+        )
+        check_against_oracle(rebucket_stream, agents.store, agents.control)
+    finally:
+        agents.close()

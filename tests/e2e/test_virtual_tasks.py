@@ -9,25 +9,13 @@ import signal
 
 import pytest
 
-from pipelines.stream import TaskId
 from quality.lineage import check_nothing_lost
-from tests.fixtures.agents import Agents
+from tests.fixtures.agents import Agents, Fleet, windowed_views_that_drop_nothing
 from tests.fixtures.processes import wait_until
 from tests.fixtures.stream import check_against_oracle, make_stream
 
 PARTITIONS = 4
 EVENTS = 60_000
-
-
-def _windowed_views_that_drop_nothing(views: list[dict]) -> list[dict]:
-    """The example windowed views with an allowed lateness longer than any generated delay:
-    late events still arrive out of order, but whether one is dropped no longer depends on
-    where a split fell (that rule is tested against its own oracle in
-    tests/pipelines/stream/test_virtual_tasks.py). Session views are never split."""
-    kept = [v for v in views if v.get("kind") != "session"]
-    for view in kept:
-        view["allowed_lateness"] = "6h"
-    return kept
 
 
 @pytest.fixture(scope="module")
@@ -39,62 +27,8 @@ def bucket_stream(broker, tmp_path_factory):
         EVENTS,
         PARTITIONS,
         seed=15,
-        edit_views=_windowed_views_that_drop_nothing,
+        edit_views=windowed_views_that_drop_nothing,
     )
-
-
-class Fleet:
-    def __init__(self, agents: Agents, ends: dict[int, int]) -> None:
-        self.agents = agents
-        self.ends = ends
-
-    def tasks(self) -> dict[TaskId, object]:
-        return {TaskId.parse(a.task): a for a in self.agents.assignments().values()}
-
-    def factors(self) -> set[int]:
-        return {t.factor for t in self.tasks()}
-
-    def running(self, factor: int, on: list[str]) -> bool:
-        tasks = self.tasks()
-        return len(tasks) == PARTITIONS * factor and all(
-            t.factor == factor and a.state == "Running" and a.agent_id in on and not a.handoff_to
-            for t, a in tasks.items()
-        )
-
-    def caught_up(self) -> bool:
-        owners = {str(t): a for t, a in self.tasks().items()}
-        status = {s.task: s for s in self.agents.control.tasks() if s.topic == self.agents.topic}
-        return set(status) == set(owners) and all(
-            s.next_offset >= self.ends[s.partition] and s.generation == owners[name].generation
-            for name, s in status.items()
-        )
-
-    def replace(self, killed: str) -> None:
-        """Once the killed agent's tasks moved to the others, start it again and wait until it
-        runs some of them (so it is past its start-up when it is signalled next)."""
-        self.agents.wait_until(
-            lambda: all(a.agent_id != killed for a in self.tasks().values()),
-            60,
-            f"the tasks of {killed} moved off it",
-            "a0",
-        )
-        self.agents.start(killed)
-        self.agents.wait_until(
-            lambda: any(
-                a.agent_id == killed and a.state == "Running" for a in self.tasks().values()
-            ),
-            90,
-            f"{killed} running tasks again",
-            killed,
-        )
-
-    def progress(self) -> int:
-        """Offsets consumed, a split partition counted by its slowest bucket."""
-        lowest: dict[int, int] = {}
-        for s in self.agents.control.tasks():
-            if s.topic == self.agents.topic:
-                lowest[s.partition] = min(lowest.get(s.partition, s.next_offset), s.next_offset)
-        return sum(lowest.values())
 
 
 def test_more_agents_than_partitions_split_and_merge_exactly(
@@ -109,7 +43,7 @@ def test_more_agents_than_partitions_split_and_merge_exactly(
         SLUICE_WORKER_MAX_RATE="1500",  # slow enough that the splits happen mid-replay
         SLUICE_BUCKET_MERGE_DELAY_S="15",  # longer than a killed agent takes to come back
     )
-    fleet = Fleet(agents, bucket_stream["ends"])
+    fleet = Fleet(agents, bucket_stream["ends"], PARTITIONS)
     try:
         first = ["a0", "a1"]
         for agent_id in first:

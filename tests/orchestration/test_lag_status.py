@@ -118,7 +118,10 @@ def test_status_shows_waiting_unassigned_and_disabled_from_the_job_model(
     import json
     import time
 
+    from sqlalchemy import update
+
     from pipelines.control import ControlStore, TaskStatus
+    from pipelines.control.jobs import task_assignments
 
     state = tmp_path / "state"
     store = ControlStore(f"sqlite:///{state / 'control.db'}")
@@ -131,6 +134,12 @@ def test_status_shows_waiting_unassigned_and_disabled_from_the_job_model(
     for p in (0, 1, 2):
         jobs.mark_running(f"events:{p}", "a0", 1, "restored")
     jobs.unassign("events:1", 1, "a0", "agent a0 lost: no heartbeat for 12.0s")
+    with store.engine.begin() as conn:  # Waiting longer than SLUICE_TASK_WAITING_MAX_S
+        conn.execute(
+            update(task_assignments)
+            .where(task_assignments.c.task == "events:1")
+            .values(since=now - 90)
+        )
     for _ in range(3):
         jobs.record_view_crash("events:2", "traffic_by_org", "state unreadable")
     jobs.set_task_state("events:4", "Disabled", "operator: bad partition")
@@ -170,12 +179,16 @@ def test_status_shows_waiting_unassigned_and_disabled_from_the_job_model(
     for part in ("1 waiting", "1 scheduled", "1 disabled", "1 view disabled"):
         assert part in summary, summary
     assert "coordinator" in out and "host-0" in out  # the agents table
+    overdue = next(line for line in out.splitlines() if "SLUICE_TASK_WAITING_MAX_S" in line)
+    assert "Waiting longer than 60s" in overdue and "events:1 Waiting 9" in overdue
+    assert "events:3" not in overdue and "agent a0 lost" in out
     assert "read 12% decode 20% aggregate 30% flush 5% checkpoint 2%" in out
 
     snapshot = json.loads(_status_output(state, monkeypatch, capsys, "--json"))
     by_task = {row["task"]: row for row in snapshot}
     assert by_task["events:1"]["job_state"] == "Waiting"
     assert "lost" in by_task["events:1"]["job_reason"]
+    assert by_task["events:1"]["waiting_too_long"] is True
     assert by_task["events:2"]["disabled_views"] == ["traffic_by_org"]
     assert by_task["events:3"] == {
         "task": "events:3",
@@ -184,6 +197,7 @@ def test_status_shows_waiting_unassigned_and_disabled_from_the_job_model(
         "job_reason": "test",
         "agent_id": "a0",
         "disabled_views": [],
+        "waiting_too_long": False,
     }
 
 

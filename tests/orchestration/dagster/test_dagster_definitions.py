@@ -266,3 +266,40 @@ def test_lag_sensor_records_observations_only_for_new_reports(tmp_path: Path) ->
         assert set(evaluations) == {realtime_key(v.name) for v in views}
         failed = evaluations[realtime_key("traffic_by_org")]
         assert not failed.passed and "events:3" in failed.description  # stopped reporting
+
+
+def test_lag_sensor_alerts_on_a_task_waiting_longer_than_the_watchdog_allows(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    from sqlalchemy import update
+
+    from pipelines.control.jobs import task_assignments
+
+    url = f"sqlite:///{tmp_path / 'control.db'}"
+    store = ControlStore(url)
+    jobs = store.jobs
+    jobs.ensure_tasks("events", [0, 1])
+    generation = jobs.schedule("events:0", 0, "a0", "least loaded")
+    assert jobs.mark_running("events:0", "a0", generation, "restored")
+    with store.engine.begin() as conn:  # events:1 has waited 120 s, e.g. for a lone @merge
+        conn.execute(
+            update(task_assignments)
+            .where(task_assignments.c.task == "events:1")
+            .values(since=time.time() - 120, handoff_to="@merge", reason="stopped for a merge")
+        )
+    store.close()
+    views = example_views()
+    sensor = make_realtime_lag_sensor(views, waiting_max_s=60.0)
+    control = LocalControlStoreResource(sqlite_url=url)
+    capfd.readouterr()
+    with dg.build_sensor_context(resources={"control_store": control}) as ctx:
+        sensor.evaluate_tick(ctx)  # no task reported: it alerts all the same
+    logged = capfd.readouterr().err.splitlines()  # the sensor's log, where its alerts go
+    alerts = [line for line in logged if "Waiting longer than 60s" in line]
+    assert len(alerts) == len([v for v in views if v.topic == "events"]) >= 1
+    assert all("events:1 Waiting for @merge for 12" in a for a in alerts), alerts
+    assert not any("events:0" in a for a in alerts)
+    patient = make_realtime_lag_sensor(views, waiting_max_s=600.0)
+    with dg.build_sensor_context(resources={"control_store": control}) as ctx:
+        patient.evaluate_tick(ctx)
+    assert "Waiting longer" not in capfd.readouterr().err

@@ -144,3 +144,30 @@ def test_three_crashes_disable_a_view_on_that_task_only(control_url: str) -> Non
         assert not jobs.record_view_crash("events:2", "v1", "x", limit=3, window_s=0.01)
     finally:
         store.close()
+
+
+def test_cancel_handoff_clears_a_mark_at_its_generation_only(control_url: str) -> None:
+    store = _store(control_url)
+    jobs = store.jobs
+    try:
+        jobs.ensure_tasks("events", [0])
+        assert not jobs.cancel_handoff("events:0", 0, "no mark to cancel")
+        gen = jobs.schedule("events:0", 0, "a1", "least loaded")
+        assert jobs.mark_running("events:0", "a1", gen, "restored")
+        assert jobs.request_handoff("events:0", gen, "a2", "balance")
+        assert not jobs.cancel_handoff("events:0", gen, "a hand-off to an agent is no mark")
+        jobs.set_task_state("events:0", "Waiting", "operator")
+        gen = jobs.schedule("events:0", gen + 1, "a1", "again")
+        assert jobs.mark_running("events:0", "a1", gen, "restored")
+        assert jobs.request_handoff("events:0", gen, "@merge", "merge")
+        assert jobs.release("events:0", "a1", gen, "stopped for the merge")
+        assert not jobs.cancel_handoff("events:0", gen - 1, "a stale generation")
+        assert jobs.cancel_handoff("events:0", gen, "its partner went back to Running")
+        (row,) = jobs.assignments("events")
+        assert (row.state, row.handoff_to, row.generation) == ("Waiting", None, gen)
+        assert row.reason == "its partner went back to Running"
+        last = jobs.events("events:0")[-1]
+        assert (last.state, last.generation) == ("Cancelled", gen)
+        assert not jobs.cancel_handoff("events:0", gen, "twice")
+    finally:
+        store.close()
