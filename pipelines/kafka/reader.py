@@ -145,6 +145,9 @@ class ConfluentReader:
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "enable.partition.eof": False,
+            # A fetch out of range (retention deleted what a checkpoint points at) restarts at
+            # the log start, never silently at its end: the task drops what it had counted.
+            "auto.offset.reset": "earliest",
             "fetch.max.bytes": CONSUMER_FETCH["fetch_max_bytes"],
             "max.partition.fetch.bytes": CONSUMER_FETCH["max_partition_fetch_bytes"],
             "fetch.wait.max.ms": CONSUMER_FETCH["fetch_max_wait_ms"],
