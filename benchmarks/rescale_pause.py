@@ -44,7 +44,7 @@ from pipelines.kafka import EmbeddedBroker, ensure_topics, producer  # noqa: E40
 from pipelines.segments.parquet import read_parquet, to_parquet  # noqa: E402
 from pipelines.storage.local import LocalObjectStore  # noqa: E402
 from pipelines.stream.checkpoint import TaskCheckpoint, load_checkpoint, save_checkpoint  # noqa: E402
-from pipelines.stream.state import ViewState  # noqa: E402
+from pipelines.stream.state import WindowState  # noqa: E402
 from pipelines.views.loader import parse_views  # noqa: E402
 from tests.fixtures.processes import wait_until  # noqa: E402 - the tests' deadline wait
 
@@ -72,7 +72,7 @@ def probe_state(keys: int) -> tuple[float, float]:
     """(MB, seconds) of the state-dependent part of a move, alone: the old owner's final
     checkpoint of ``keys`` groups and the new owner's restore of it, on local storage."""
     (view,) = parse_views({"views": [PROBE_VIEW]})
-    state = ViewState(view)
+    state = WindowState(view)
     bucket = {}
     for k in range(keys):
         row = []
@@ -93,7 +93,7 @@ def probe_state(keys: int) -> tuple[float, float]:
         save_checkpoint(store, checkpoint)
         restored = load_checkpoint(store, TOPIC, 0)
         assert restored is not None
-        ViewState(view).load(read_parquet(restored.states[view.name]))
+        WindowState(view).load(read_parquet(restored.states[view.name]))
         return len(data) / 1e6, time.perf_counter() - started
 
 

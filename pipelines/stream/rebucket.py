@@ -31,7 +31,7 @@ from pipelines.segments import read_parquet, realtime_key, to_parquet
 from pipelines.storage import ObjectStore
 from pipelines.stream.buckets import children, value_hashes
 from pipelines.stream.checkpoint import TaskCheckpoint, load_checkpoint, save_checkpoint
-from pipelines.stream.state import ViewState
+from pipelines.stream.state import WindowState
 from pipelines.stream.task_id import TaskId
 from pipelines.views.model import WINDOW_START, View
 
@@ -164,7 +164,7 @@ def merge_tasks(
     counters: dict[str, dict] = {}
     for name in names:
         view = currents[0].get(name) or currents[1][name]
-        state = ViewState(view)
+        state = WindowState(view)
         counters[name] = {"fingerprint": view.fingerprint, "processed": 0, "late": 0}
         for checkpoint, current in zip(pair, currents, strict=True):
             if name in current:

@@ -28,7 +28,7 @@ its hour and none of its sessions is open.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -78,10 +78,9 @@ def session_table_schema(view: View) -> pa.Schema:
 
 
 class SessionState:
-    """The sessions of one session view in one task, plus its processed/late counters."""
-
-    keeps_rows_elsewhere = True
-    """Closed sessions leave memory after a flush: a segment's rewrite reads its file first."""
+    """The sessions of one session view in one task, plus its processed/late counters (a
+    :class:`~pipelines.stream.view_state.ViewState`). Closed sessions leave memory after a
+    flush, so a segment's rewrite reads its file first."""
 
     def __init__(self, view: View) -> None:
         if view.session is None:
@@ -313,9 +312,12 @@ class SessionState:
             for key, item in items
         ]
 
-    def segment_table(self, segment: int, previous: pa.Table | None = None) -> pa.Table:
+    def segment_table(
+        self, segment: int, current: Callable[[], pa.Table | None] | None = None
+    ) -> pa.Table:
         """One bucket as a realtime segment table: every session that started in its hour,
-        those that already left memory taken from ``previous`` (the segment's current file)."""
+        those that already left memory taken from the segment's ``current`` file."""
+        previous = current() if current is not None else None
         items = dict(self.buckets.get(segment, {}))
         rows = self._rows(items.items())
         if previous is not None and previous.num_rows and self._same_definition(previous):

@@ -7,7 +7,7 @@ full snapshots of the task's partials, never deltas, and a replay simply overwri
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -18,7 +18,7 @@ from pipelines.events.decode import DecodedBatch
 from pipelines.segments import segment_schema, state_column
 from pipelines.views.model import WINDOW_START, View
 
-__all__ = ["ViewState"]
+__all__ = ["WindowState"]
 
 GroupKey = tuple  # (window_start_ms, *group values)
 
@@ -38,8 +38,9 @@ def _label(value: Any) -> str:
     return value if type(value) is str else str(value)
 
 
-class ViewState:
-    """The open windows of one view in one task, plus its processed/late counters."""
+class WindowState:
+    """The open windows of one view in one task, plus its processed/late counters (a
+    :class:`~pipelines.stream.view_state.ViewState`)."""
 
     def __init__(self, view: View) -> None:
         self.view = view
@@ -138,11 +139,13 @@ class ViewState:
 
     # --- serialization -------------------------------------------------------------------
 
-    keeps_rows_elsewhere = False
     """Windows hold every row of an open segment in memory (``SessionState`` does not)."""
 
-    def segment_table(self, segment: int, previous: pa.Table | None = None) -> pa.Table:
-        """One bucket as a realtime segment table: keys plus serialized states."""
+    def segment_table(
+        self, segment: int, current: Callable[[], pa.Table | None] | None = None
+    ) -> pa.Table:
+        """One bucket as a realtime segment table: keys plus serialized states (memory holds
+        every open window, so the segment's ``current`` file is not needed)."""
         return self._table(self.buckets.get(segment, {}).items())
 
     def flushed(self) -> None:

@@ -52,19 +52,13 @@ from pipelines.storage import ObjectStore
 from pipelines.stream.buckets import backlog_share, key_hashes
 from pipelines.stream.checkpoint import TaskCheckpoint, load_checkpoint, save_checkpoint
 from pipelines.stream.dead_letters import DeadLetterSink
-from pipelines.stream.sessions import SessionState
-from pipelines.stream.state import ViewState
 from pipelines.stream.task_id import TaskId
+from pipelines.stream.view_state import view_state
 from pipelines.views.model import View
 
-__all__ = ["StreamTask", "view_state"]
+__all__ = ["StreamTask"]
 
 log = logging.getLogger(__name__)
-
-
-def view_state(view: View) -> ViewState | SessionState:
-    """The per-task state a view needs: open windows, or open sessions."""
-    return SessionState(view) if view.is_session else ViewState(view)
 
 
 class StreamTask:
@@ -395,8 +389,8 @@ class StreamTask:
                 key = realtime_key(
                     state.view.name, segment, self.topic, self.partition, *self.id.where
                 )
-                previous = self._current(key) if state.keeps_rows_elsewhere else None
-                self.store.put(key, to_parquet(state.segment_table(segment, previous)))
+                table = state.segment_table(segment, lambda key=key: self._current(key))
+                self.store.put(key, to_parquet(table))
             state.flushed()
         self.sink.flush()  # 3
 

@@ -2,7 +2,7 @@
 
 A view's rows take three shapes, one per boundary:
 
-- ``realtime``: a task's partials (``ViewState.segment_table``): window_start in epoch ms,
+- ``realtime``: a task's partials (``WindowState.segment_table``): window_start in epoch ms,
   the grouping columns, one serialized state per aggregation;
 - ``batch``: a correction's exact values (``batch_schema(view)``), in the Spark job before
   publishing and in the published files: window_start, groups, the metric columns;
@@ -27,7 +27,7 @@ from pipelines.aggregators import Aggregator
 from pipelines.events.schema import EVENT_TIME_MAX_MS, EVENT_TIME_MIN_MS
 from pipelines.segments import is_state_column, state_column
 from pipelines.serving import SOURCE
-from pipelines.stream.state import ViewState
+from pipelines.stream.state import WindowState
 from pipelines.views.model import WINDOW_END, WINDOW_START, View
 from quality.schemas.archive import EVENT_RULES
 from quality.schemas.pandas_backend import pandas_schema, to_pandas, validate_frame
@@ -73,7 +73,7 @@ class SegmentKind(StrEnum):
 def _layout(view: View, kind: SegmentKind) -> pa.Schema:
     """The writer's own layout of the rows, so types are never written down twice."""
     if kind is SegmentKind.REALTIME:
-        return ViewState(view).segment_table(0).schema
+        return WindowState(view).segment_table(0).schema
     if kind is SegmentKind.BATCH:
         from pipelines.batch.windows import batch_schema  # imports pyspark: only when needed
 
