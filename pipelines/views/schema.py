@@ -8,6 +8,7 @@ output (``sluice views schema``); a test keeps it current.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from pipelines.aggregators import InputKind, get, names
@@ -21,12 +22,14 @@ SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 _JSON_TYPES = {int: "integer", float: "number", str: "string", bool: "boolean", list: "array"}
 
 
-def views_json_schema() -> dict[str, Any]:
-    """The JSON Schema (draft 2020-12) of a views file."""
+def views_json_schema(aggregations: Sequence[str] | None = None) -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of a views file, for the ``aggregations`` named
+    (default: every one registered, custom modules' included)."""
+    known = names() if aggregations is None else list(aggregations)
     schema = {"$schema": SCHEMA_DIALECT, **ViewsFile.model_json_schema()}
     aggregation = schema["$defs"]["AggregationDefinition"]
-    aggregation["properties"]["aggregation"]["enum"] = names()
-    aggregation["allOf"] = [_rules_of(name) for name in names()]
+    aggregation["properties"]["aggregation"]["enum"] = known
+    aggregation["allOf"] = [_rules_of(name) for name in known]
     return schema
 
 
