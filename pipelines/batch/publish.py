@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 
@@ -19,6 +20,8 @@ from pipelines.storage import ObjectStore
 from pipelines.views.model import View
 
 __all__ = ["PART_FILE", "CorrectionResult", "publish_version"]
+
+log = logging.getLogger(__name__)
 
 PART_FILE = "part-00000.parquet"
 
@@ -45,6 +48,13 @@ class CorrectionResult:
     """Hour labels whose archive was read for this segment."""
     hours_missing: tuple[str, ...] = ()
     """Hours of the segment without any archived event (no traffic, or not archived yet)."""
+
+    @classmethod
+    def skipped_for(cls, view: str, segment: int, reason: str) -> CorrectionResult:
+        """A segment not corrected (and not published: an empty version would hide the
+        realtime values), with why; logged as a warning."""
+        log.warning("%s %s: skipped, %s", view, hour_label(segment), reason)
+        return cls(view, segment, 0, 0, 0, 0, (), 0.0, True, reason)
 
     @property
     def segment(self) -> str:

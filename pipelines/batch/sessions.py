@@ -229,8 +229,7 @@ def correct_session_hours(
             todo.append(segment)
             continue
         reason = f"no archived events for hour {hour_label(segment)}"
-        log.warning("%s %s: skipped, %s", view.name, hour_label(segment), reason)
-        emit(CorrectionResult(view.name, segment, 0, 0, 0, 0, (), 0.0, True, reason))
+        emit(CorrectionResult.skipped_for(view.name, segment, reason))
     if not todo:
         return
     started = time.monotonic()

@@ -146,8 +146,7 @@ def correct_window_hours(
                 continue
             labels = [hour_label(h) for h in segment_hours(view, segment)]
             reason = f"no archived events for hour(s) {', '.join(labels)}"
-            log.warning("%s %s: skipped, %s", view.name, hour_label(segment), reason)
-            emit(CorrectionResult(view.name, segment, 0, 0, 0, 0, (), 0.0, True, reason))
+            emit(CorrectionResult.skipped_for(view.name, segment, reason))
     if not todo:
         return
 
