@@ -43,9 +43,11 @@ from rich.console import Console
 from rich.table import Table
 from spark_eventlog import GroupStats, read_event_log
 
+import pipelines.batch.archive as archive
 import pipelines.batch.correct as correct
 import pipelines.batch.windows as windows
-from pipelines.batch import SparkSettings, build_spark, spark_uri
+from pipelines.batch import SparkSettings, build_spark
+from pipelines.batch.frames import spark_frame_of
 from pipelines.config import PROJECT_ROOT
 from pipelines.storage import LocalObjectStore
 from pipelines.views import WINDOW_START, View, load_views
@@ -84,7 +86,7 @@ def _patches(steps: Steps, validate: Callable | None) -> tuple[list, Callable | 
     """Wrap the private steps of ``correct_hours`` to mark where each one starts."""
     list_files, read, aggregate, publish = (
         windows.list_hour_files,
-        windows.read_deduplicated,
+        windows.read_hours,
         windows._aggregate_views,
         windows.publish_version,
     )
@@ -116,7 +118,7 @@ def _patches(steps: Steps, validate: Callable | None) -> tuple[list, Callable | 
 
     patched = [
         mock.patch.object(windows, "list_hour_files", listing),
-        mock.patch.object(windows, "read_deduplicated", reading),
+        mock.patch.object(windows, "read_hours", reading),
         mock.patch.object(windows, "_aggregate_views", aggregating),
         mock.patch.object(windows, "publish_version", publishing),
     ]
@@ -144,10 +146,10 @@ def _components(view: View) -> list[tuple[str, Callable]]:
     from pyspark.sql import functions as F
 
     keys = [WINDOW_START, *view.grouping_cols]
-    count = F.count(F.lit(1)).alias(correct._EVENTS)
+    count = F.count(F.lit(1)).alias(windows._EVENTS)
     out = [("groupBy keys, count only", lambda rows: rows.groupBy(*keys).agg(count))]
     for agg in view.aggregators:
-        frame = correct._spark_frame(agg)
+        frame = spark_frame_of(agg)
         if frame is not None and agg.name == "top_k":
             item = F.col(agg.spec.col_name).cast("string").alias("item")
             out.append(
@@ -171,16 +173,15 @@ def profile_components(spark, store, views, hours, repeat: int = 2) -> list[tupl
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    uris = [spark_uri(store, correct._events_hour_prefix(h)) for h in hours]
-    used = {c for view in views for c in correct._columns_read(view)}
+    used = {c for view in views for c in windows._columns_read(view)}
     keep = [
         "topic",
         "event_time",
-        correct._COPIES,
-        correct._HOUR,
+        archive.COPIES,
+        archive.HOUR,
         *sorted(used - {"topic", "event_time"}),
     ]
-    deduplicated = correct._read_deduplicated(spark, uris).select(*keep)
+    deduplicated = archive.read_hours(spark, store, hours, "s3a").select(*keep)
     spark.sparkContext.setJobGroup("components", "components")
     rows_out = []
     started = time.perf_counter()

@@ -40,13 +40,11 @@ from pyspark.sql.types import LongType, StructField, StructType
 from pipelines.batch.archive import (
     COPIES,
     HOUR,
-    events_hour_prefix,
     list_hour_files,
-    read_deduplicated,
+    read_hours,
 )
 from pipelines.batch.frames import join_on_keys, spark_frame_of
 from pipelines.batch.publish import CorrectionResult, publish_version
-from pipelines.batch.spark import spark_uri
 from pipelines.segments import HOUR_MS, hour_label, segment_schema
 from pipelines.storage import ObjectStore
 from pipelines.views.model import (
@@ -233,8 +231,7 @@ def correct_session_hours(
     if not todo:
         return
     started = time.monotonic()
-    uris = [spark_uri(store, events_hour_prefix(h), s3_scheme) for h in sorted(files)]
-    events = read_deduplicated(spark, uris).persist(StorageLevel.MEMORY_AND_DISK)  # 2
+    events = read_hours(spark, store, files, s3_scheme).persist(StorageLevel.MEMORY_AND_DISK)  # 2
     try:
         table = _aggregate_sessions(events, view, todo)  # 3
         stats = (

@@ -19,13 +19,11 @@ from pyspark.sql import functions as F
 from pipelines.batch.archive import (
     COPIES,
     HOUR,
-    events_hour_prefix,
     list_hour_files,
-    read_deduplicated,
+    read_hours,
 )
 from pipelines.batch.frames import join_on_keys, spark_frame_of
 from pipelines.batch.publish import CorrectionResult, publish_version
-from pipelines.batch.spark import spark_uri
 from pipelines.segments import HOUR_MS, hour_label, segment_schema
 from pipelines.storage import ObjectStore
 from pipelines.views.model import WINDOW_START, View
@@ -152,14 +150,15 @@ def correct_window_hours(
 
     # 2. One read of every needed hour, deduplicated and cached for all views.
     started = time.monotonic()
-    # Hour directories, not file paths: Spark checks every path it is given one by one
-    # (~40 ms each locally, a request each on S3), but lists a directory in one go.
-    uris = [spark_uri(store, events_hour_prefix(hour), s3_scheme) for hour in sorted(files)]
     # Cache only the columns the views read: building Spark's columnar cache is the most
     # expensive step after deduplication, and event_id (unique strings) rarely is one.
     used = {c for view in views if view.name in todo for c in _columns_read(view)}
     keep = ["topic", "event_time", COPIES, HOUR, *sorted(used - {"topic", "event_time"})]
-    events = read_deduplicated(spark, uris).select(*keep).persist(StorageLevel.MEMORY_AND_DISK)
+    events = (
+        read_hours(spark, store, files, s3_scheme)
+        .select(*keep)
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
     try:
         counts: dict[tuple[str, int], tuple[int, int]] = defaultdict(lambda: (0, 0))
         stats = events.groupBy("topic", HOUR).agg(

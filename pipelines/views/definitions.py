@@ -82,7 +82,19 @@ def _check_output_names(view: View) -> None:
         taken.add(column)
 
 
-class WindowViewDefinition(DefinitionModel):
+class _ViewDefinition(DefinitionModel):
+    """What both kinds of view check once their fields are valid."""
+
+    def to_view(self) -> View:
+        raise NotImplementedError
+
+    @model_validator(mode="after")
+    def _distinct_outputs(self) -> _ViewDefinition:
+        _check_output_names(self.to_view())
+        return self
+
+
+class WindowViewDefinition(_ViewDefinition):
     """``kind: window``: per group, fixed event-time windows of ``interval``."""
 
     name: ViewName = Field(description="The view's name: lower-case letters, digits and _.")
@@ -112,11 +124,6 @@ class WindowViewDefinition(DefinitionModel):
             raise problem("windows longer than an hour must be whole hours that divide a day")
         return interval
 
-    @model_validator(mode="after")
-    def _distinct_outputs(self) -> WindowViewDefinition:
-        _check_output_names(self.to_view())
-        return self
-
     def to_view(self) -> View:
         return View(
             name=self.name,
@@ -130,7 +137,7 @@ class WindowViewDefinition(DefinitionModel):
         )
 
 
-class SessionViewDefinition(DefinitionModel):
+class SessionViewDefinition(_ViewDefinition):
     """``kind: session``: per session key, runs of events cut by ``gap`` and ``max_duration``."""
 
     NOT_FOR_SESSION: ClassVar[dict[str, str]] = {
@@ -196,11 +203,6 @@ class SessionViewDefinition(DefinitionModel):
                 f"{format_duration(value)} is longer than 1d, the longest a session may stay open"
             )
         return value
-
-    @model_validator(mode="after")
-    def _distinct_outputs(self) -> SessionViewDefinition:
-        _check_output_names(self.to_view())
-        return self
 
     def to_view(self) -> View:
         return View(
