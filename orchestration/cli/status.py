@@ -240,6 +240,9 @@ def render(
     quarantined = sum(lag.status.views.get("quarantined", 0) for lag in lags)
     if quarantined:
         counts.append(f"{quarantined} record{'s' if quarantined > 1 else ''} quarantined")
+    resets = sum(lag.status.views.get("offset_resets", 0) for lag in lags)
+    if resets:
+        counts.append(f"{resets} offset reset{'s' if resets > 1 else ''} (out of range)")
     views_off = sum(len(v) for v in job.disabled_views.values())
     if views_off:
         counts.append(f"{views_off} view{'s' if views_off > 1 else ''} disabled")

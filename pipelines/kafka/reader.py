@@ -79,7 +79,8 @@ class KafkaPythonReader:
     """kafka-python's KafkaConsumer (manual assignment; the group only stores commits)."""
 
     def __init__(self, bootstrap: str, kafka: KafkaSettings | None, group_id: str) -> None:
-        self.client = consumer(bootstrap, kafka, group_id=group_id)
+        # as librdkafka's below: an out-of-range fetch restarts at the log start, not its end
+        self.client = consumer(bootstrap, kafka, group_id=group_id, auto_offset_reset="earliest")
         self.commits = Commits(self.client, (kafka or KafkaSettings()).timeout_s)
 
     def assign(self, positions: Mapping[TopicPartition, int]) -> None:
@@ -145,8 +146,9 @@ class ConfluentReader:
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "enable.partition.eof": False,
-            # A fetch out of range (retention deleted what a checkpoint points at) restarts at
-            # the log start, never silently at its end: the task drops what it had counted.
+            # A fetch out of range (retention deleted what a task had not read yet) restarts at
+            # the log start, never at its end; the worker sees the jump and logs it as an error
+            # (StreamWorker._check_reset). A checkpoint out of range is caught before the fetch.
             "auto.offset.reset": "earliest",
             "fetch.max.bytes": CONSUMER_FETCH["fetch_max_bytes"],
             "max.partition.fetch.bytes": CONSUMER_FETCH["max_partition_fetch_bytes"],

@@ -110,6 +110,8 @@ class StreamTask:
         self.replay_until = 0
         """Realtime files are not rewritten before ``next_offset`` reaches this: an earlier
         owner had flushed them that far (see :meth:`restore`)."""
+        self.offset_resets = 0
+        """Times the offset was out of the log's range and moved to the log start."""
         self.plan = CrashPlan()
         """Where earlier runs crashed (:meth:`guard`); empty, and free, on the normal path."""
         self.processing: tuple[int, int, int | None] = (0, 0, None)
@@ -163,6 +165,7 @@ class StreamTask:
             state.late = saved["late"]
         self.state_bytes = checkpoint.state_bytes
         self.skips = checkpoint.skips
+        self.offset_resets = checkpoint.offset_resets
         self.archive = ArchiveBuffer(
             self.topic, self.partition, checkpoint.next_offset, *self.id.where
         )
@@ -198,6 +201,50 @@ class StreamTask:
         self.skips = ()
         self.replay_until = 0
         discard_uncommitted(self.store, self.topic, self.partition, 0, *self.id.where)
+
+    def resume_in_range(self, start: int, end: int) -> None:
+        """The restored offset is outside the log ``[start, end]``: start over at ``start``,
+        loudly. Past the end, the log the state describes is gone (a recreated topic, a broker
+        that lost data): the state goes too. Before the start, retention deleted records the
+        task never read: the state stays, those records are lost and the error says how many."""
+        at = self.next_offset
+        self.offset_resets += 1
+        if at > end:
+            log.error(
+                "%s: offset out of range: the checkpoint is at %d, past the log end %d (a "
+                "recreated topic or a broker that lost data); its state is dropped and the task "
+                "starts over at the log start %d",
+                self.name,
+                at,
+                end,
+                start,
+            )
+            self.reset()
+        else:
+            log.error(
+                "%s: offset out of range: the checkpoint is at %d, before the log start %d: "
+                "%d records were deleted by retention before they were read",
+                self.name,
+                at,
+                start,
+                start - at,
+            )
+        self.start_at(start)
+
+    def skipped_to(self, first: int, start: int) -> None:
+        """The reader jumped from ``next_offset`` to ``first``, and the log now starts at
+        ``start`` past ``next_offset``: the client reset an out-of-range fetch to the log start
+        (``auto.offset.reset``); count it and say what was lost."""
+        self.offset_resets += 1
+        log.error(
+            "%s: offset out of range while reading: expected %d, the log starts at %d; "
+            "resumed at %d, %d records were deleted by retention before they were read",
+            self.name,
+            self.next_offset,
+            start,
+            first,
+            first - self.next_offset,
+        )
 
     def start_at(self, offset: int) -> None:
         """Where consumption begins when there is no checkpoint (the log start)."""
@@ -439,6 +486,7 @@ class StreamTask:
             factor=self.factor,
             skips=self.skips,
             replay_until=self.replay_until if self.replay_until > self.next_offset else 0,
+            offset_resets=self.offset_resets,
         )
         save_checkpoint(self.store, checkpoint)
         self.checkpointed_offset = self.next_offset
@@ -511,6 +559,7 @@ class StreamTask:
                 "counters": counters,
                 "dead_letter_reasons": dict(self.dead_lettered),
                 "quarantined": self.dead_lettered[CRASHED_TASK],
+                "offset_resets": self.offset_resets,
                 "isolating": [list(r) for r in self.plan.suspects],
                 "bucket": {
                     "bucket": self.bucket,

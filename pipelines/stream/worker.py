@@ -252,23 +252,14 @@ class StreamWorker:
         )
         try:
             offset = task.restore()
-            beginnings = self.reader.beginning_offsets([tp])
+            start = self.reader.beginning_offsets([tp]).get(tp, 0)
             end = self.reader.end_offsets([tp]).get(tp, 0)
             if offset is not None and offset > end:  # ListOffsets may under-report: ask a fetch
                 end = max(end, fetched_log_end(self.bootstrap, self.kafka, tp, offset) or 0)
-            if offset is not None and offset > end:
-                # The log is shorter than what we checkpointed: the broker lost it (the embedded
-                # broker keeps data in memory) or the topic was recreated. Start over.
-                log.warning(
-                    "%s: checkpoint offset %d is past the log end %d; starting from the log start",
-                    task.name,
-                    offset,
-                    end,
-                )
-                task.reset()
-                offset = None
             if offset is None:
-                task.start_at(beginnings.get(tp, 0))
+                task.start_at(start)
+            elif not start <= offset <= end:  # checked here, not left to auto.offset.reset
+                task.resume_in_range(start, end)
             if command.crashes:
                 task.guard(crash_plan(command.crashes))
         except TaskFenced as exc:
@@ -328,6 +319,21 @@ class StreamWorker:
             record_ts=stamp,
             error=error,
         )
+
+    def _check_reset(self, tp: TopicPartition, tasks: list[StreamTask], first: int) -> None:
+        """A read that starts past where the tasks were is a gap (compaction, transaction
+        markers) or the client's ``auto.offset.reset`` after an out-of-range fetch: the log
+        start tells which, and a reset is an error that status counts."""
+        behind = [t for t in tasks if t.next_offset < first]
+        if not behind:
+            return
+        try:
+            start = self.reader.beginning_offsets([tp]).get(tp, 0)
+        except BrokerUnavailable:
+            return
+        for task in behind:
+            if task.next_offset < start:
+                task.skipped_to(first, start)
 
     def _reassign(self) -> None:
         """Point the reader at the current tasks, each at its next offset."""
@@ -395,6 +401,8 @@ class StreamWorker:
                     readers = self._partitions()
                     for tp, records in polled.items():
                         tasks = readers.get(tp, [])  # none: stopped since the fetch
+                        if tasks:
+                            self._check_reset(tp, tasks, records.offsets[0])
                         hashes = None
                         if len(tasks) > 1 and any(t.filters for t in tasks):  # hash once
                             hashed = time.perf_counter()
