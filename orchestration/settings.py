@@ -37,14 +37,16 @@ class DagsterSettings(SluiceBaseSettings):
         description="Resource set: local (embedded broker, local storage, SQLite, local Spark) "
         "or prod (Kafka/MSK, S3, PostgreSQL, a Spark cluster, AWS Auto Scaling).",
     )
-    partitions_start: str = Field(
-        default="2014-04-10-00:00",
-        description="First hourly partition, UTC, YYYY-MM-DD-HH:MM (default: the earliest "
-        "shipped trace, so every trace's hours can be corrected from the UI).",
+    partitions_start: str | None = Field(
+        default=None,
+        description="First hourly partition, UTC, YYYY-MM-DD-HH:MM; unset = the day of the "
+        "first hour the raw archive holds (else 2014-04-10, the earliest shipped trace). "
+        "sluice up sets it to the replay's first day.",
     )
     partitions_end: str | None = Field(
         default=None,
-        description="Last hourly partition (exclusive), UTC, YYYY-MM-DD-HH:MM; unset = open.",
+        description="End of the hourly partitions (exclusive), UTC, YYYY-MM-DD-HH:MM; unset = "
+        "the current hour. sluice up sets it to the replay's end.",
     )
     correction_grace_minutes: int = Field(
         default=15,

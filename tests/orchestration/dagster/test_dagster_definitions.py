@@ -85,14 +85,49 @@ def test_every_view_has_a_realtime_and_a_corrected_asset_with_a_blocking_check()
     assert groups == {"raw", "views", "reports"}
 
 
-def test_partitions_start_at_the_shipped_trace() -> None:
+def test_partitions_start_at_the_shipped_trace_while_nothing_is_archived() -> None:
     from pipelines.generator import TRACES_DIR, load_trace
 
     assert DEFAULT_PARTITIONS_START == "2014-04-10-00:00"
-    assert HOURLY.get_first_partition_key() == "2014-04-10-00:00"
     first = datetime.strptime(DEFAULT_PARTITIONS_START, "%Y-%m-%d-%H:%M").replace(tzinfo=UTC)
     for path in TRACES_DIR.glob("*.csv"):  # every shipped trace can be corrected from the UI
         assert load_trace(path).start_s >= first.timestamp(), path.name
+
+
+def test_partitions_span_the_archive_or_the_settings(monkeypatch, tmp_path: Path) -> None:
+    """Unset, the hours start on the day of the first archived hour and end now; the settings
+    (what `up` sets to the replay's span) win; the report's days are the whole days."""
+    from assets.partitions import daily_partitions, first_archived_hour, hourly_partitions
+    from orchestration.settings import get_dagster_settings
+    from pipelines.storage import LocalObjectStore
+
+    store = LocalObjectStore(tmp_path / "state" / "storage")
+    assert first_archived_hour(store) is None
+    for hour in ("2015-02-26T22", "2015-02-26T21", "2015-02-27T01"):
+        store.put(f"archive/events/hour={hour}/events-0-0-10.parquet", b"x")
+    assert first_archived_hour(store) == datetime(2015, 2, 26, 21, tzinfo=UTC)
+    monkeypatch.setenv("SLUICE_STATE_DIR", str(tmp_path / "state"))
+    for name in ("SLUICE_PARTITIONS_START", "SLUICE_PARTITIONS_END"):
+        monkeypatch.delenv(name, raising=False)
+    get_settings.cache_clear()
+    get_dagster_settings.cache_clear()
+    try:
+        hourly = hourly_partitions()
+        assert hourly.get_first_partition_key() == "2015-02-26-00:00"
+        now = datetime.now(UTC)
+        assert hourly.get_last_partition_key() == (now - timedelta(hours=1)).strftime(
+            "%Y-%m-%d-%H:00"
+        )
+        monkeypatch.setenv("SLUICE_PARTITIONS_START", "2014-07-01-00:00")
+        monkeypatch.setenv("SLUICE_PARTITIONS_END", "2014-07-02-03:00")
+        get_dagster_settings.cache_clear()
+        hourly = hourly_partitions()
+        keys = hourly.get_partition_keys()
+        assert (keys[0], keys[-1], len(keys)) == ("2014-07-01-00:00", "2014-07-02-02:00", 27)
+        assert daily_partitions(hourly).get_partition_keys() == ["2014-07-01"]
+    finally:
+        get_settings.cache_clear()
+        get_dagster_settings.cache_clear()
 
 
 def test_resource_sets_have_identical_keys_and_env_selects_one(monkeypatch) -> None:

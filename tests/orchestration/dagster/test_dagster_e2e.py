@@ -14,7 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from assets.constants import RECONCILIATION_REPORT_KEY, corrected_key, realtime_key
+from assets.constants import (
+    RAW_ARCHIVE_KEY,
+    RECONCILIATION_REPORT_KEY,
+    corrected_key,
+    realtime_key,
+)
 from assets.partitions import partition_key_for
 from assets.views.checks import CORRECTION_CHECK
 from orchestration.dagster_service import DagsterHandle, start_dagster
@@ -71,6 +76,8 @@ def dagster(
             "SLUICE_SPARK_CONF": '{"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"}',
             "SLUICE_AUTOMATION_INTERVAL_S": "5",
             "SLUICE_IDLE_CLOSE_S": "5",
+            # the day's end, as `up` sets it to its replay's; the start comes from the archive
+            "SLUICE_PARTITIONS_END": "2015-02-27-00:00",
         },
         timeout_s=240,
     )
@@ -80,6 +87,36 @@ def dagster(
         handle.stop()
         assert not handle.pids, f"Dagster left processes behind: {handle.pids}"
         assert handle.process.poll() is not None
+
+
+PARTITION_KEYS = """
+query Keys($path: [String!]!) {
+  assetNodeOrError(assetKey: {path: $path}) {
+    ... on AssetNode { partitionKeysByDimension { partitionKeys } }
+  }
+}
+"""
+
+
+def _partition_keys(handle: DagsterHandle, key) -> list[str]:
+    answer = handle.graphql(PARTITION_KEYS, {"path": key.path})["assetNodeOrError"]
+    (dimension,) = answer["partitionKeysByDimension"]
+    return dimension["partitionKeys"]
+
+
+def test_partitions_span_the_archived_day(dagster) -> None:
+    """The UI offers the archive's day, not the years since the earliest trace: the hours
+    start on the first archived hour's day (no SLUICE_PARTITIONS_START) and end where the
+    settings say, as `up` sets them to its replay."""
+    handle, _, hours = dagster
+    day = datetime.fromtimestamp(hours[0] / 1000, tz=UTC)
+    expected = [f"{day:%Y-%m-%d}-{h:02d}:00" for h in range(24)]
+    for key in (
+        RAW_ARCHIVE_KEY,
+        *(corrected_key(v.name) for v in example_views() if not v.disabled),
+    ):
+        assert _partition_keys(handle, key) == expected, key
+    assert _partition_keys(handle, RECONCILIATION_REPORT_KEY) == [f"{day:%Y-%m-%d}"]
 
 
 def test_dagster_home_is_prepared(dagster) -> None:
