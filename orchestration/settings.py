@@ -80,6 +80,14 @@ class DagsterSettings(SluiceBaseSettings):
         description="Minutes without a new correction after which a corrected view is overdue "
         "(freshness policy; warning at three quarters). An hour closes about once an hour.",
     )
+    realtime_fresh_minutes: int = Field(
+        default=10,
+        ge=1,
+        description="Minutes without a sign that a realtime view is current (its tasks "
+        "reporting within the lag SLA; the realtime_lag sensor records one every quarter of "
+        "this) after which realtime_<view> is overdue (freshness policy; warning at three "
+        "quarters).",
+    )
     report_fresh_hours: int = Field(
         default=26,
         ge=2,

@@ -174,7 +174,7 @@ def test_the_prod_fleet_shows_the_group_it_scales(monkeypatch) -> None:
     assert (fleet.group_name, fleet.region) == ("agents-blue", "eu-west-1")
 
 
-def test_corrections_and_the_report_carry_freshness_policies() -> None:
+def test_realtime_views_corrections_and_the_report_carry_freshness_policies() -> None:
     graph = defs.resolve_asset_graph()
     for view in example_views():
         policy = graph.get(corrected_key(view.name)).freshness_policy
@@ -183,7 +183,9 @@ def test_corrections_and_the_report_carry_freshness_policies() -> None:
     report = graph.get(RECONCILIATION_REPORT_KEY).freshness_policy
     assert report.fail_window.to_timedelta() == timedelta(hours=26)
     assert graph.get(RAW_ARCHIVE_KEY).freshness_policy is None
-    assert graph.get(realtime_key("traffic_by_org")).freshness_policy is None
+    realtime = graph.get(realtime_key("traffic_by_org")).freshness_policy
+    assert realtime.fail_window.to_timedelta() == timedelta(minutes=10)
+    assert graph.get(dg.AssetKey("events")).freshness_policy is None
 
 
 def test_assets_annotate_the_abstract_resources() -> None:
@@ -269,8 +271,19 @@ def test_lag_sensor_records_observations_only_for_new_reports(tmp_path: Path) ->
     control = LocalControlStoreResource(sqlite_url=url)
     with dg.build_sensor_context(resources={"control_store": control}) as ctx:
         result = sensor.evaluate_tick(ctx)
-    observations = {e.asset_key: e for e in result.asset_events}
+    observations = {
+        e.asset_key: e for e in result.asset_events if isinstance(e, dg.AssetObservation)
+    }
     assert set(observations) == {realtime_key(v.name) for v in views}
+    # the fleet reports: its start is recorded as each view's materialization, what it runs
+    made = {e.asset_key: e for e in result.asset_events if isinstance(e, dg.AssetMaterialization)}
+    assert set(made) == {realtime_key(v.name) for v in views if not v.disabled}
+    view = next(v for v in views if v.name == "traffic_by_org")
+    deployed = made[realtime_key(view.name)]
+    assert deployed.metadata["why"].value == "fleet started"
+    assert deployed.metadata["fingerprint"].value == view.fingerprint
+    assert deployed.metadata["source"].value.startswith("file ")
+    assert deployed.tags["dagster/code_version"] == view.fingerprint
     meta = observations[realtime_key("traffic_by_org")].metadata
     assert meta["backlog"].value == 60
     assert meta["tasks"].value == 4
@@ -278,11 +291,18 @@ def test_lag_sensor_records_observations_only_for_new_reports(tmp_path: Path) ->
     assert meta["processed"].value == 400
     assert meta["dropped_late"].value == 8
     assert meta["event_time_watermark"].value.startswith("2015-02-26T21:43")
+    assert meta["newest_event_time"].value.startswith("2015-02-26T21:43")
+    assert 0 <= meta["time_lag_s"].value < 60
     assert 2 <= meta["last_processed_age_s"].value < 60
     assert meta["status"].value == "STOP"  # events:3 stopped reporting with a backlog
     assert meta["task_status"].value["events:0"] == "OK"
     cursor = json.loads(result.cursor)
-    assert set(cursor) == {v.name for v in views} | {"_lag_tracker"}
+    assert set(cursor) == {v.name for v in views} | {
+        "_lag_tracker",
+        "_deployed",
+        "_marked",
+        "_reporting",
+    }
     assert set(cursor["_lag_tracker"]["samples"]) == {f"events:{p}" for p in range(4)}
     with dg.build_sensor_context(resources={"control_store": control}, cursor=result.cursor) as ctx:
         again = sensor.evaluate_tick(ctx)

@@ -75,7 +75,10 @@ def test_a_hand_off_is_not_an_error_for_the_sensor_nor_for_status(tmp_path: Path
                     result = sensor.evaluate_tick(ctx)
                 cursor = result.cursor
             (observation,) = [
-                e for e in result.asset_events if e.asset_key == realtime_key("traffic_by_org")
+                e
+                for e in result.asset_events
+                if e.asset_key == realtime_key("traffic_by_org")
+                and isinstance(e, dg.AssetObservation)
             ]
             from_sensor = json.loads(json.dumps(observation.metadata["task_status"].value))
             from_status = control.update(task_lags([status]))
