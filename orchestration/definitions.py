@@ -28,6 +28,7 @@ from orchestration.resources import get_resources
 from orchestration.runtime import Runtime
 from orchestration.schedules import build_correction_schedule, build_report_schedule
 from orchestration.sensors import (
+    make_alert_sensors,
     make_archive_hours_sensor,
     make_autoscaling_sensor,
     make_events_sensor,
@@ -99,6 +100,7 @@ defs = dg.Definitions(
             fresh_minutes=SETTINGS.realtime_fresh_minutes,
         ),
         make_events_sensor(),
+        *make_alert_sensors(SETTINGS.automation_interval_s),
         make_autoscaling_sensor(scale_stream_workers),
         make_spot_interruption_sensor(evacuate_spot_instance),
     ],

@@ -11,7 +11,7 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from pipelines.settings import SluiceBaseSettings, load_settings
@@ -93,6 +93,17 @@ class DagsterSettings(SluiceBaseSettings):
         ge=2,
         description="Hours without a new reconciliation report after which it is overdue "
         "(freshness policy; warning an hour before).",
+    )
+    alert_webhook_url: SecretStr | None = Field(
+        default=None,
+        description="Webhook that alerts are posted to as Slack-compatible JSON (a failed "
+        "run, a failed ERROR check, a realtime task STALL/STOP/ERR), once per incident; "
+        "unset = no alerts. A secret: sluice config masks it.",
+    )
+    dagster_url: str | None = Field(
+        default=None,
+        description="Base URL of the Dagster UI for the links in alerts (sluice up and "
+        "start_dagster set it; default http://127.0.0.1:3000).",
     )
     report_cron: str = Field(
         default="30 0 * * *",

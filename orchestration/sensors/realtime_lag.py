@@ -15,7 +15,8 @@ lag SLA), so the view's freshness policy (``SLUICE_REALTIME_FRESH_MINUTES``) say
 the stream keeps up and overdue once it stops or falls behind. Dagster 1.13 judges freshness
 by materializations only, not observations.
 
-Every tick also alerts (a warning in the sensor's log) on each task of a view's topic that has
+A view whose tasks turn STALL, STOP or ERR is posted to the alert webhook once per incident
+(:mod:`orchestration.alerts`). Every tick also alerts (a warning in the sensor's log) on each task of a view's topic that has
 been Waiting longer than ``SLUICE_TASK_WAITING_MAX_S`` (the coordinator's watchdog should
 have scheduled it: something blocks it), whether or not tasks reported.
 """
@@ -32,6 +33,7 @@ import dagster as dg
 from assets.constants import realtime_key
 from assets.views.lag_check import STALE_AFTER_S as REPORTING_WITHIN_S
 from assets.views.lag_check import evaluate_lag
+from orchestration.alerts import Alert, post_alert
 from orchestration.fleet.scheduling import waiting_too_long
 from orchestration.lag import LagTracker, task_lags, worst
 from orchestration.resources import ControlStoreResource
@@ -181,6 +183,31 @@ def realtime_materializations(
     return out
 
 
+def _alert_once(
+    alerted: dict[str, bool], view: str, broken: dict[str, str], metadata: dict[str, Any]
+) -> None:
+    """Post one alert when ``view``'s tasks turn STALL, STOP or ERR (an incident), none while
+    it lasts; the incident ends when no task of the view is broken."""
+    if not broken:
+        alerted.pop(view, None)
+        return
+    if alerted.get(view):
+        return
+    alerted[view] = True
+    tasks = ", ".join(f"{t} {s}" for t, s in sorted(broken.items()))
+    post_alert(
+        Alert(
+            kind="realtime_lag",
+            title=f"realtime view {view}: {len(broken)} task(s) {worst(list(broken.values()))}",
+            details=f"{tasks}; backlog {metadata.get('backlog', '?')}, time lag "
+            f"{metadata.get('time_lag_s', '?')} s (Burrow's statuses; sluice status shows them)",
+            ui_path=f"/assets/{realtime_key(view).path[-1]}",
+        )
+    )
+
+
+ALERTED_KEY = "_alerted"
+"""Cursor key: the views whose broken tasks have been alerted on (an incident under way)."""
 DEPLOYED_KEY = "_deployed"
 MARKED_KEY = "_marked"
 REPORTING_KEY = "_reporting"
@@ -296,6 +323,7 @@ def make_realtime_lag_sensor(
                     view_name,
                     ", ".join(f"{t} {s}" for t, s in sorted(broken.items())),
                 )
+            _alert_once(cursor.setdefault(ALERTED_KEY, {}), view_name, broken, metadata)
             if newest <= cursor.get(view_name, 0.0):
                 continue
             cursor[view_name] = newest

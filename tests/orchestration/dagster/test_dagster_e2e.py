@@ -8,6 +8,7 @@ leave no process behind.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,6 +32,7 @@ from pipelines.storage import LocalObjectStore
 from tests.fixtures.browser import chromium_page
 from tests.fixtures.dagster_fixture import build_archive, example_views
 from tests.fixtures.processes import wait_until
+from tests.fixtures.webhook import Webhook, webhook_server
 
 pytestmark = pytest.mark.e2e
 
@@ -57,8 +59,15 @@ query Poll($id: String!) {
 
 
 @pytest.fixture(scope="module")
+def alert_hook() -> Iterator[Webhook]:
+    """The webhook the module's Dagster posts its alerts to."""
+    with webhook_server() as hook:
+        yield hook
+
+
+@pytest.fixture(scope="module")
 def dagster(
-    tmp_path_factory: pytest.TempPathFactory,
+    tmp_path_factory: pytest.TempPathFactory, alert_hook: Webhook
 ) -> Iterator[tuple[DagsterHandle, SluiceSettings, list[int]]]:
     state = tmp_path_factory.mktemp("dagster-e2e") / "state"
     settings = SluiceSettings(state_dir=state)
@@ -78,6 +87,7 @@ def dagster(
             "SLUICE_IDLE_CLOSE_S": "5",
             # the day's end, as `up` sets it to its replay's; the start comes from the archive
             "SLUICE_PARTITIONS_END": "2015-02-27-00:00",
+            "SLUICE_ALERT_WEBHOOK_URL": alert_hook.url,
         },
         timeout_s=240,
     )
@@ -204,6 +214,58 @@ def test_the_spot_sensor_and_an_evacuation_run_show_in_the_ui(dagster, artifacts
         expect(page.get_by_text("spot_interruption_sensor").first).to_be_visible(timeout=60_000)
         page.goto(f"{handle.url}/runs/{run_id}")
         expect(page.get_by_text("no agent runs on it").first).to_be_visible(timeout=60_000)
+
+
+SENSOR_TICKS = """
+query Ticks($selector: SensorSelector!) {
+  sensorOrError(sensorSelector: $selector) {
+    __typename
+    ... on Sensor { sensorState { ticks(limit: 20) { timestamp status } } }
+  }
+}
+"""
+
+
+def test_a_failed_run_posts_exactly_one_alert(dagster, alert_hook: Webhook) -> None:
+    """A forced failure (a rescale to 0 workers, which the realizer refuses) reaches the
+    webhook once, with a link to the run; later ticks of the sensor post nothing more."""
+    handle, _, _ = dagster
+    params = {
+        "selector": {
+            "repositoryLocationName": "sluice",
+            "repositoryName": "__repository__",
+            "jobName": "scale_stream_workers",
+        },
+        "runConfigData": {"ops": {"rescale_fleet": {"config": {"target": 0}}}},
+    }
+    launched = handle.graphql(LAUNCH_RUN, {"params": params})["launchRun"]
+    assert launched["__typename"] == "LaunchRunSuccess", launched
+    run_id = launched["run"]["runId"]
+
+    def about_the_run() -> list[dict]:
+        return [p for p in alert_hook.received() if run_id in p["text"]]
+
+    (alert,) = wait_until(about_the_run, 180, "the run-failure alert", every_s=1.0)
+    assert alert["sluice_kind"] == "run_failure"
+    assert "run of scale_stream_workers failed" in alert["text"]
+    assert f"{handle.url}/runs/{run_id}|open in Dagster>" in alert["text"]
+    status = handle.graphql(RUN_STATUS, {"id": run_id})["runOrError"]["status"]
+    assert status == "FAILURE"
+    posted_at = time.time()
+    selector = {
+        "repositoryLocationName": "sluice",
+        "repositoryName": "__repository__",
+        "sensorName": "alert_on_run_failure",
+    }
+
+    def ticks_since() -> int:
+        answer = handle.graphql(SENSOR_TICKS, {"selector": selector})["sensorOrError"]
+        ticks = answer["sensorState"]["ticks"]
+        return sum(t["timestamp"] > posted_at for t in ticks) >= 2 or None
+
+    wait_until(ticks_since, 120, "two more ticks of the run-failure sensor", every_s=1.0)
+    assert len(about_the_run()) == 1, alert_hook.received()
+    assert not [p for p in alert_hook.received() if p["sluice_kind"] == "check_failure"]
 
 
 MATERIALIZATION = """
