@@ -68,11 +68,9 @@ def make_events_sensor(
             metadata["newest_record_at"] = datetime.fromtimestamp(
                 max(stamps) / 1000, tz=UTC
             ).isoformat(timespec="seconds")
-        observation = dg.AssetObservation(
-            asset_key=EVENTS_KEY,
-            metadata=metadata,
-            tags={"dagster/data_version": str(total)},
-        )
+        # no data version: the realtime views downstream are kept current by the fleet, not
+        # by runs, and a new version of their input would flag them unsynced for ever
+        observation = dg.AssetObservation(asset_key=EVENTS_KEY, metadata=metadata)
         return dg.SensorResult(
             asset_events=[observation], cursor=json.dumps({"total": total, "at": now})
         )

@@ -211,17 +211,21 @@ def _the_live_half_shows_in_the_ui(url: str, artifacts_dir: Path, panel, state: 
     assert keys[0]["partitionKeys"] == [f"2014-07-01-{h:02d}:00" for h in range(10)], keys
 
     catalog = artifacts_dir / "up-asset-catalog.png"
+    realtime = artifacts_dir / "up-realtime-asset.png"
     lineage = artifacts_dir / "up-asset-lineage.png"
-    with chromium_page(1600, 1400, lineage) as page:
+    with chromium_page(1600, 2400, lineage) as page:
         page.goto(f"{url}/assets")
         expect(page.get_by_text("realtime_traffic_by_org").first).to_be_visible(timeout=60_000)
-        expect(page.get_by_text("corrected_traffic_by_org").first).to_be_visible()
+        expect(page.get_by_text(re.compile(r"^Loading"))).to_have_count(0, timeout=60_000)
         page.screenshot(path=str(catalog), full_page=True)
+        page.goto(f"{url}/assets/realtime_traffic_by_org")
+        expect(page.get_by_text("Freshness policy").first).to_be_visible(timeout=60_000)
+        page.screenshot(path=str(realtime), full_page=True)
         page.goto(f"{url}/locations/sluice/asset-groups/views/lineage")
-        expect(page.locator('[data-tooltip="realtime_traffic_by_org"]').first).to_be_visible(
-            timeout=60_000
-        )
-    assert catalog.stat().st_size > 10_000 and lineage.stat().st_size > 10_000
+        expect(page.get_by_text("realtime_traffic_by_org").first).to_be_visible(timeout=60_000)
+        expect(page.get_by_text("corrected_traffic_by_org").first).to_be_visible(timeout=60_000)
+    for shot in (catalog, realtime, lineage):
+        assert shot.stat().st_size > 10_000, shot
 
     # a scaling run that the autoscaler launched and the supervisor carried out
     def scaled() -> dict | None:
