@@ -9,7 +9,9 @@ the newest heartbeat seen per view, so a tick without new reports records nothin
 
 The stream fleet, not a run, updates ``realtime_<view>``, so this sensor records its
 materializations (no run): one when the fleet starts running the view, or the definition in
-force changes (fingerprint, source; with the fingerprint as code version), and then one every
+force changes (fingerprint and source in its metadata; no code-version tag: with one, Dagster would
+hold the runless materialization's missing input versions against it and flag the view
+unsynced for ever), and then one every
 quarter of the freshness window while the view is current (tasks reporting and within the
 lag SLA), so the view's freshness policy (``SLUICE_REALTIME_FRESH_MINUTES``) says fresh while
 the stream keeps up and overdue once it stops or falls behind. Dagster 1.13 judges freshness
@@ -176,7 +178,6 @@ def realtime_materializations(
                 asset_key=realtime_key(view.name),
                 description=f"{why}: {deployment['source']}",
                 metadata=metadata,
-                tags={"dagster/code_version": deployment["fingerprint"]},
             )
         )
     cursor[REPORTING_KEY] = reporting

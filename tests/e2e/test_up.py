@@ -106,8 +106,8 @@ def test_up_runs_the_live_half_in_dagster_scales_with_the_traffic_and_stops_clea
     """`up` as a newcomer runs it, Dagster included: progress while the replay runs; in the
     UI (GraphQL and Chromium) the realtime views materialized and fresh and the corrected ones
     with the replay's hours; the autoscaler (on by default) rescales the agents as nyc_taxi's
-    night trough and morning rise pass (workers capped at 60 msg/s), the panel's agent count
-    follows and agrees with the scaling run's metadata and `sluice status`; then a clear
+    traffic falls into the night (workers capped at 60 msg/s), the panel's agent count
+    follows, and the scaling run's figures agree with `sluice status` and the control store; then a clear
     line when done, no ERROR or traceback, exit 0, no process left, a broker it did not
     start left running."""
     state = tmp_path / "state"
@@ -122,7 +122,7 @@ def test_up_runs_the_live_half_in_dagster_scales_with_the_traffic_and_stops_clea
     exports = " ".join(f"{k}={v}" for k, v in env.items())
     command = (
         f"env -u KAFKA_BOOTSTRAP_SERVERS {exports} {sys.executable} -m orchestration.cli up "
-        "--exit-when-done --agents 2 --duration 10h --speedup 240 "
+        "--exit-when-done --agents 2 --duration 6h --speedup 240 "
         f"--peak-rate 300 --flush-interval 2; echo $? > {exit_file}"
     )
     tmux(
@@ -206,9 +206,9 @@ def _the_live_half_shows_in_the_ui(url: str, artifacts_dir: Path, panel, state: 
     metadata = {e["label"]: e.get("text") for e in made["metadataEntries"]}
     assert metadata["why"] in ("fleet started", "deployed", "stream current"), metadata
     assert metadata["source"].startswith("file "), metadata
-    # the corrected view's partitions: the replay's ten hours of 2014-07-01, not twelve years
+    # the corrected view's partitions: the replay's six hours of 2014-07-01, not twelve years
     keys = asset("corrected_traffic_by_org")["assetNodeOrError"]["partitionKeysByDimension"]
-    assert keys[0]["partitionKeys"] == [f"2014-07-01-{h:02d}:00" for h in range(10)], keys
+    assert keys[0]["partitionKeys"] == [f"2014-07-01-{h:02d}:00" for h in range(6)], keys
 
     catalog = artifacts_dir / "up-asset-catalog.png"
     realtime = artifacts_dir / "up-realtime-asset.png"
