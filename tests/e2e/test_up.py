@@ -91,7 +91,11 @@ query Observed {
     ... on Asset {
       assetObservations(limit: 50) {
         runId
-        metadataEntries { label ... on IntMetadataEntry { intValue } }
+        metadataEntries {
+          label
+          ... on IntMetadataEntry { intValue }
+          ... on FloatMetadataEntry { floatValue }
+        }
       }
     }
   }
@@ -224,8 +228,22 @@ def _the_live_half_shows_in_the_ui(url: str, artifacts_dir: Path, panel, state: 
         page.goto(f"{url}/locations/sluice/asset-groups/views/lineage")
         expect(page.get_by_text("realtime_traffic_by_org").first).to_be_visible(timeout=60_000)
         expect(page.get_by_text("corrected_traffic_by_org").first).to_be_visible(timeout=60_000)
+        expect(page.get_by_text(re.compile(r"^Loading"))).to_have_count(0, timeout=60_000)
     for shot in (catalog, realtime, lineage):
         assert shot.stat().st_size > 10_000, shot
+
+    # the topic observed by the events_offsets sensor: offsets per partition and write rate
+    def topic_observed() -> dict | None:
+        observed = graphql(url, OBSERVATIONS)["assetOrError"]["assetObservations"]
+        for o in observed:
+            entries = {e["label"]: e for e in o["metadataEntries"]}
+            if "rate_per_s" in entries and not o["runId"]:
+                return entries
+        return None
+
+    entries = wait_until(lambda: panel() and topic_observed(), 120, "events observed")
+    assert entries["messages_written"]["intValue"] > 0 and entries["partitions"]["intValue"] == 4
+    assert entries["rate_per_s"]["floatValue"] >= 0
 
     # a scaling run that the autoscaler launched and the supervisor carried out
     def scaled() -> dict | None:

@@ -351,6 +351,25 @@ query Node($path: [String!]!) {
   }
 }
 """
+CHECK_HOURS = """
+query CheckHours($path: [String!]!) {
+  assetNodeOrError(assetKey: {path: $path}) {
+    ... on AssetNode {
+      assetChecksOrError {
+        ... on AssetChecks {
+          checks {
+            name
+            partitionStatuses {
+              __typename
+              ... on AssetCheckTimePartitionStatuses { ranges { startKey endKey status } }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+"""
 RUNS = """
 query Runs {
   runsOrError(limit: 50) {
@@ -375,6 +394,7 @@ def test_a_replayed_day_corrects_and_reports_itself(dagster, artifacts_dir: Path
 
     handle, settings, hours = dagster
     day = datetime.fromtimestamp(hours[0] / 1000, tz=UTC).strftime("%Y-%m-%d")
+    next_day = datetime.fromtimestamp(hours[0] / 1000 + 86400, tz=UTC).strftime("%Y-%m-%d")
     views = [v for v in example_views() if not v.disabled]
 
     def reported():
@@ -400,6 +420,14 @@ def test_a_replayed_day_corrects_and_reports_itself(dagster, artifacts_dir: Path
             for c in node["assetChecksOrError"]["checks"]
         }
         assert checks[CORRECTION_CHECK] == "SUCCEEDED", (view.name, checks)
+    # the reconciliation check's result per hour (logged from the range runs), as the UI reads it
+    answer = handle.graphql(CHECK_HOURS, {"path": corrected_key(views[0].name).path})
+    checks = answer["assetNodeOrError"]["assetChecksOrError"]["checks"]
+    (check,) = [c for c in checks if c["name"] == CORRECTION_CHECK]
+    ranges = check["partitionStatuses"]["ranges"]
+    assert ranges and {r["status"] for r in ranges} == {"SUCCEEDED"}, ranges
+    assert ranges[0]["startKey"] == f"{day}-00:00", ranges
+    assert ranges[-1]["endKey"] in (f"{day}-23:00", f"{next_day}-00:00"), ranges
     store = LocalObjectStore(settings.resolved_storage_root)
     served = query_view(store, views[0], hours[0], hours[-1] + HOUR_MS)
     assert set(served.column("source").to_pylist()) == {"batch v1"}
