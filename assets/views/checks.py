@@ -11,6 +11,7 @@ known reasons, downstream may go on. Errors, causes and failures become metadata
 """
 
 import logging
+import typing
 from collections.abc import Sequence
 from typing import Any
 
@@ -153,22 +154,26 @@ def hourly_results(
     ]
 
 
+def _target_class() -> Any:
+    """The type of ``AssetCheckEvaluation.target_materialization_data``, read from the public
+    class's annotations: Dagster 1.13 does not export it (and its private modules are off
+    limits here, tests/test_public_apis.py)."""
+    hint = typing.get_type_hints(dg.AssetCheckEvaluation)["target_materialization_data"]
+    return next(t for t in typing.get_args(hint) if t is not type(None))
+
+
 def hour_evaluation(
     instance: dg.DagsterInstance, key: dg.AssetKey, hour: str, result: dg.AssetCheckResult
 ) -> dg.AssetCheckEvaluation:
     """``result`` as the evaluation of the check for partition ``hour``, aimed at the hour's
     latest materialization as Dagster aims a returned result: without that target the
     evaluation counts for no materialization, and the report's automation (blocking checks
-    passed) would wait for ever. The target's class is not public in Dagster 1.13."""
-    from dagster._core.definitions.asset_checks.asset_check_evaluation import (
-        AssetCheckEvaluationTargetMaterializationData,
-    )
-
+    passed) would wait for ever."""
     records = instance.fetch_materializations(
         dg.AssetRecordsFilter(asset_key=key, asset_partitions=[hour]), limit=1
     ).records
     target = (
-        AssetCheckEvaluationTargetMaterializationData(
+        _target_class()(
             run_id=records[0].event_log_entry.run_id,
             storage_id=records[0].storage_id,
             timestamp=records[0].timestamp,
