@@ -49,6 +49,7 @@ def test_events_are_observed_with_offsets_and_rate(broker, topic_name, monkeypat
         with dg.build_sensor_context(resources={"kafka": kafka}, cursor=second.cursor) as ctx:
             still = sensor.evaluate_tick(ctx)
         assert not still.asset_events and "nothing written" in still.skip_message
+        monkeypatch.setenv("SLUICE_KAFKA_TIMEOUT_S", "1")  # a broker gone: a short deadline
         gone = ClusterKafkaResource(
             bootstrap_servers="127.0.0.1:9", security_protocol="PLAINTEXT", sasl_mechanism=None
         )
