@@ -5,7 +5,9 @@ Both sensors are on by default and post nothing while ``SLUICE_ALERT_WEBHOOK_URL
 sees each failed run once (its cursor is the run-status event) and posts one alert linking the
 run. ``alert_on_check_failure`` reads each asset check's latest execution and posts when a
 check fails with ERROR severity after it had not been failing (one alert per incident: a check
-that keeps failing run after run is not posted again until it has passed); WARN results, such
+that keeps failing run after run is not posted again until it has passed), reading every
+execution since its last tick in order, so the hour of a partitioned check that failed is
+named even when later hours passed; WARN results, such
 as ``lag_within_sla``, do not page: the realtime_lag sensor alerts on the tasks themselves.
 """
 
@@ -21,6 +23,8 @@ from orchestration.alerts import Alert, post_alert
 __all__ = ["CHECK_ALERT_SENSOR", "RUN_ALERT_SENSOR", "make_alert_sensors"]
 
 RUN_ALERT_SENSOR = "alert_on_run_failure"
+HISTORY = 100
+"""Executions of one check read per tick (a range run of a partitioned check logs one per hour)."""
 CHECK_ALERT_SENSOR = "alert_on_check_failure"
 
 
@@ -81,20 +85,32 @@ def make_alert_sensors(minimum_interval_seconds: int = 30) -> list[dg.SensorDefi
     def alert_on_check_failure(context: dg.SensorEvaluationContext) -> dg.SkipReason:
         cursor: dict[str, Any] = json.loads(context.cursor) if context.cursor else {}
         keys = list(context.repository_def.asset_graph.asset_check_keys)
-        latest = context.instance.event_log_storage.get_latest_asset_check_execution_by_key(keys)
+        storage = context.instance.event_log_storage
         posted = 0
-        for key, record in latest.items():
+        for key in keys:
             name = key.to_user_string()
             seen = cursor.get(name, {"id": 0, "failing": False})
-            if record.id <= seen["id"]:
-                continue
-            failed, description = _failing(record)
-            if record.status.value in ("PLANNED",):
-                continue  # not evaluated yet
-            if failed and not seen["failing"]:
-                alert = check_failure_alert(key, record.run_id, description, record.partition)
-                posted += post_alert(alert)
-            cursor[name] = {"id": record.id, "failing": failed}
+            hour_runs: list[str] = seen.get("hour_runs", [])
+            # every execution since the last tick, oldest first: a partitioned check's hours
+            # each have one, and a later hour's success must not hide an earlier one's failure
+            history = storage.get_asset_check_execution_history(key, limit=HISTORY)
+            for record in sorted((r for r in history if r.id > seen["id"]), key=lambda r: r.id):
+                if record.status.value == "PLANNED":
+                    run = context.instance.get_run_by_id(record.run_id)
+                    if run is not None and not run.is_finished:
+                        break  # its run is evaluating it: look again next tick
+                    continue  # its run ended without evaluating it: nothing to say
+                if record.partition is not None:
+                    hour_runs = [*hour_runs, record.run_id][-5:]
+                elif record.run_id in hour_runs:
+                    seen = {**seen, "id": record.id}  # a range run's summary: its hours spoke
+                    continue
+                failed, description = _failing(record)
+                if failed and not seen["failing"]:
+                    alert = check_failure_alert(key, record.run_id, description, record.partition)
+                    posted += post_alert(alert)
+                seen = {"id": record.id, "failing": failed}
+            cursor[name] = {**seen, "hour_runs": hour_runs}
         context.update_cursor(json.dumps(cursor, sort_keys=True))
         return dg.SkipReason(f"{posted} alert(s) posted" if posted else "no new check failure")
 

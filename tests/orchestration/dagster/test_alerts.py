@@ -89,6 +89,79 @@ def test_a_failed_error_check_is_posted_once_per_incident(hook) -> None:
     assert len(hook.received()) == 2
 
 
+def test_the_failed_hour_of_a_partitioned_check_is_named_though_later_hours_passed(hook) -> None:
+    hours = dg.HourlyPartitionsDefinition(
+        start_date="2015-02-26-00:00", end_date="2015-02-27-00:00", timezone="UTC"
+    )
+
+    @dg.asset(partitions_def=hours)
+    def hourly() -> dg.MaterializeResult:
+        return dg.MaterializeResult()
+
+    @dg.asset_check(asset=hourly, partitions_def=hours, blocking=True)
+    def exact(context) -> dg.AssetCheckResult:
+        hour = context.op_execution_context.partition_key
+        return dg.AssetCheckResult(passed=hour != "2015-02-26-01:00", description="unexplained")
+
+    defs = dg.Definitions(assets=[hourly], asset_checks=[exact], sensors=make_alert_sensors())
+    instance = dg.DagsterInstance.ephemeral()
+    for hour in ("2015-02-26-00:00", "2015-02-26-01:00", "2015-02-26-02:00"):
+        dg.materialize([hourly, exact], instance=instance, partition_key=hour, raise_on_error=False)
+    sensor = defs.get_sensor_def("alert_on_check_failure")
+    with dg.build_sensor_context(
+        instance=instance, repository_def=defs.get_repository_def()
+    ) as ctx:
+        sensor.evaluate_tick(ctx)
+    (posted,) = hook.received()
+    assert "check exact of hourly failed (hour 2015-02-26-01:00)" in posted["text"]
+
+
+def test_a_range_run_of_hourly_checks_is_one_incident(hook) -> None:
+    """The reconciliation check's way: one evaluation per hour logged, then the run's summary;
+    a failed hour is posted once, naming it, and the failed summary adds nothing."""
+    from assets.views.checks import summarize_hours
+
+    hours = dg.HourlyPartitionsDefinition(
+        start_date="2015-02-26-00:00", end_date="2015-02-27-00:00", timezone="UTC"
+    )
+
+    @dg.asset(partitions_def=hours)
+    def hourly() -> dg.MaterializeResult:
+        return dg.MaterializeResult()
+
+    @dg.asset_check(asset=hourly, partitions_def=hours, blocking=True)
+    def exact(context) -> dg.AssetCheckResult:
+        results = []
+        for hour in context.op_execution_context.partition_keys:
+            result = dg.AssetCheckResult(passed=hour != "2015-02-26-01:00", description="off")
+            context.op_execution_context.log_event(
+                dg.AssetCheckEvaluation(
+                    asset_key=hourly.key,
+                    check_name="exact",
+                    passed=result.passed,
+                    description=result.description,
+                    partition=hour,
+                )
+            )
+            results.append((hour, result))
+        return summarize_hours(results)
+
+    defs = dg.Definitions(assets=[hourly], asset_checks=[exact], sensors=make_alert_sensors())
+    instance = dg.DagsterInstance.ephemeral()
+    span = {
+        "dagster/asset_partition_range_start": "2015-02-26-00:00",
+        "dagster/asset_partition_range_end": "2015-02-26-02:00",
+    }
+    dg.materialize([hourly, exact], instance=instance, tags=span, raise_on_error=False)
+    sensor = defs.get_sensor_def("alert_on_check_failure")
+    with dg.build_sensor_context(
+        instance=instance, repository_def=defs.get_repository_def()
+    ) as ctx:
+        sensor.evaluate_tick(ctx)
+    (posted,) = hook.received()
+    assert "(hour 2015-02-26-01:00)" in posted["text"]
+
+
 def test_a_view_whose_tasks_stop_is_posted_once(hook, tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'control.db'}"
     store = ControlStore(url)
