@@ -112,8 +112,8 @@ def test_up_runs_the_live_half_in_dagster_scales_with_the_traffic_and_stops_clea
     with the replay's hours; the autoscaler (on by default) rescales the agents as nyc_taxi's
     traffic falls into the night (workers capped at 60 msg/s), the panel's agent count
     follows, and the scaling run's figures agree with `sluice status` and the control store; then a clear
-    line when done, no ERROR or traceback, exit 0, no process left, a broker it did not
-    start left running."""
+    line when done; Ctrl-C stops it all (exit 130), no ERROR or traceback, no process left, a
+    broker it did not start left running."""
     state = tmp_path / "state"
     exit_file = tmp_path / "exit-code"
     env = {
@@ -126,7 +126,7 @@ def test_up_runs_the_live_half_in_dagster_scales_with_the_traffic_and_stops_clea
     exports = " ".join(f"{k}={v}" for k, v in env.items())
     command = (
         f"env -u KAFKA_BOOTSTRAP_SERVERS {exports} {sys.executable} -m orchestration.cli up "
-        "--exit-when-done --agents 2 --duration 6h --speedup 240 "
+        "--agents 2 --duration 6h --speedup 240 "
         f"--peak-rate 300 --flush-interval 2; echo $? > {exit_file}"
     )
     tmux(
@@ -170,12 +170,15 @@ def test_up_runs_the_live_half_in_dagster_scales_with_the_traffic_and_stops_clea
         assert "h simulated" in progress and "msgs" in progress, progress
         url = re.search(r"Dagster UI: (http://\S+)", panel()).group(1)
         _the_live_half_shows_in_the_ui(url, artifacts_dir, panel, state)
-        wait_until(lambda: panel() and exit_file.exists(), 420, "up to exit once caught up")
+        # the UI stays up until the test has looked (no --exit-when-done); then Ctrl-C
+        wait_until(lambda: "done: replayed" in panel(), 420, "the fleet to catch up")
+        tmux("send-keys", "-t", "up", "C-c")
+        wait_until(exit_file.exists, 60, "up to stop on Ctrl-C")
     finally:
         screen = tmux.screen()
         (tmp_path / "screen.txt").write_text(screen)
         (artifacts_dir / "up-screen.txt").write_text(screen)
-    assert exit_file.read_text().strip() == "0", screen[-3000:]
+    assert exit_file.read_text().strip() == "130", screen[-3000:]
     assert "done: replayed" in screen and "the fleet caught up" in screen, screen[-3000:]
     assert "stopped" in screen
     for noise in ("ERROR", "Traceback"):
@@ -259,13 +262,14 @@ def _the_live_half_shows_in_the_ui(url: str, artifacts_dir: Path, panel, state: 
     figures = {e["label"]: e.get("intValue") for e in mine["metadataEntries"]}
     assert figures["workers_after"] == int(tags["sluice/to_workers"]), (figures, tags)
     assert figures["workers_before"] == int(tags["sluice/from_workers"]), (figures, tags)
+
     # what `sluice status` shows agrees, once no other rescale is under way
-    agents = wait_until(
-        lambda: _status_agents(state) if _latest_target(url) == _status_agents(state) else None,
-        120,
-        "sluice status to show the scaled fleet",
-    )
-    assert agents == _latest_target(url)
+    def agreed() -> int | None:
+        target = _latest_target(url)
+        agents = _status_agents(state)
+        return agents if agents == target else None
+
+    agents = wait_until(agreed, 120, "sluice status to show the scaled fleet")
     control = ControlStore(f"sqlite:///{state / 'control.db'}")
     try:
         assert control.scaling("events")["applied_workers"] == agents
