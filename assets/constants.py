@@ -9,6 +9,7 @@ __all__ = [
     "EVENTS_KEY",
     "RAW_ARCHIVE_KEY",
     "RAW_GROUP",
+    "REALTIME_PREFIX",
     "RECONCILIATION_REPORT_KEY",
     "REPORTS_GROUP",
     "SPARK_POOL",
@@ -40,9 +41,12 @@ RAW_ARCHIVE_KEY = dg.AssetKey("raw_archive")
 RECONCILIATION_REPORT_KEY = dg.AssetKey("reconciliation_report")
 
 
+REALTIME_PREFIX = "realtime_"
+
+
 def realtime_key(view: str) -> dg.AssetKey:
     """Key of the asset that deploys ``view`` to the stream fleet."""
-    return dg.AssetKey(f"realtime_{view}")
+    return dg.AssetKey(f"{REALTIME_PREFIX}{view}")
 
 
 CORRECTED_PREFIX = "corrected_"

@@ -256,6 +256,7 @@ def start_dagster(
         str(port),
     ]
     env = {**dagster_env(settings, home), **(extra_env or {})}
+    env.setdefault("SLUICE_DAGSTER_URL", f"http://{host}:{port}")  # links in alerts
     with open(log_file, "ab") as out:
         process = subprocess.Popen(
             command,

@@ -28,8 +28,10 @@ from orchestration.resources import get_resources
 from orchestration.runtime import Runtime
 from orchestration.schedules import build_correction_schedule, build_report_schedule
 from orchestration.sensors import (
+    make_alert_sensors,
     make_archive_hours_sensor,
     make_autoscaling_sensor,
+    make_events_sensor,
     make_realtime_lag_sensor,
     make_spot_interruption_sensor,
 )
@@ -60,6 +62,7 @@ defs = dg.Definitions(
         ],
         SETTINGS.correction_fresh_minutes,
         SETTINGS.report_fresh_hours,
+        SETTINGS.realtime_fresh_minutes,
     ),
     asset_checks=[
         *build_correction_checks(VIEWS),
@@ -94,7 +97,10 @@ defs = dg.Definitions(
             VIEWS,
             lag_sla_s=SETTINGS.realtime_lag_sla_s,
             waiting_max_s=get_settings().task_waiting_max_s,
+            fresh_minutes=SETTINGS.realtime_fresh_minutes,
         ),
+        make_events_sensor(),
+        *make_alert_sensors(SETTINGS.automation_interval_s),
         make_autoscaling_sensor(scale_stream_workers),
         make_spot_interruption_sensor(evacuate_spot_instance),
     ],

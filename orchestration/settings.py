@@ -11,7 +11,7 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from pipelines.settings import SluiceBaseSettings, load_settings
@@ -37,14 +37,16 @@ class DagsterSettings(SluiceBaseSettings):
         description="Resource set: local (embedded broker, local storage, SQLite, local Spark) "
         "or prod (Kafka/MSK, S3, PostgreSQL, a Spark cluster, AWS Auto Scaling).",
     )
-    partitions_start: str = Field(
-        default="2014-04-10-00:00",
-        description="First hourly partition, UTC, YYYY-MM-DD-HH:MM (default: the earliest "
-        "shipped trace, so every trace's hours can be corrected from the UI).",
+    partitions_start: str | None = Field(
+        default=None,
+        description="First hourly partition, UTC, YYYY-MM-DD-HH:MM; unset = the day of the "
+        "first hour the raw archive holds (else 2014-04-10, the earliest shipped trace). "
+        "sluice up sets it to the replay's first day.",
     )
     partitions_end: str | None = Field(
         default=None,
-        description="Last hourly partition (exclusive), UTC, YYYY-MM-DD-HH:MM; unset = open.",
+        description="End of the hourly partitions (exclusive), UTC, YYYY-MM-DD-HH:MM; unset = "
+        "the current hour. sluice up sets it to the replay's end.",
     )
     correction_grace_minutes: int = Field(
         default=15,
@@ -78,11 +80,30 @@ class DagsterSettings(SluiceBaseSettings):
         description="Minutes without a new correction after which a corrected view is overdue "
         "(freshness policy; warning at three quarters). An hour closes about once an hour.",
     )
+    realtime_fresh_minutes: int = Field(
+        default=10,
+        ge=1,
+        description="Minutes without a sign that a realtime view is current (its tasks "
+        "reporting within the lag SLA; the realtime_lag sensor records one every quarter of "
+        "this) after which realtime_<view> is overdue (freshness policy; warning at three "
+        "quarters).",
+    )
     report_fresh_hours: int = Field(
         default=26,
         ge=2,
         description="Hours without a new reconciliation report after which it is overdue "
         "(freshness policy; warning an hour before).",
+    )
+    alert_webhook_url: SecretStr | None = Field(
+        default=None,
+        description="Webhook that alerts are posted to as Slack-compatible JSON (a failed "
+        "run, a failed ERROR check, a realtime task STALL/STOP/ERR), once per incident; "
+        "unset = no alerts. A secret: sluice config masks it.",
+    )
+    dagster_url: str | None = Field(
+        default=None,
+        description="Base URL of the Dagster UI for the links in alerts (sluice up and "
+        "start_dagster set it; default http://127.0.0.1:3000).",
     )
     report_cron: str = Field(
         default="30 0 * * *",

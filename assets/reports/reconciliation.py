@@ -1,7 +1,7 @@
 """``reconciliation_report``: one event-time day reconciled, stored and shown in the UI.
 
-Daily partitions in event time (the day whose windows are reported), starting on the day the
-hourly partitions start. Materializing a day reconciles every view's 24 hours, draws the plots
+Daily partitions in event time (the day whose windows are reported), the days the hourly
+partitions cover (:data:`assets.partitions.DAILY`). Materializing a day reconciles every view's 24 hours, draws the plots
 and writes ``reports/<day>/reconciliation.{html,md,json}`` under the storage root; the
 Markdown summary is the materialization's metadata, so the UI shows it inline, next to a
 link to the HTML page. Failures are the report's content, not a failed run.
@@ -14,15 +14,12 @@ import dagster as dg
 
 from assets.automation import REPORT_WHEN_CORRECTED
 from assets.constants import RECONCILIATION_REPORT_KEY, REPORTS_GROUP, corrected_key
-from assets.partitions import HOURLY
+from assets.partitions import DAILY
 from orchestration.resources import ControlStoreResource, StorageResource
 from pipelines.config import get_settings
 from pipelines.views import View
 
 __all__ = ["DAILY", "build_reconciliation_report", "report_metadata"]
-
-DAILY = dg.DailyPartitionsDefinition(start_date=HOURLY.start.strftime("%Y-%m-%d"), timezone="UTC")
-"""Event-time UTC days, from the first day of the hourly partitions."""
 
 
 def report_metadata(data: Any, stored: Any) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from pathlib import Path
 from rich.console import Console, Group
 from rich.live import Live
 from rich.text import Text
+from sqlalchemy.exc import SQLAlchemyError
 
 from orchestration.cli.logs import stderr_console
 from orchestration.cli.status import job_view, render
@@ -55,6 +56,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "so a compressed day shows up quickly)",
     )
     parser.add_argument("--no-dagster", action="store_true", help="do not start Dagster")
+    parser.add_argument(
+        "--no-autoscale",
+        action="store_true",
+        help="leave the autoscaler sensor off (default: on, scaling the local agents)",
+    )
     parser.add_argument(
         "--exit-when-done",
         action="store_true",
@@ -93,6 +99,53 @@ def up_settings(settings: SluiceSettings, flush_interval: float | None) -> Sluic
 
 
 PROGRESS_FILE = "replay-progress.json"
+HOUR_S = 3600
+DAY_S = 24 * HOUR_S
+
+
+def replay_span(trace: str, duration: str | None) -> tuple[str, str]:
+    """The hourly partitions of a replay: from the start of the trace's first day to the end
+    of the hour of its last replayed event, as ``SLUICE_PARTITIONS_START`` / ``_END`` values."""
+    from pipelines.generator import load_trace
+    from pipelines.views import parse_duration
+
+    loaded = load_trace(trace)
+    span_s = loaded.duration_s
+    if duration:
+        span_s = min(span_s, parse_duration(duration, "--duration") / 1000)
+    start = loaded.start_s - loaded.start_s % DAY_S
+    end = loaded.start_s + span_s
+    end = end - end % HOUR_S + (HOUR_S if end % HOUR_S else 0)
+    fmt = "%Y-%m-%d-%H:%M"
+    return (
+        time.strftime(fmt, time.gmtime(start)),
+        time.strftime(fmt, time.gmtime(max(end, start + HOUR_S))),
+    )
+
+
+AUTOSCALE_DEFAULTS = {
+    "SLUICE_AUTOSCALE_SENSOR": "on",
+    "SLUICE_AUTOSCALE_SENSOR_INTERVAL_S": "10",
+    "SLUICE_AUTOSCALE_SENSOR_COOLDOWN_S": "30",
+}
+"""The autoscaler in `up`: on, ticking every 10 s with a 30 s cooldown, since a replayed day
+passes in minutes (a variable set by the user wins)."""
+
+
+def dagster_environment(args: argparse.Namespace, children: dict[str, str]) -> dict[str, str]:
+    """What Dagster gets besides the children's settings: the replay's partitions and the
+    autoscaler (unless ``--no-autoscale``), each unless the user set it."""
+    env = dict(children)
+    start, end = replay_span(args.trace, args.duration)
+    wanted = {"SLUICE_PARTITIONS_START": start, "SLUICE_PARTITIONS_END": end}
+    if args.no_autoscale:
+        wanted["SLUICE_AUTOSCALE_SENSOR"] = "off"
+    else:
+        wanted.update(AUTOSCALE_DEFAULTS)
+    for name, value in wanted.items():
+        if name not in os.environ or (name == "SLUICE_AUTOSCALE_SENSOR" and args.no_autoscale):
+            env[name] = value
+    return env
 
 
 def run(args: argparse.Namespace) -> int:
@@ -141,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"{len(fleet.agents)} stream agents: {', '.join(fleet.agents)}")
         children = child_environment(runtime)
         if not args.no_dagster:
-            dagster = _start_dagster(settings, children, console)
+            dagster = _start_dagster(settings, dagster_environment(args, children), console)
             if dagster is not None and not started.keep("dagster", dagster):
                 return
         generator = _generator(args, {**os.environ, **children}, state_dir, progress_file)
@@ -152,6 +205,7 @@ def run(args: argparse.Namespace) -> int:
             f"logs in {state_dir / 'logs'}; Ctrl-C stops everything"
         )
         watch = Watch(runtime, generator, started.dagster, progress_file, args.trace)
+        watch.autoscale = not (args.no_autoscale or args.no_dagster)
         if not started.keep("watch", watch):
             return
         Supervisor(runtime, fleet).run(
@@ -264,6 +318,7 @@ class Watch:
         self.live = Live(console=self.console, auto_refresh=False, transient=False)
         self.started = False
         self.done_at: float | None = None
+        self.autoscale = False
 
     def show(self, events: list[str], lags: list, exit_when_done: bool) -> bool:
         """Refresh the panel; True once ``exit_when_done`` and everything is done."""
@@ -274,7 +329,8 @@ class Watch:
             self.console.print(event)
         progress = ReplayProgress.read(self.progress_file)
         table = render(lags, self.tracker.update(lags), job_view(self.runtime), self.console.width)
-        self.live.update(Group(self.replay_line(progress), self.links(), table), refresh=True)
+        lines = [self.replay_line(progress), self.links(), self.agents_line(lags)]
+        self.live.update(Group(*lines, table), refresh=True)
         finished = self.generator.poll() is not None
         caught_up = bool(lags) and all(lag.backlog == 0 for lag in lags)
         if finished and caught_up and self.done_at is None:
@@ -312,6 +368,28 @@ class Watch:
             line.append("  done", style="green")
         elif progress.eta_s is not None:
             line.append(f"  ETA {_duration(progress.eta_s)}")
+        return line
+
+    def agents_line(self, lags: list) -> Text:
+        """``agents  2 running, planned 3 (mcts: why)``: the fleet's count now (the agents whose
+        tasks report) and what the autoscaler last asked for (the control store's request)."""
+        line = Text("agents  ", style="bold")
+        topic = self.runtime.settings.topic
+        try:
+            scaling = self.runtime.control.scaling(topic)
+        except SQLAlchemyError:
+            scaling = None
+        running = len({lag.status.worker_id for lag in lags if not lag.stale})
+        applied = scaling["applied_workers"] if scaling else None
+        line.append(f"{applied if applied is not None else running} running")
+        if scaling and scaling["desired_workers"] != applied:
+            line.append(f", planned {scaling['desired_workers']}", style="yellow")
+        elif scaling and scaling["policy"]:
+            line.append(f", planned {scaling['desired_workers']}")
+        if scaling and scaling["policy"]:
+            line.append(f" ({scaling['policy']}: {scaling['reason'][:80]})", style="dim")
+        if not self.autoscale:
+            line.append("  autoscaler off", style="dim")
         return line
 
     def links(self) -> Text:

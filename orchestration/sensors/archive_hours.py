@@ -24,7 +24,7 @@ from typing import Any
 import dagster as dg
 
 from assets.constants import RAW_ARCHIVE_KEY
-from assets.partitions import HOURLY, partition_key_for
+from assets.partitions import FIRST_HOUR_MS, in_partitions, partition_key_for
 from assets.raw.archive import hour_metadata
 from orchestration.resources import ControlStoreResource, StorageResource
 from pipelines.control import TaskStatus
@@ -35,7 +35,6 @@ from quality.completeness import archive_completeness
 __all__ = ["closed_until", "make_archive_hours_sensor"]
 
 DAY_MS = 24 * HOUR_MS
-FIRST_HOUR_MS = int(HOURLY.start.timestamp() * 1000)
 
 
 def closed_until(
@@ -118,7 +117,8 @@ def make_archive_hours_sensor(
                 first = max(archived[0] // DAY_MS * DAY_MS, FIRST_HOUR_MS)
             else:
                 first = done + HOUR_MS
-            due = list(range(first, until - HOUR_MS + 1, HOUR_MS))
+            # hours past the partitions' end (a replay's last late or future events) wait
+            due = [h for h in range(first, until - HOUR_MS + 1, HOUR_MS) if in_partitions(h)]
             for hour in archive_completeness(store, due, topic):
                 events.append(
                     dg.AssetMaterialization(

@@ -147,6 +147,19 @@ def test_corrected_assets_and_blocking_checks_for_a_range_in_one_run(
         for check in (CORRECTION_CHECK, SEGMENT_RULES_CHECK)
     }
     assert all(e.passed for e in evaluations)
+    # the reconciliation check says it per hour (its partition), and once for the run
+    for name in names:
+        mine = [
+            e
+            for e in evaluations
+            if e.check_name == CORRECTION_CHECK and e.asset_key == corrected_key(name)
+        ]
+        assert sorted(e.partition for e in mine if e.partition) == sorted(
+            partition_key_for(h) for h in [empty, *hours]
+        )
+        (summary,) = [e for e in mine if e.partition is None]
+        assert summary.metadata["hours"].value == len(hours) + 1
+        assert summary.metadata["hours_failed"].value == []
     rules = [e for e in evaluations if e.check_name == SEGMENT_RULES_CHECK]
     assert all(e.metadata["segments_validated"].value == len(hours) for e in rules)
     store = LocalObjectStore(str(storage_root))
@@ -222,7 +235,21 @@ def _materialize_with_check(storage_root: Path, view: View, check, hours: list[i
 
 
 def _correction_checks(result) -> list:
-    return [e for e in result.get_asset_check_evaluations() if e.check_name == CORRECTION_CHECK]
+    """The check's evaluations of single hours (a range run adds one for the run)."""
+    return [
+        e
+        for e in result.get_asset_check_evaluations()
+        if e.check_name == CORRECTION_CHECK and e.partition is not None
+    ]
+
+
+def _run_summary(result):
+    (summary,) = [
+        e
+        for e in result.get_asset_check_evaluations()
+        if e.check_name == CORRECTION_CHECK and e.partition is None
+    ]
+    return summary
 
 
 @pytest.mark.usefixtures("spark")
@@ -256,6 +283,10 @@ def test_unexplained_difference_fails_the_blocking_check_and_the_run(
     assert not evaluation.passed and evaluation.severity == dg.AssetCheckSeverity.ERROR
     assert evaluation.metadata["hours_unexplained"].value == 1
     assert "missing from realtime" in evaluation.description
+    assert evaluation.partition == partition_key_for(hours[1])  # the UI names the hour
+    summary = _run_summary(result)
+    assert summary.severity == dg.AssetCheckSeverity.ERROR and not summary.passed
+    assert summary.metadata["hours_in_error"].value == [partition_key_for(hours[1])]
     assert not result.success
 
 

@@ -48,3 +48,24 @@ def test_up_defaults_apply_only_to_options_the_user_left_unset(
     monkeypatch.setenv("SLUICE_FLUSH_INTERVAL_S", "12")
     assert up_settings(SluiceSettings(), flush_interval=None).flush_interval_s == 12.0
     assert up_settings(SluiceSettings(), flush_interval=3).flush_interval_s == 3.0
+
+
+def test_up_gives_dagster_the_replays_partitions_and_the_autoscaler(monkeypatch) -> None:
+    """nyc_taxi starts 2014-07-01 00:00: a day's replay is that day's 24 hours; the
+    autoscaler is on unless --no-autoscale; a variable the user set wins."""
+    import argparse
+
+    from orchestration.cli.up import dagster_environment, replay_span
+
+    assert replay_span("nyc_taxi", "1d") == ("2014-07-01-00:00", "2014-07-02-00:00")
+    assert replay_span("nyc_taxi", "40m") == ("2014-07-01-00:00", "2014-07-01-01:00")
+    for name in ("SLUICE_PARTITIONS_START", "SLUICE_PARTITIONS_END", "SLUICE_AUTOSCALE_SENSOR"):
+        monkeypatch.delenv(name, raising=False)
+    args = argparse.Namespace(trace="nyc_taxi", duration="1d", no_autoscale=False)
+    env = dagster_environment(args, {"SLUICE_TOPIC": "events"})
+    assert env["SLUICE_PARTITIONS_END"] == "2014-07-02-00:00"
+    assert env["SLUICE_AUTOSCALE_SENSOR"] == "on" and env["SLUICE_TOPIC"] == "events"
+    args.no_autoscale = True
+    assert dagster_environment(args, {})["SLUICE_AUTOSCALE_SENSOR"] == "off"
+    monkeypatch.setenv("SLUICE_PARTITIONS_START", "2014-06-30-00:00")
+    assert "SLUICE_PARTITIONS_START" not in dagster_environment(args, {})

@@ -85,14 +85,49 @@ def test_every_view_has_a_realtime_and_a_corrected_asset_with_a_blocking_check()
     assert groups == {"raw", "views", "reports"}
 
 
-def test_partitions_start_at_the_shipped_trace() -> None:
+def test_partitions_start_at_the_shipped_trace_while_nothing_is_archived() -> None:
     from pipelines.generator import TRACES_DIR, load_trace
 
     assert DEFAULT_PARTITIONS_START == "2014-04-10-00:00"
-    assert HOURLY.get_first_partition_key() == "2014-04-10-00:00"
     first = datetime.strptime(DEFAULT_PARTITIONS_START, "%Y-%m-%d-%H:%M").replace(tzinfo=UTC)
     for path in TRACES_DIR.glob("*.csv"):  # every shipped trace can be corrected from the UI
         assert load_trace(path).start_s >= first.timestamp(), path.name
+
+
+def test_partitions_span_the_archive_or_the_settings(monkeypatch, tmp_path: Path) -> None:
+    """Unset, the hours start on the day of the first archived hour and end now; the settings
+    (what `up` sets to the replay's span) win; the report's days are the whole days."""
+    from assets.partitions import daily_partitions, first_archived_hour, hourly_partitions
+    from orchestration.settings import get_dagster_settings
+    from pipelines.storage import LocalObjectStore
+
+    store = LocalObjectStore(tmp_path / "state" / "storage")
+    assert first_archived_hour(store) is None
+    for hour in ("2015-02-26T22", "2015-02-26T21", "2015-02-27T01"):
+        store.put(f"archive/events/hour={hour}/events-0-0-10.parquet", b"x")
+    assert first_archived_hour(store) == datetime(2015, 2, 26, 21, tzinfo=UTC)
+    monkeypatch.setenv("SLUICE_STATE_DIR", str(tmp_path / "state"))
+    for name in ("SLUICE_PARTITIONS_START", "SLUICE_PARTITIONS_END"):
+        monkeypatch.delenv(name, raising=False)
+    get_settings.cache_clear()
+    get_dagster_settings.cache_clear()
+    try:
+        hourly = hourly_partitions()
+        assert hourly.get_first_partition_key() == "2015-02-26-00:00"
+        now = datetime.now(UTC)
+        assert hourly.get_last_partition_key() == (now - timedelta(hours=1)).strftime(
+            "%Y-%m-%d-%H:00"
+        )
+        monkeypatch.setenv("SLUICE_PARTITIONS_START", "2014-07-01-00:00")
+        monkeypatch.setenv("SLUICE_PARTITIONS_END", "2014-07-02-03:00")
+        get_dagster_settings.cache_clear()
+        hourly = hourly_partitions()
+        keys = hourly.get_partition_keys()
+        assert (keys[0], keys[-1], len(keys)) == ("2014-07-01-00:00", "2014-07-02-02:00", 27)
+        assert daily_partitions(hourly).get_partition_keys() == ["2014-07-01"]
+    finally:
+        get_settings.cache_clear()
+        get_dagster_settings.cache_clear()
 
 
 def test_resource_sets_have_identical_keys_and_env_selects_one(monkeypatch) -> None:
@@ -139,7 +174,7 @@ def test_the_prod_fleet_shows_the_group_it_scales(monkeypatch) -> None:
     assert (fleet.group_name, fleet.region) == ("agents-blue", "eu-west-1")
 
 
-def test_corrections_and_the_report_carry_freshness_policies() -> None:
+def test_realtime_views_corrections_and_the_report_carry_freshness_policies() -> None:
     graph = defs.resolve_asset_graph()
     for view in example_views():
         policy = graph.get(corrected_key(view.name)).freshness_policy
@@ -148,7 +183,9 @@ def test_corrections_and_the_report_carry_freshness_policies() -> None:
     report = graph.get(RECONCILIATION_REPORT_KEY).freshness_policy
     assert report.fail_window.to_timedelta() == timedelta(hours=26)
     assert graph.get(RAW_ARCHIVE_KEY).freshness_policy is None
-    assert graph.get(realtime_key("traffic_by_org")).freshness_policy is None
+    realtime = graph.get(realtime_key("traffic_by_org")).freshness_policy
+    assert realtime.fail_window.to_timedelta() == timedelta(minutes=10)
+    assert graph.get(dg.AssetKey("events")).freshness_policy is None
 
 
 def test_assets_annotate_the_abstract_resources() -> None:
@@ -234,8 +271,19 @@ def test_lag_sensor_records_observations_only_for_new_reports(tmp_path: Path) ->
     control = LocalControlStoreResource(sqlite_url=url)
     with dg.build_sensor_context(resources={"control_store": control}) as ctx:
         result = sensor.evaluate_tick(ctx)
-    observations = {e.asset_key: e for e in result.asset_events}
+    observations = {
+        e.asset_key: e for e in result.asset_events if isinstance(e, dg.AssetObservation)
+    }
     assert set(observations) == {realtime_key(v.name) for v in views}
+    # the fleet reports: its start is recorded as each view's materialization, what it runs
+    made = {e.asset_key: e for e in result.asset_events if isinstance(e, dg.AssetMaterialization)}
+    assert set(made) == {realtime_key(v.name) for v in views if not v.disabled}
+    view = next(v for v in views if v.name == "traffic_by_org")
+    deployed = made[realtime_key(view.name)]
+    assert deployed.metadata["why"].value == "fleet started"
+    assert deployed.metadata["fingerprint"].value == view.fingerprint
+    assert deployed.metadata["source"].value.startswith("file ")
+    assert "dagster/code_version" not in (deployed.tags or {})  # would flag it unsynced
     meta = observations[realtime_key("traffic_by_org")].metadata
     assert meta["backlog"].value == 60
     assert meta["tasks"].value == 4
@@ -243,11 +291,19 @@ def test_lag_sensor_records_observations_only_for_new_reports(tmp_path: Path) ->
     assert meta["processed"].value == 400
     assert meta["dropped_late"].value == 8
     assert meta["event_time_watermark"].value.startswith("2015-02-26T21:43")
+    assert meta["newest_event_time"].value.startswith("2015-02-26T21:43")
+    assert 0 <= meta["time_lag_s"].value < 60
     assert 2 <= meta["last_processed_age_s"].value < 60
     assert meta["status"].value == "STOP"  # events:3 stopped reporting with a backlog
     assert meta["task_status"].value["events:0"] == "OK"
     cursor = json.loads(result.cursor)
-    assert set(cursor) == {v.name for v in views} | {"_lag_tracker"}
+    assert set(cursor) == {v.name for v in views} | {
+        "_lag_tracker",
+        "_alerted",
+        "_deployed",
+        "_marked",
+        "_reporting",
+    }
     assert set(cursor["_lag_tracker"]["samples"]) == {f"events:{p}" for p in range(4)}
     with dg.build_sensor_context(resources={"control_store": control}, cursor=result.cursor) as ctx:
         again = sensor.evaluate_tick(ctx)

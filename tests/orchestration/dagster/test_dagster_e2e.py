@@ -8,13 +8,19 @@ leave no process behind.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from assets.constants import RECONCILIATION_REPORT_KEY, corrected_key, realtime_key
+from assets.constants import (
+    RAW_ARCHIVE_KEY,
+    RECONCILIATION_REPORT_KEY,
+    corrected_key,
+    realtime_key,
+)
 from assets.partitions import partition_key_for
 from assets.views.checks import CORRECTION_CHECK
 from orchestration.dagster_service import DagsterHandle, start_dagster
@@ -26,6 +32,7 @@ from pipelines.storage import LocalObjectStore
 from tests.fixtures.browser import chromium_page
 from tests.fixtures.dagster_fixture import build_archive, example_views
 from tests.fixtures.processes import wait_until
+from tests.fixtures.webhook import Webhook, webhook_server
 
 pytestmark = pytest.mark.e2e
 
@@ -52,8 +59,15 @@ query Poll($id: String!) {
 
 
 @pytest.fixture(scope="module")
+def alert_hook() -> Iterator[Webhook]:
+    """The webhook the module's Dagster posts its alerts to."""
+    with webhook_server() as hook:
+        yield hook
+
+
+@pytest.fixture(scope="module")
 def dagster(
-    tmp_path_factory: pytest.TempPathFactory,
+    tmp_path_factory: pytest.TempPathFactory, alert_hook: Webhook
 ) -> Iterator[tuple[DagsterHandle, SluiceSettings, list[int]]]:
     state = tmp_path_factory.mktemp("dagster-e2e") / "state"
     settings = SluiceSettings(state_dir=state)
@@ -71,6 +85,9 @@ def dagster(
             "SLUICE_SPARK_CONF": '{"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"}',
             "SLUICE_AUTOMATION_INTERVAL_S": "5",
             "SLUICE_IDLE_CLOSE_S": "5",
+            # the day's end, as `up` sets it to its replay's; the start comes from the archive
+            "SLUICE_PARTITIONS_END": "2015-02-27-00:00",
+            "SLUICE_ALERT_WEBHOOK_URL": alert_hook.url,
         },
         timeout_s=240,
     )
@@ -80,6 +97,36 @@ def dagster(
         handle.stop()
         assert not handle.pids, f"Dagster left processes behind: {handle.pids}"
         assert handle.process.poll() is not None
+
+
+PARTITION_KEYS = """
+query Keys($path: [String!]!) {
+  assetNodeOrError(assetKey: {path: $path}) {
+    ... on AssetNode { partitionKeysByDimension { partitionKeys } }
+  }
+}
+"""
+
+
+def _partition_keys(handle: DagsterHandle, key) -> list[str]:
+    answer = handle.graphql(PARTITION_KEYS, {"path": key.path})["assetNodeOrError"]
+    (dimension,) = answer["partitionKeysByDimension"]
+    return dimension["partitionKeys"]
+
+
+def test_partitions_span_the_archived_day(dagster) -> None:
+    """The UI offers the archive's day, not the years since the earliest trace: the hours
+    start on the first archived hour's day (no SLUICE_PARTITIONS_START) and end where the
+    settings say, as `up` sets them to its replay."""
+    handle, _, hours = dagster
+    day = datetime.fromtimestamp(hours[0] / 1000, tz=UTC)
+    expected = [f"{day:%Y-%m-%d}-{h:02d}:00" for h in range(24)]
+    for key in (
+        RAW_ARCHIVE_KEY,
+        *(corrected_key(v.name) for v in example_views() if not v.disabled),
+    ):
+        assert _partition_keys(handle, key) == expected, key
+    assert _partition_keys(handle, RECONCILIATION_REPORT_KEY) == [f"{day:%Y-%m-%d}"]
 
 
 def test_dagster_home_is_prepared(dagster) -> None:
@@ -169,6 +216,58 @@ def test_the_spot_sensor_and_an_evacuation_run_show_in_the_ui(dagster, artifacts
         expect(page.get_by_text("no agent runs on it").first).to_be_visible(timeout=60_000)
 
 
+SENSOR_TICKS = """
+query Ticks($selector: SensorSelector!) {
+  sensorOrError(sensorSelector: $selector) {
+    __typename
+    ... on Sensor { sensorState { ticks(limit: 20) { timestamp status } } }
+  }
+}
+"""
+
+
+def test_a_failed_run_posts_exactly_one_alert(dagster, alert_hook: Webhook) -> None:
+    """A forced failure (a rescale to 0 workers, which the realizer refuses) reaches the
+    webhook once, with a link to the run; later ticks of the sensor post nothing more."""
+    handle, _, _ = dagster
+    params = {
+        "selector": {
+            "repositoryLocationName": "sluice",
+            "repositoryName": "__repository__",
+            "jobName": "scale_stream_workers",
+        },
+        "runConfigData": {"ops": {"rescale_fleet": {"config": {"target": 0}}}},
+    }
+    launched = handle.graphql(LAUNCH_RUN, {"params": params})["launchRun"]
+    assert launched["__typename"] == "LaunchRunSuccess", launched
+    run_id = launched["run"]["runId"]
+
+    def about_the_run() -> list[dict]:
+        return [p for p in alert_hook.received() if run_id in p["text"]]
+
+    (alert,) = wait_until(about_the_run, 180, "the run-failure alert", every_s=1.0)
+    assert alert["sluice_kind"] == "run_failure"
+    assert "run of scale_stream_workers failed" in alert["text"]
+    assert f"{handle.url}/runs/{run_id}|open in Dagster>" in alert["text"]
+    status = handle.graphql(RUN_STATUS, {"id": run_id})["runOrError"]["status"]
+    assert status == "FAILURE"
+    posted_at = time.time()
+    selector = {
+        "repositoryLocationName": "sluice",
+        "repositoryName": "__repository__",
+        "sensorName": "alert_on_run_failure",
+    }
+
+    def ticks_since() -> int:
+        answer = handle.graphql(SENSOR_TICKS, {"selector": selector})["sensorOrError"]
+        ticks = answer["sensorState"]["ticks"]
+        return sum(t["timestamp"] > posted_at for t in ticks) >= 2 or None
+
+    wait_until(ticks_since, 120, "two more ticks of the run-failure sensor", every_s=1.0)
+    assert len(about_the_run()) == 1, alert_hook.received()
+    assert not [p for p in alert_hook.received() if p["sluice_kind"] == "check_failure"]
+
+
 MATERIALIZATION = """
 query Latest($path: [String!]!) {
   assetOrError(assetKey: {path: $path}) {
@@ -252,6 +351,25 @@ query Node($path: [String!]!) {
   }
 }
 """
+CHECK_HOURS = """
+query CheckHours($path: [String!]!) {
+  assetNodeOrError(assetKey: {path: $path}) {
+    ... on AssetNode {
+      assetChecksOrError {
+        ... on AssetChecks {
+          checks {
+            name
+            partitionStatuses {
+              __typename
+              ... on AssetCheckTimePartitionStatuses { ranges { startKey endKey status } }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+"""
 RUNS = """
 query Runs {
   runsOrError(limit: 50) {
@@ -276,6 +394,7 @@ def test_a_replayed_day_corrects_and_reports_itself(dagster, artifacts_dir: Path
 
     handle, settings, hours = dagster
     day = datetime.fromtimestamp(hours[0] / 1000, tz=UTC).strftime("%Y-%m-%d")
+    next_day = datetime.fromtimestamp(hours[0] / 1000 + 86400, tz=UTC).strftime("%Y-%m-%d")
     views = [v for v in example_views() if not v.disabled]
 
     def reported():
@@ -301,6 +420,14 @@ def test_a_replayed_day_corrects_and_reports_itself(dagster, artifacts_dir: Path
             for c in node["assetChecksOrError"]["checks"]
         }
         assert checks[CORRECTION_CHECK] == "SUCCEEDED", (view.name, checks)
+    # the reconciliation check's result per hour (logged from the range runs), as the UI reads it
+    answer = handle.graphql(CHECK_HOURS, {"path": corrected_key(views[0].name).path})
+    checks = answer["assetNodeOrError"]["assetChecksOrError"]["checks"]
+    (check,) = [c for c in checks if c["name"] == CORRECTION_CHECK]
+    ranges = check["partitionStatuses"]["ranges"]
+    assert ranges and {r["status"] for r in ranges} == {"SUCCEEDED"}, ranges
+    assert ranges[0]["startKey"] == f"{day}-00:00", ranges
+    assert ranges[-1]["endKey"] in (f"{day}-23:00", f"{next_day}-00:00"), ranges
     store = LocalObjectStore(settings.resolved_storage_root)
     served = query_view(store, views[0], hours[0], hours[-1] + HOUR_MS)
     assert set(served.column("source").to_pylist()) == {"batch v1"}

@@ -13,7 +13,7 @@ import pytest
 from assets.constants import RAW_ARCHIVE_KEY, RECONCILIATION_REPORT_KEY, corrected_key
 from assets.partitions import partition_key_for
 from assets.raw import raw_archive
-from assets.views.checks import CORRECTION_CHECK, build_correction_checks
+from assets.views.checks import build_correction_checks, hour_evaluation
 from orchestration.correction_job import SEGMENT_RULES_CHECK
 from orchestration.definitions import corrected_assets, reconciliation_report
 from orchestration.resources import (
@@ -163,14 +163,25 @@ def test_a_closed_hour_is_corrected_and_a_corrected_checked_day_is_reported(
             )
     third = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=second.cursor)
     assert third.get_num_requested(RECONCILIATION_REPORT_KEY) == 0  # checks not passed yet
-    for name in views:  # both blocking checks: the Spark job's segment rules, the comparison
-        for check in (SEGMENT_RULES_CHECK, CORRECTION_CHECK):
+    for name in views:  # both blocking checks: the Spark job's segment rules (per run)...
+        instance.report_runless_asset_event(
+            dg.AssetCheckEvaluation(
+                asset_key=corrected_key(name), check_name=SEGMENT_RULES_CHECK, passed=True
+            )
+        )
+    half = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=third.cursor)
+    assert half.get_num_requested(RECONCILIATION_REPORT_KEY) == 0  # no hour compared yet
+    for name in views:  # ... and the comparison, one result per hour as a range run logs them
+        for hour in range(24):
             instance.report_runless_asset_event(
-                dg.AssetCheckEvaluation(
-                    asset_key=corrected_key(name), check_name=check, passed=True
+                hour_evaluation(
+                    instance,
+                    corrected_key(name),
+                    partition_key_for(day_start + hour * HOUR_MS),
+                    dg.AssetCheckResult(passed=True),
                 )
             )
-    fourth = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=third.cursor)
+    fourth = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=half.cursor)
     assert fourth.get_requested_partitions(RECONCILIATION_REPORT_KEY) == {"2015-02-26"}
 
     # the day reported; then a backfill re-corrects one of its hours: reported again

@@ -4,6 +4,7 @@ back), with a key bucket's backlog as its share of the partition's gap."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -75,7 +76,10 @@ def test_a_hand_off_is_not_an_error_for_the_sensor_nor_for_status(tmp_path: Path
                     result = sensor.evaluate_tick(ctx)
                 cursor = result.cursor
             (observation,) = [
-                e for e in result.asset_events if e.asset_key == realtime_key("traffic_by_org")
+                e
+                for e in result.asset_events
+                if e.asset_key == realtime_key("traffic_by_org")
+                and isinstance(e, dg.AssetObservation)
             ]
             from_sensor = json.loads(json.dumps(observation.metadata["task_status"].value))
             from_status = control.update(task_lags([status]))
@@ -87,3 +91,38 @@ def test_a_hand_off_is_not_an_error_for_the_sensor_nor_for_status(tmp_path: Path
     assert [s for s, _ in seen] == [t for _, t in seen], seen
     assert all(s == "OK" for s, _ in seen), seen
     assert "pipeline alert" not in caplog.text
+
+
+def test_a_current_view_is_marked_every_quarter_window_and_a_new_deployment_at_once() -> None:
+    """What keeps a realtime view fresh by its policy: a materialization every quarter of the
+    window while its tasks report within the SLA, none while they do not; a changed
+    definition is recorded at once."""
+    from orchestration.sensors.realtime_lag import realtime_materializations
+    from pipelines.views import ResolvedView
+
+    view = next(v for v in example_views() if v.name == "traffic_by_org")
+    status = TaskStatus(task="events:0", topic="events", partition=0, worker_id="w", pid=1)
+    resolved = {view.name: ResolvedView(view, "Enabled", "file data/views.yaml", 100.0)}
+    cursor: dict = {}
+
+    def tick(at: float, passing: bool = True, reported_at: float | None = None) -> list:
+        """One tick at ``at``; the task reported a second before unless ``reported_at``."""
+        heartbeat = at - 1 if reported_at is None else reported_at
+        statuses = [dataclasses.replace(status, heartbeat_at=heartbeat)]
+        return realtime_materializations(
+            [view], statuses, resolved, {}, {view.name: passing}, cursor, mark_every_s=150, now=at
+        )
+
+    (first,) = tick(10_000)
+    assert first.metadata["why"].value == "fleet started"
+    assert tick(10_100) == []  # a quarter window has not passed
+    (mark,) = tick(10_151)
+    assert mark.metadata["why"].value == "stream current"
+    assert tick(10_400, passing=False) == []  # behind its SLA: not current
+    assert tick(10_500, reported_at=10_300) == []  # not reporting: nothing, overdue soon
+    (again,) = tick(10_600)
+    assert again.metadata["why"].value == "fleet started"  # back after a stop
+    resolved[view.name] = ResolvedView(view, "Running", "deployment", 950.0)
+    (deployed,) = tick(10_620, passing=False)
+    assert deployed.metadata["why"].value == "deployed"
+    assert deployed.metadata["source"].value == "deployment"
