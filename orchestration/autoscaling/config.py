@@ -384,6 +384,13 @@ class AwsSettings(BaseModel):
     poll_interval_s: float = Field(
         5.0, gt=0, description="How often to poll the group while waiting, s."
     )
+    instance_start_s: float = Field(
+        180.0,
+        ge=0,
+        description="How long a scale-out's new EC2 instances take to be InService with their "
+        "agents registered, s, until the realizer has measured it (boot, user data, agent "
+        "start: minutes, against about 5 s for a local agent process).",
+    )
 
 
 class EcsSettings(BaseModel):
@@ -400,6 +407,12 @@ class EcsSettings(BaseModel):
         600.0, gt=0, description="Deadline for agents to register or drain after a rescale, s."
     )
     poll_interval_s: float = Field(5.0, gt=0, description="How often to poll while waiting, s.")
+    task_start_s: float = Field(
+        60.0,
+        ge=0,
+        description="How long a scale-out's new ECS tasks take to register their agents, s, "
+        "until the realizer has measured it.",
+    )
 
 
 POLICY_NAMES = ("static", "threshold", "ds2", "keda", "mcts")
