@@ -8,7 +8,7 @@ drift from the code.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
@@ -356,6 +356,19 @@ class MctsSettings(BaseModel):
     )
     seed: int = Field(
         0, description="Seed of the tree search's tie-breaking; same seed, same plan."
+    )
+    search: Literal["tree", "horizon"] = Field(
+        "tree",
+        description="How the plan is searched: `tree`, the Monte-Carlo tree search on the cost "
+        "model above; `horizon`, the offline optimum's exact programme over the forecast "
+        "horizon (10 ticks a plan step, the SLA x sla_safety held at every tick, a rescale "
+        "priced horizon_rescale_price_h x the budget's factor; the tree where no plan holds it).",
+    )
+    horizon_rescale_price_h: float = Field(
+        3.0,
+        ge=0,
+        description="`horizon` search: what a rescale costs on top of the capacity its pause and "
+        "start lose, worker-hours (raised while the fleet is over its rescale budget).",
     )
 
 

@@ -8,7 +8,7 @@ pause per bucket split or merge, a scale-up's start) and the same (min,+) fluid 
 within a step. The simulator starts every planning policy at the same count, and so does the
 optimum; its first decision may rescale.
 
-It is a dynamic programme over decision steps. A state is the worker count running in the
+It is a dynamic programme over decision steps (`horizon.cheapest_schedule`). A state is the worker count running in the
 step (and, exactly, the rescales used so far); what it carries is the set of Pareto labels
 (cost so far, messages processed so far): of two ways to reach a state, one that cost no more
 and processed no less dominates, since more processed never makes a later tick's lag worse.
@@ -34,37 +34,23 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from orchestration.autoscaling.capacity import efficient_counts, fleet_capacity, workers_for_rate
+from orchestration.autoscaling.capacity import efficient_counts, workers_for_rate
 from orchestration.autoscaling.config import AutoscaleSettings
 from orchestration.autoscaling.decision import ScalingDecision
-from orchestration.autoscaling.exceptions import InvalidFleetParameter, NoFeasiblePlan
+from orchestration.autoscaling.exceptions import NoFeasiblePlan
+from orchestration.autoscaling.horizon import ArrivalModel, OptimumPlan, cheapest_schedule
 from orchestration.autoscaling.metrics import FleetMetrics
-from orchestration.autoscaling.pause import PauseModel, rescale_loss_s
 from orchestration.autoscaling.simulator import SimulationResult, Simulator, Trace
 
 __all__ = [
     "OfflineOptimum",
-    "OptimumPlan",
+    "OptimumPlan",  # re-exported: the programme's plan
     "SchedulePolicy",
     "candidate_counts",
     "offline_optimum",
     "optimum_schedule",
     "replay_schedule",
 ]
-
-
-@dataclass(frozen=True)
-class OptimumPlan:
-    """One schedule the programme found: a worker count per decision step."""
-
-    schedule: tuple[int, ...]
-    worker_steps: int
-    rescales: int
-    lam: float = 0.0
-    """The price of a rescale (worker-steps) it was found at (0: the exact programme)."""
-
-    def worker_hours(self, step_s: float) -> float:
-        return self.worker_steps * step_s / 3600.0
 
 
 @dataclass(frozen=True)
@@ -127,143 +113,33 @@ def candidate_counts(settings: AutoscaleSettings, peak_rate: float) -> list[int]
     return efficient_counts(fleet.partitions, fleet.min_workers, top, fleet.max_bucket_factor)
 
 
-class _Model:
-    """The simulator's arrays and the per-count constants the programme reuses."""
-
-    def __init__(self, sim: Simulator, counts: Sequence[int], start: int) -> None:
-        s = sim.settings
-        fleet = s.fleet
-        self.sim = sim
-        self.counts = np.array(sorted(set(counts) | {start}), dtype=np.int64)
-        self.start = int(np.searchsorted(self.counts, start))
-        self.caps = np.array(
-            [
-                fleet_capacity(int(w), fleet.partitions, fleet.worker_rate, fleet.max_bucket_factor)
-                for w in self.counts
-            ]
-        )
-        task_pause = PauseModel.from_settings(fleet).task_pause_s(fleet.state_mb_per_task)
-        c = self.counts
-        self.loss = np.asarray(
-            rescale_loss_s(
-                c[:, None],
-                c[None, :],
-                fleet.partitions,
-                task_pause,
-                fleet.scale_up_start_s,
-                fleet.max_bucket_factor,
-            ),
-            dtype=float,
-        )
-        np.fill_diagonal(self.loss, 0.0)
-        if self.loss.max() > sim.step_s:
-            # the simulator carries a pause longer than a step into the next one; the
-            # programme's state does not
-            raise InvalidFleetParameter(
-                f"a rescale loses up to {self.loss.max():.0f} s, more than a decision step "
-                f"({sim.step_s:.0f} s): the offline optimum needs a longer step"
-            )
-        self.ticks = sim.ticks_per_step
-        self.tick_s = sim.tick_s
-        rel = np.arange(1, self.ticks + 1) * self.tick_s
-        # [old, new, tick]: seconds the new fleet has worked by each tick of the step
-        self.tau = np.maximum(rel[None, None, :] - self.loss[:, :, None], 0.0)
-        # the SLA holds at tick i while processed >= arrived at tick time - SLA (FIFO)
-        t = sim.t
-        self.sla_floor = np.interp(t - s.simulation.sla_s, t, sim.arrived, left=-np.inf)
-        self.steps = sim.steps
-
-
-def _prune(key: np.ndarray, cost: np.ndarray, backlog: np.ndarray) -> np.ndarray:
-    """Indices of the labels no other label of the same key dominates (costs no more and
-    left no more backlog, i.e. processed no less), one per tie."""
-    top = float(cost.max()) + 1.0
-    order = np.lexsort((backlog, key * top + cost))
-    span = 2.0 * float(backlog.max()) + 1.0
-    v = key[order] * span - backlog[order]
-    before = np.concatenate(([-np.inf], np.maximum.accumulate(v)[:-1]))
-    return order[v > before]
-
-
-def _run(model: _Model, lam: float, budget: int | None) -> tuple[OptimumPlan, float]:
-    """One pass: the cheapest schedule with cost = worker-steps + lam x rescales (budget None),
-    or with worker-steps alone and at most ``budget`` rescales; and its cost.
-
-    Within a step at count ``new`` after a move from ``old``, a label that processed ``x``
-    messages has processed ``cap * tau_t + min(x, m_t)`` by tick t (``m_t`` = the running
-    minimum of arrivals less ``cap * tau``): the SLA holds at every tick exactly when ``x`` is
-    at least ``max_t(floor_t - cap * tau_t)`` and ``cap * tau_t + m_t`` never falls below the
-    floor. Both are worked out once per (old, new) pair, so each label costs a few scalar
-    operations per count rather than a pass over the ticks.
-    """
-    n = len(model.counts)
-    ticks = model.ticks
-    arrived = model.sim.arrived
-    served = np.broadcast_to(model.caps[None, :, None], model.tau.shape) * model.tau
-    # labels of the current step: count index, rescales, cost, processed
-    b = np.array([model.start], dtype=np.int64)
-    r = np.zeros(1, dtype=np.int64)
-    cost = np.zeros(1)
-    done = np.zeros(1)
-    parents: list[tuple[np.ndarray, np.ndarray]] = []
-    counts = model.counts.astype(float)
-    cols = np.arange(n)
-    for k in range(model.steps):
-        i0 = k * ticks
-        arr = arrived[i0 + 1 : i0 + ticks + 1]
-        floor = model.sla_floor[i0 + 1 : i0 + ticks + 1]
-        run_min = np.minimum.accumulate(arr[None, None, :] - served, axis=2)
-        need = (floor[None, None, :] - served).max(axis=2)  # least x that keeps the SLA
-        broken = ((served + run_min) < floor[None, None, :]).any(axis=2)
-        end_served, end_min = served[:, :, -1], run_min[:, :, -1]
-        # every label x every count
-        m = b.size
-        src = np.repeat(np.arange(m), n)
-        new = np.tile(cols, m)
-        old = b[src]
-        x = done[src]
-        ok = (x >= need[old, new]) & ~broken[old, new]
-        moved = (old != new).astype(np.int64)
-        r2 = r[src] + moved
-        if budget is not None:
-            ok &= r2 <= budget
-        if not ok.any():
-            raise NoFeasiblePlan(
-                f"no worker count keeps the lag within the SLA at step {k} "
-                f"(t={k * model.sim.step_s:.0f} s) of {model.sim.trace.name}"
-            )
-        rows = np.flatnonzero(ok)
-        o, w = old[rows], new[rows]
-        d2 = np.minimum(end_served[o, w] + np.minimum(x[rows], end_min[o, w]), arr[-1])
-        c2 = cost[src[rows]] + counts[w] + lam * moved[rows]
-        key = w if budget is None else w * (budget + 1) + r2[rows]
-        keep = _prune(key, c2, arr[-1] - d2)
-        rows = rows[keep]
-        parents.append((src[rows], new[rows]))
-        b, r, cost, done = new[rows], r2[rows], c2[keep], d2[keep]
-    best = int(np.lexsort((r, cost))[0])
-    schedule = []
-    i = best
-    for src_k, new_k in reversed(parents):
-        schedule.append(int(model.counts[new_k[i]]))
-        i = int(src_k[i])
-    schedule.reverse()
-    start = int(model.counts[model.start])
-    rescales = sum(a != c for a, c in zip([start, *schedule], schedule, strict=False))
-    return OptimumPlan(tuple(schedule), int(sum(schedule)), rescales, lam), float(cost[best])
+def _model_of(sim: Simulator, counts: Sequence[int], start: int) -> ArrivalModel:
+    """The simulator's own arrivals and SLA."""
+    t = sim.t
+    floor = np.interp(t - sim.settings.simulation.sla_s, t, sim.arrived, left=-np.inf)
+    return ArrivalModel(
+        sim.settings.fleet,
+        counts,
+        start,
+        sim.arrived,
+        floor,
+        sim.step_s,
+        sim.ticks_per_step,
+        sim.trace.name,
+    )
 
 
 class _Search:
     """The Lagrangian search on one trace; the passes it made are shared by every budget."""
 
-    def __init__(self, model: _Model, max_passes: int) -> None:
+    def __init__(self, model: ArrivalModel, max_passes: int) -> None:
         self.model = model
         self.max_passes = max_passes
         self.tried: dict[float, tuple[OptimumPlan, float]] = {}
 
     def at(self, lam: float) -> OptimumPlan:
         if lam not in self.tried:
-            self.tried[lam] = _run(self.model, lam, None)
+            self.tried[lam] = cheapest_schedule(self.model, lam, None)
         return self.tried[lam][0]
 
     def result(self, budget: int) -> tuple[OptimumPlan, float]:
@@ -314,9 +190,9 @@ def optimum_schedule(
     s = sim.settings
     start = sim.initial_workers(_Named()) if start is None else start
     counts = candidate_counts(s, float(sim.rate.max())) if counts is None else counts
-    model = _Model(sim, counts, start)
+    model = _model_of(sim, counts, start)
     if exact:
-        return _run(model, 0.0, budget)
+        return cheapest_schedule(model, 0.0, budget)
     return _Search(model, max_passes).for_budget(budget)
 
 
@@ -344,7 +220,7 @@ def offline_optimum(
     simulator."""
     sim = Simulator(trace, settings)
     hours = sim.steps * sim.step_s / 3600.0
-    model = _Model(
+    model = _model_of(
         sim, candidate_counts(settings, float(sim.rate.max())), sim.initial_workers(_Named())
     )
     search = _Search(model, max_passes)
