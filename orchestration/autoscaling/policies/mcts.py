@@ -132,12 +132,19 @@ class MctsPolicy:
         fleet was busy (utilisation >= LOADED_UTILISATION), else the latest finite one, else
         the configured rate. A nearly idle worker's fixed costs (polls, small batches,
         flushes) read as a rate several times too low, and a plan sized on it both scales up
-        too far and holds the extra workers back from a scale-down."""
+        too far and holds the extra workers back from a scale-down. The first snapshot after
+        a change of worker count is no reading at all: its busy time is the moved tasks'
+        restore (live, right after a scale-down at 60 msg/s: 38 msg/s at utilisation 0.51,
+        which sized one worker's traffic as three workers' work)."""
         latest = math.nan
-        for snapshot in (metrics, *reversed(history[-RATE_LOOKBACK:])):
+        recent = [*history[-RATE_LOOKBACK - 1 :], metrics]
+        for i in range(len(recent) - 1, -1, -1):
+            snapshot = recent[i]
             rate = snapshot.true_processing_rate
             if not math.isfinite(rate) or rate <= 0:
                 continue
+            if i > 0 and recent[i - 1].workers != snapshot.workers:
+                continue  # the hand-off's restore, not the traffic
             if snapshot.utilisation >= LOADED_UTILISATION:
                 return rate
             if math.isnan(latest):
