@@ -8,7 +8,7 @@ drift from the code.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
@@ -357,6 +357,19 @@ class MctsSettings(BaseModel):
     seed: int = Field(
         0, description="Seed of the tree search's tie-breaking; same seed, same plan."
     )
+    search: Literal["tree", "horizon"] = Field(
+        "tree",
+        description="How the plan is searched: `tree`, the Monte-Carlo tree search on the cost "
+        "model above; `horizon`, the offline optimum's exact programme over the forecast "
+        "horizon (10 ticks a plan step, the SLA x sla_safety held at every tick, a rescale "
+        "priced horizon_rescale_price_h x the budget's factor; the tree where no plan holds it).",
+    )
+    horizon_rescale_price_h: float = Field(
+        3.0,
+        ge=0,
+        description="`horizon` search: what a rescale costs on top of the capacity its pause and "
+        "start lose, worker-hours (raised while the fleet is over its rescale budget).",
+    )
 
 
 class GuardSettings(BaseModel):
@@ -384,6 +397,13 @@ class AwsSettings(BaseModel):
     poll_interval_s: float = Field(
         5.0, gt=0, description="How often to poll the group while waiting, s."
     )
+    instance_start_s: float = Field(
+        180.0,
+        ge=0,
+        description="How long a scale-out's new EC2 instances take to be InService with their "
+        "agents registered, s, until the realizer has measured it (boot, user data, agent "
+        "start: minutes, against about 5 s for a local agent process).",
+    )
 
 
 class EcsSettings(BaseModel):
@@ -400,6 +420,12 @@ class EcsSettings(BaseModel):
         600.0, gt=0, description="Deadline for agents to register or drain after a rescale, s."
     )
     poll_interval_s: float = Field(5.0, gt=0, description="How often to poll while waiting, s.")
+    task_start_s: float = Field(
+        60.0,
+        ge=0,
+        description="How long a scale-out's new ECS tasks take to register their agents, s, "
+        "until the realizer has measured it.",
+    )
 
 
 POLICY_NAMES = ("static", "threshold", "ds2", "keda", "mcts")

@@ -12,6 +12,7 @@ from pipelines.generator.trace import TraceFormatError, TraceNotFound  # the tra
 __all__ = [
     "AutoscalingError",
     "InvalidFleetParameter",
+    "NoFeasiblePlan",
     "RealizerError",
     "ScalingTimeout",
     "TraceFormatError",
@@ -26,6 +27,10 @@ class AutoscalingError(SluiceError):
 
 class InvalidFleetParameter(AutoscalingError):
     """A fleet or simulation parameter (rate, partitions, SLA, days) is out of range."""
+
+
+class NoFeasiblePlan(AutoscalingError):
+    """No schedule of worker counts keeps the lag within the SLA (the offline optimum)."""
 
 
 class UnknownPolicy(AutoscalingError):

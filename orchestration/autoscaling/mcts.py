@@ -48,6 +48,7 @@ __all__ = [
     "Plan",
     "PlanSegment",
     "PlanningProblem",
+    "efficient_levels",
     "sla_window_arrivals",
 ]
 
@@ -248,6 +249,11 @@ def sla_window_arrivals(
 @lru_cache(maxsize=64)
 def _efficient(partitions: int, lo: int, hi: int, max_factor: int = 1) -> tuple[int, ...]:
     return tuple(efficient_counts(partitions, lo, hi, max_factor))
+
+
+def efficient_levels(partitions: int, lo: int, hi: int, max_factor: int = 1) -> tuple[int, ...]:
+    """The efficient worker counts in [lo, hi] (cached: every decision asks)."""
+    return _efficient(partitions, lo, hi, max_factor)
 
 
 @lru_cache(maxsize=4096)

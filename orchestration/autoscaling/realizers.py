@@ -9,17 +9,23 @@ ECS service's desired count, via boto3, within a deadline; given the job model, 
 Guardian did (:mod:`orchestration.autoscaling.guardian`): a scale-out is done when the new
 machines' agents have registered, a scale-in drains the agents that go before their machines
 are let go.
+
+Each realizer also measures how long a scale-out's new workers take to start taking work
+(`start_s`): about 5 s for a local agent process, minutes for an EC2 instance of an Auto
+Scaling group. Until it has measured one, it reports its backend's default. The planner prices
+that wait: the capacity a scale-up adds is missing until then (`with_measured_start`).
 """
 
 from __future__ import annotations
 
 import logging
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from orchestration.autoscaling.config import AwsSettings, EcsSettings
+from orchestration.autoscaling.config import AutoscaleSettings, AwsSettings, EcsSettings
 from orchestration.autoscaling.exceptions import RealizerError, ScalingTimeout
 from orchestration.autoscaling.guardian import AgentGuardian
 from pipelines.control import ControlStore, JobModelStore
@@ -31,6 +37,8 @@ __all__ = [
     "Realizer",
     "RescaleEvent",
     "SimulatedRealizer",
+    "StartClock",
+    "with_measured_start",
 ]
 
 logger = logging.getLogger(__name__)
@@ -65,6 +73,43 @@ class RescaleEvent:
     before: int
     after: int
     reason: str
+
+
+LOCAL_PROCESS_START_S = 5.0
+"""A local agent process, from the request to its first hand-off: 2.6-6 s in the live
+closed-loop test."""
+
+
+@dataclass
+class StartClock:
+    """How long a scale-out's new workers take to start: the median of the last ``keep``
+    measured, else ``default_s`` (the backend's typical start)."""
+
+    default_s: float
+    keep: int = 10
+    measured: list[float] = field(default_factory=list)
+
+    def record(self, seconds: float, added: int, backend: str) -> None:
+        self.measured = [*self.measured, max(seconds, 0.0)][-self.keep :]
+        logger.info(
+            "%s: %d new worker(s) started in %.1f s (start time now %.1f s)",
+            backend,
+            added,
+            seconds,
+            self.start_s(),
+        )
+
+    def start_s(self) -> float:
+        return statistics.median(self.measured) if self.measured else self.default_s
+
+
+def with_measured_start(settings: AutoscaleSettings, realizer: object) -> AutoscaleSettings:
+    """``settings`` with the scale-up start the realizer measured (or its backend's default);
+    unchanged for a realizer that does not measure one (the simulator's)."""
+    clock = getattr(realizer, "start_clock", None)
+    if not isinstance(clock, StartClock):
+        return settings
+    return settings.updated(fleet={"scale_up_start_s": clock.start_s()})
 
 
 @dataclass
@@ -113,6 +158,7 @@ class AwsAutoScalingRealizer:
         self.client = client
         self._sleep = sleep
         self._clock = clock
+        self.start_clock = StartClock(self.settings.instance_start_s)
 
     @property
     def group_name(self) -> str:
@@ -183,7 +229,8 @@ class AwsAutoScalingRealizer:
             target,
             reason,
         )
-        deadline = self._clock() + self.settings.wait_timeout_s
+        asked = self._clock()
+        deadline = asked + self.settings.wait_timeout_s
         running = self.in_service_ids()
         try:
             if self.guardian is not None and target < len(running):
@@ -209,6 +256,10 @@ class AwsAutoScalingRealizer:
             if len(ready) == target:
                 if self.guardian is not None:
                     self.guardian.await_registered(ready, deadline)
+                if target > len(running):  # a scale-out: how long its instances took
+                    self.start_clock.record(
+                        self._clock() - asked, target - len(running), f"group {self.group_name}"
+                    )
                 return target
             if self._clock() >= deadline:
                 raise ScalingTimeout(
@@ -242,6 +293,7 @@ class EcsServiceRealizer:
         self.client = client
         self.guardian = _guardian(jobs, self.settings.poll_interval_s, sleep, clock)
         self._clock = clock
+        self.start_clock = StartClock(self.settings.task_start_s)
 
     @property
     def name(self) -> str:
@@ -272,7 +324,8 @@ class EcsServiceRealizer:
                 f"[0, {self.settings.max_count}]"
             )
         before = self.current()
-        deadline = self._clock() + self.settings.wait_timeout_s
+        asked = self._clock()
+        deadline = asked + self.settings.wait_timeout_s
         victims: list[str] = []
         keep: list[str] = []
         if self.guardian is not None and target < before:
@@ -299,6 +352,7 @@ class EcsServiceRealizer:
             self._protect(keep, False)
         if self.guardian is not None and target > before:
             self.guardian.await_count(target, deadline)
+            self.start_clock.record(self._clock() - asked, target - before, f"service {self.name}")
         return target
 
     def _protect(self, tasks: list[str], enabled: bool) -> None:
@@ -336,6 +390,7 @@ class ControlStoreRealizer:
         self.poll_s = poll_s
         self.policy = policy
         self.sleep = sleep
+        self.start_clock = StartClock(LOCAL_PROCESS_START_S)
 
     def current(self) -> int:
         row = self.control.scaling(self.topic)
@@ -354,7 +409,8 @@ class ControlStoreRealizer:
         if before == target:
             return target
         requested = time.time()
-        deadline = time.monotonic() + self.timeout_s
+        asked = time.monotonic()
+        deadline = asked + self.timeout_s
         while time.monotonic() < deadline:
             row = self.control.scaling(self.topic)
             if (
@@ -362,6 +418,10 @@ class ControlStoreRealizer:
                 and row["applied_workers"] == target
                 and (row["applied_at"] or 0) >= requested - 1.0
             ):
+                if target > before:  # until the supervisor has the new count running
+                    self.start_clock.record(
+                        time.monotonic() - asked, target - before, f"fleet of {self.topic!r}"
+                    )
                 return target
             self.sleep(self.poll_s)
         row = self.control.scaling(self.topic) or {}

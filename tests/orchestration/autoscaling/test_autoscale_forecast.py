@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from orchestration.autoscaling.config import ForecastSettings
 from orchestration.autoscaling.forecast import SeasonalTrendForecaster
 
 DAY = 86400.0
@@ -55,3 +56,26 @@ def test_nan_history_is_ignored() -> None:
     rates[3] = np.nan
     future = SeasonalTrendForecaster().forecast(times, rates, float(times[-1]), STEP, 6)
     assert np.allclose(future, 2000.0)
+
+
+def test_a_step_is_a_new_level_not_a_trend_to_extrapolate() -> None:
+    # the live closed-loop test's traffic: 60 msg/s, then a step to 700 (2 s snapshots)
+    settings = ForecastSettings(
+        level_window_s=15.0, trend_window_s=60.0, noise_window_s=120.0, persistence_tau_s=30.0
+    )
+    forecaster = SeasonalTrendForecaster(settings)
+    rng = np.random.default_rng(3)
+    for after in (4, 8, 15, 30):
+        times = np.arange(0.0, 120.0, 2.0)
+        rates = np.where(times >= times[-1] - 2.0 * after, 700.0, 60.0)
+        rates = rates * (1.0 + 0.03 * rng.standard_normal(times.size))
+        future = forecaster.forecast(times, rates, float(times[-1]), 5.0, 24)
+        assert np.all(future < 770.0), (after, future.max())
+        assert np.all(future > 560.0), (after, future.min())
+
+
+def test_a_ramp_is_still_a_trend() -> None:
+    times = np.arange(0, 3600.0, STEP)
+    rates = 1000.0 + 1.0 * times  # +1 msg/s every second, for an hour
+    future = SeasonalTrendForecaster().forecast(times, rates, float(times[-1]), STEP, 6)
+    assert future[-1] > rates[-1] + 300.0

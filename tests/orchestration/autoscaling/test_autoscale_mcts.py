@@ -346,6 +346,17 @@ def test_a_plan_splits_its_cost_and_names_the_best_rejected_alternative() -> Non
     assert f"| rescale | {split.rescale:.3f} | {alternative.split.rescale:.3f} |" in table
 
 
+def test_the_first_snapshot_after_a_rescale_is_no_reading_of_the_worker_rate() -> None:
+    # live, after 2 -> 1 at 60 msg/s: the one worker busy restoring the moved tasks read
+    # 38.5 msg/s at utilisation 0.51, and the plan went 1 -> 3
+    policy = MctsPolicy(AutoscaleSettings())
+    before = snapshot(time=0.0, workers=2, true_processing_rate=500.0, utilisation=0.06)
+    restoring = snapshot(time=4.0, workers=1, true_processing_rate=38.5, utilisation=0.51)
+    after = snapshot(time=6.0, workers=1, true_processing_rate=500.0, utilisation=0.12)
+    assert policy.worker_rate(after, [before, restoring]) == 500.0
+    assert policy.worker_rate(restoring, [before]) == 500.0
+
+
 def test_the_worker_rate_comes_from_a_loaded_reading_not_an_idle_one() -> None:
     policy = MctsPolicy(AutoscaleSettings())
     loaded = snapshot(time=0.0, true_processing_rate=500.0, utilisation=0.9)

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
 
-from orchestration.autoscaling.config import AwsSettings
+from orchestration.autoscaling.config import AutoscaleSettings, AwsSettings
 from orchestration.autoscaling.exceptions import RealizerError, ScalingTimeout
 from orchestration.autoscaling.realizers import (
     AwsAutoScalingRealizer,
     Realizer,
     SimulatedRealizer,
+    StartClock,
+    with_measured_start,
 )
 from tests.fixtures.moto import auto_scaling_group, aws_test_credentials
 
@@ -44,6 +47,33 @@ def test_aws_realizer_sets_desired_capacity_and_waits_for_in_service(group: AwsS
     assert realizer.in_service() == 4
     assert realizer.apply(2, "load is down") == 2
     assert realizer.in_service() == 2
+
+
+def test_aws_realizer_measures_how_long_a_scale_out_takes_to_start(group: AwsSettings) -> None:
+    realizer = AwsAutoScalingRealizer(group.model_copy(update={"instance_start_s": 240.0}))
+    settings = AutoscaleSettings()
+    # before any scale-out: EC2's minutes, not a local process's seconds
+    assert with_measured_start(settings, realizer).fleet.scale_up_start_s == 240.0
+    started = time.monotonic()
+    realizer.apply(3, "load is up")
+    took = time.monotonic() - started
+    assert realizer.start_clock.measured and 0.0 <= realizer.start_clock.measured[0] <= took
+    realizer.apply(2, "load is down")  # a scale-in starts nothing
+    assert len(realizer.start_clock.measured) == 1
+    measured = with_measured_start(settings, realizer).fleet.scale_up_start_s
+    assert measured == realizer.start_clock.measured[0]
+    # the simulator's realizer measures nothing: the configured start stands
+    simulated = SimulatedRealizer(1)
+    assert with_measured_start(settings, simulated).fleet.scale_up_start_s == 5.0
+
+
+def test_the_start_clock_is_the_median_of_the_recent_starts() -> None:
+    clock = StartClock(default_s=180.0, keep=3)
+    assert clock.start_s() == 180.0
+    for seconds in (400.0, 90.0, 100.0, 110.0):
+        clock.record(seconds, 1, "group g")
+    assert clock.measured == [90.0, 100.0, 110.0]  # the oldest forgotten
+    assert clock.start_s() == 100.0
 
 
 def test_aws_realizer_refuses_targets_outside_the_group(group: AwsSettings) -> None:
