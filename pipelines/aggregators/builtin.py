@@ -10,7 +10,7 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
-from pipelines.aggregators.base import Aggregator, InputKind
+from pipelines.aggregators.base import Aggregator, InputKind, JsonState, spark_functions
 from pipelines.aggregators.registry import register
 
 __all__ = [
@@ -28,20 +28,8 @@ __all__ = [
 ]
 
 
-def _F():
-    from pyspark.sql import functions
-
-    return functions
-
-
-class _JsonState(Aggregator[Any]):
-    """States that are plain JSON values (numbers, pairs, lists)."""
-
-    def serialize(self, state: Any) -> bytes:
-        return orjson.dumps(state)
-
-    def deserialize(self, data: bytes) -> Any:
-        return orjson.loads(data)
+_F = spark_functions
+_JsonState = JsonState
 
 
 @register
@@ -65,7 +53,7 @@ class Count(_JsonState):
         return pa.int64()
 
     def spark_columns(self, event_time):
-        return [_F().count(event_time).alias(self.out)]
+        return [_F().count(self.only(event_time)).alias(self.out)]
 
 
 @register
@@ -86,7 +74,9 @@ class Sum(_JsonState):
         return {self.out: float(state)}
 
     def spark_columns(self, event_time):
-        return [_F().sum(self.spec.col_name).cast("double").alias(self.out)]
+        # 0, not null, where the aggregation's ``where:`` keeps no event (as the stream's state)
+        total = _F().coalesce(_F().sum(self.spark_input()), _F().lit(0))
+        return [total.cast("double").alias(self.out)]
 
 
 @register
@@ -110,7 +100,7 @@ class Min(_JsonState):
         return {self.out: None if state is None else float(state)}
 
     def spark_columns(self, event_time):
-        return [_F().min(self.spec.col_name).cast("double").alias(self.out)]
+        return [_F().min(self.spark_input()).cast("double").alias(self.out)]
 
 
 @register
@@ -127,7 +117,7 @@ class Max(Min):
         return max(a, b)
 
     def spark_columns(self, event_time):
-        return [_F().max(self.spec.col_name).cast("double").alias(self.out)]
+        return [_F().max(self.spark_input()).cast("double").alias(self.out)]
 
 
 @register
@@ -150,7 +140,7 @@ class Mean(_JsonState):
         return {self.out: state[0] / state[1] if state[1] else None}
 
     def spark_columns(self, event_time):
-        return [_F().avg(self.spec.col_name).cast("double").alias(self.out)]
+        return [_F().avg(self.spark_input()).cast("double").alias(self.out)]
 
 
 @register
@@ -182,7 +172,7 @@ class CountDistinct(Aggregator[set]):
         return pa.int64()
 
     def spark_columns(self, event_time):
-        return [_F().count_distinct(self.spec.col_name).alias(self.out)]
+        return [_F().count_distinct(self.spark_input()).alias(self.out)]
 
 
 @register
@@ -235,7 +225,7 @@ class ApproxCountDistinct(Aggregator[Any]):
         return 1.04 / (2 ** (self.lg_k / 2))
 
     def spark_columns(self, event_time):
-        return [_F().count_distinct(self.spec.col_name).alias(self.out)]
+        return [_F().count_distinct(self.spark_input()).alias(self.out)]
 
 
 @register
@@ -303,6 +293,8 @@ class Quantiles(Aggregator[Any]):
         """
         F = _F()
         col = f"CAST(`{self.spec.col_name}` AS DOUBLE)"
+        if self.where is not None:  # percentile_disc skips nulls, as the filtered stream does
+            col = f"CASE WHEN {self.where.sql(spark=True)} THEN {col} END"
         percentages = ", ".join(repr(q) for q in self.quantiles)
         every = F.expr(f"percentile_disc(array({percentages})) WITHIN GROUP (ORDER BY {col})")
         return [every[i].alias(self.column_for(q)) for i, q in enumerate(self.quantiles)]
@@ -374,16 +366,21 @@ class TopK(Aggregator[Any]):
         from pyspark.sql import Window
 
         F = _F()
-        item = F.col(self.spec.col_name).cast("string").alias("item")
+        # Items a ``where:`` drops become null: ranked last and never listed, so a group
+        # whose events all fail the filter still has its row (an empty list, as the stream).
+        item = self.spark_input().cast("string").alias("item")
         counts = events.groupBy(*keys, item).agg(F.count(F.lit(1)).alias("count"))
-        best = Window.partitionBy(*keys).orderBy(F.col("count").desc(), F.col("item").asc())
+        dropped = F.col("item").isNull()
+        best = Window.partitionBy(*keys).orderBy(dropped, F.col("count").desc(), F.col("item"))
         ranked = counts.withColumn("rank", F.row_number().over(best)).where(F.col("rank") <= self.k)
-        top = F.array_sort(F.collect_list(F.struct("rank", "item", "count")))
+        listed = F.when(~dropped, F.struct("rank", "item", "count"))
+        top = F.array_sort(F.collect_list(listed))
+        return ranked.groupBy(*keys).agg(F.to_json(F.transform(top, self.entry)).alias(self.out))
 
-        def entry(ranked_item):
-            return F.struct(ranked_item["item"].alias("item"), ranked_item["count"].alias("count"))
-
-        return ranked.groupBy(*keys).agg(F.to_json(F.transform(top, entry)).alias(self.out))
+    def entry(self, ranked_item):
+        """One listed item as the stream writes it (``spark_frame`` renders each so)."""
+        F = _F()
+        return F.struct(ranked_item["item"].alias("item"), ranked_item["count"].alias("count"))
 
 
 def _rank(pair: tuple[int, str]) -> tuple[int, str]:
@@ -419,6 +416,7 @@ class _ByEventTime(_JsonState):
     def spark_columns(self, event_time):
         F = _F()
         pair = F.struct(event_time.alias("t"), F.col(self.spec.col_name).alias("v"))
+        pair = self.only(pair)
         agg = F.min(pair) if self.pick is min else F.max(pair)
         return [agg.getField("v").alias(self.out)]
 

@@ -51,12 +51,13 @@ def batch_schema(view: View) -> pa.Schema:
 
 def _columns_read(view: View) -> set[str]:
     columns = {"event_time", *view.grouping_cols}
-    return columns | {a.spec.col_name for a in view.aggregators if a.spec.col_name}
+    columns |= set(view.filter.fields) if view.filter is not None else set()
+    return columns | {c for a in view.aggregators for c in a.columns_read()}
 
 
 def _aggregation_key(view: View) -> tuple:
     """Views with equal keys aggregate the same rows into the same groups."""
-    return (view.topic, view.interval_ms, view.segment_ms, tuple(view.grouping_cols))
+    return (view.topic, view.interval_ms, view.segment_ms, tuple(view.grouping_cols), view.where)
 
 
 def _aggregate_views(
@@ -74,7 +75,10 @@ def _aggregate_views(
     """
     view = views[0]
     window = F.col("event_time") - F.col("event_time") % F.lit(view.interval_ms)
-    rows = events.where(F.col("topic") == view.topic).withColumn(WINDOW_START, window)
+    rows = events.where(F.col("topic") == view.topic)
+    if view.filter is not None:
+        rows = rows.where(view.filter.spark())
+    rows = rows.withColumn(WINDOW_START, window)
     segment = F.col(WINDOW_START) - F.col(WINDOW_START) % F.lit(view.segment_ms)
     rows = rows.where(segment.isin(list(segments)))
     keys = [WINDOW_START, *view.grouping_cols]

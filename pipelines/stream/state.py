@@ -60,20 +60,24 @@ class WindowState:
         late = starts + (view.interval_ms + view.allowed_lateness_ms) <= batch.prior_watermark
         n_late = int(late.sum())
         self.late += n_late
-        keep = None
-        if n_late:
-            keep = ~late
-            if not keep.any():
+        self.processed += len(times) - n_late  # events the view's where: drops are processed too
+        keep = ~late if n_late else None
+        if view.filter is not None:
+            passed = view.filter.mask(batch.columns)
+            keep = passed if keep is None else keep & passed
+        if keep is not None:
+            if keep.all():
+                keep = None
+            elif not keep.any():
                 return
+        if keep is not None:
             starts = starts[keep]
             times = times[keep]
             columns = {name: col[keep] for name, col in batch.columns.items()}
         else:
             columns = batch.columns
-        self.processed += len(times)
-        inputs = [
-            columns[agg.spec.col_name] if agg.spec.col_name else None for agg in self.aggregators
-        ]
+        inputs = [agg.inputs(columns) for agg in self.aggregators]
+        kept = [agg.rows(columns) for agg in self.aggregators]
         for key, idx in self._groups(starts, columns, batch, keep):
             window = key[0]
             segment = window - window % view.segment_ms
@@ -86,8 +90,15 @@ class WindowState:
             group_times = times[idx]
             for j, agg in enumerate(self.aggregators):
                 values = inputs[j]
+                rows = idx
+                if kept[j] is not None:  # the aggregation's own where:
+                    rows = idx[kept[j][idx]]
+                    if not len(rows):
+                        continue
                 states[j] = agg.update(
-                    states[j], None if values is None else values[idx], group_times
+                    states[j],
+                    None if values is None else values[rows],
+                    group_times if rows is idx else times[rows],
                 )
             self.dirty.add(segment)
 

@@ -37,6 +37,7 @@ from pipelines.views.fields import (
     Text,
     Topic,
     ViewName,
+    WhereText,
     problem,
 )
 from pipelines.views.model import (
@@ -108,6 +109,11 @@ class WindowViewDefinition(_ViewDefinition):
     interval: DurationMs = Field(
         description="The window: whole seconds dividing an hour, or whole hours dividing a day."
     )
+    where: WhereText | None = Field(
+        default=None,
+        description="Only events this filter keeps belong to the view, e.g. "
+        "\"event_type = 'error'\" (comparisons, in, and/or/not, is null).",
+    )
     allowed_lateness: DurationMs = LATENESS
     aggregation_info: Aggregations
     description: Text = Field(default="", description="What the view is for.")
@@ -134,6 +140,7 @@ class WindowViewDefinition(_ViewDefinition):
             aggregations=tuple(a.to_spec() for a in self.aggregation_info),
             description=self.description,
             disabled=self.disabled,
+            where=self.where,
         )
 
 
@@ -171,6 +178,11 @@ class SessionViewDefinition(_ViewDefinition):
     )
     max_kept_events: KeptEventsCap = Field(
         default=100, description="Events kept per session; the rest are only counted."
+    )
+    where: WhereText | None = Field(
+        default=None,
+        description="Only events this filter keeps belong to the view, e.g. "
+        "\"event_type = 'error'\" (comparisons, in, and/or/not, is null).",
     )
     allowed_lateness: DurationMs = LATENESS
     aggregation_info: Aggregations
@@ -214,6 +226,7 @@ class SessionViewDefinition(_ViewDefinition):
             aggregations=tuple(a.to_spec() for a in self.aggregation_info),
             description=self.description,
             disabled=self.disabled,
+            where=self.where,
             session=SessionSpec(
                 self.session_key,
                 self.gap,

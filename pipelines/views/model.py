@@ -14,6 +14,7 @@ from functools import cached_property
 import pyarrow as pa
 
 from pipelines.aggregators import AggregationSpec, Aggregator, build
+from pipelines.expressions import Filter, parse_filter
 from pipelines.segments import HOUR_MS
 
 __all__ = ["SESSION_COLUMNS", "SessionSpec", "View", "format_duration"]
@@ -74,6 +75,12 @@ class View:
     disabled: bool = False
     session: SessionSpec | None = None
     """Set for session views (``kind: session``); their ``interval_ms`` is 0."""
+    where: str | None = None
+    """The view's filter (``where:``): only events it keeps belong to the view."""
+
+    @cached_property
+    def filter(self) -> Filter | None:
+        return None if self.where is None else parse_filter(self.where)
 
     @property
     def kind(self) -> str:
@@ -151,6 +158,8 @@ class View:
         parts = [self.topic, ",".join(self.grouping_cols), str(self.interval_ms)]
         if self.session is not None:
             parts.append(f"session:{self.session.fingerprint}")
+        if self.where is not None:
+            parts.append(f"where:{self.where}")
         parts += [f"{a.out}={a.state_key}" for a in self.aggregators]
         return "|".join(parts)
 

@@ -82,7 +82,7 @@ def test_unknown_keys_are_one_message_per_mapping_beside_the_other_mistakes() ->
     )
     assert lines[3].startswith(
         "views.yaml: views[1] (s).aggregation_info[0]: unknown key(s) 'x', 'y' (allowed: "
-        "aggregated_col_name, aggregation, col_name, params)"
+        "aggregated_col_name, aggregation, col_name, params, where)"
     )
     assert len(lines) == 4
 

@@ -1,0 +1,148 @@
+"""Exact statistics that merge in a few numbers: variance, ratio, conditional counts and sums.
+
+Every one has an exact Spark equivalent, so the correction publishes the true value and the
+reconciliation holds the stream to it (floating-point sums may differ in the last bits).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from pipelines.aggregators.base import InputKind, JsonState, spark_functions
+from pipelines.aggregators.builtin import Count, Sum
+from pipelines.aggregators.registry import register
+
+__all__ = ["AnyValue", "CountIf", "Ratio", "StdDev", "SumIf", "Variance"]
+
+
+@register
+class Variance(JsonState):
+    """Sample variance (Spark's ``var_samp``), kept as (count, mean, M2) so partials merge
+    exactly by Chan et al.'s rule instead of losing precision as sums of squares do."""
+
+    name = "variance"
+    input_kind = InputKind.NUMERIC
+
+    def initialize(self) -> list:
+        return [0, 0.0, 0.0]
+
+    def update(self, state, values, times):
+        x = values.astype(np.float64)
+        mean = float(x.mean())
+        m2 = float(((x - mean) ** 2).sum())
+        return self.merge(state, [len(x), mean, m2])
+
+    def merge(self, a, b):
+        n = a[0] + b[0]
+        if not a[0] or not b[0]:
+            return list(b if not a[0] else a)
+        delta = b[1] - a[1]
+        mean = a[1] + delta * b[0] / n
+        return [n, mean, a[2] + b[2] + delta * delta * a[0] * b[0] / n]
+
+    def variance(self, state) -> float | None:
+        return state[2] / (state[0] - 1) if state[0] > 1 else None
+
+    def result(self, state) -> dict[str, Any]:
+        return {self.out: self.variance(state)}
+
+    def spark_columns(self, event_time):
+        F = spark_functions()
+        return [F.var_samp(self.spark_input().cast("double")).alias(self.out)]
+
+
+@register
+class StdDev(Variance):
+    """Sample standard deviation (Spark's ``stddev_samp``), the square root of ``variance``."""
+
+    name = "stddev"
+
+    def result(self, state) -> dict[str, Any]:
+        variance = self.variance(state)
+        return {self.out: None if variance is None else math.sqrt(max(variance, 0.0))}
+
+    def spark_columns(self, event_time):
+        F = spark_functions()
+        return [F.stddev_samp(self.spark_input().cast("double")).alias(self.out)]
+
+
+@register
+class Ratio(JsonState):
+    """sum(col_name) / sum(denominator), kept as both sums (null when the denominator is 0)."""
+
+    name = "ratio"
+    input_kind = InputKind.NUMERIC
+    params_schema = {"denominator": str}
+    column_params = {"denominator": InputKind.NUMERIC}
+    required_params = ("denominator",)
+
+    def initialize(self) -> list:
+        return [0, 0]
+
+    def update(self, state, values, times):
+        numerator, denominator = values
+        return [state[0] + numerator.sum().item(), state[1] + denominator.sum().item()]
+
+    def merge(self, a, b):
+        return [a[0] + b[0], a[1] + b[1]]
+
+    def result(self, state) -> dict[str, Any]:
+        return {self.out: state[0] / state[1] if state[1] else None}
+
+    def spark_columns(self, event_time):
+        F = spark_functions()
+        numerator = F.sum(self.spark_input().cast("double"))
+        denominator = F.sum(self.spark_input(self.spec.params["denominator"]).cast("double"))
+        ratio = F.when(denominator != 0, numerator / denominator)
+        return [ratio.alias(self.out)]
+
+
+@register
+class CountIf(Count):
+    """Events that pass the aggregation's own ``where:`` (required)."""
+
+    name = "count_if"
+    needs_where = True
+
+
+@register
+class SumIf(Sum):
+    """The sum over events that pass the aggregation's own ``where:`` (required); 0 when none
+    does."""
+
+    name = "sum_if"
+    needs_where = True
+
+
+@register
+class AnyValue(JsonState):
+    """One value of the group. Which one is fixed (the smallest) so that a replay, a merge in
+    any order and the correction all pick the same; Spark's ``any_value`` would not."""
+
+    name = "any_value"
+
+    def initialize(self):
+        return None
+
+    def update(self, state, values, times):
+        low = values.min()
+        low = low.item() if hasattr(low, "item") else low
+        return low if state is None or low < state else state
+
+    def merge(self, a, b):
+        if a is None or b is None:
+            return b if a is None else a
+        return min(a, b)
+
+    def result(self, state) -> dict[str, Any]:
+        return {self.out: state}
+
+    def result_type(self) -> pa.DataType:
+        return pa.int64() if self.spec.col_kind == "int" else pa.string()
+
+    def spark_columns(self, event_time):
+        return [spark_functions().min(self.spark_input()).alias(self.out)]
