@@ -172,3 +172,45 @@ def test_stream_and_spark_agree_on_every_aggregation(spark, seed):
 def test_every_built_in_aggregation_is_checked_across_engines():
     built_in = {n for n in names() if get(n).__module__.startswith("pipelines.aggregators.")}
     assert {a[0] for a in AGGREGATIONS} == built_in
+
+
+def random_filter(rng: np.random.Generator, depth: int = 0) -> str:
+    """A random where: over org, client (with nulls) and bytes_tx."""
+    if depth < 3 and rng.random() < 0.5:
+        kind = rng.integers(0, 3)
+        if kind == 2:
+            return f"not ({random_filter(rng, depth + 1)})"
+        op = "and" if kind == 0 else "or"
+        return f"({random_filter(rng, depth + 1)} {op} {random_filter(rng, depth + 1)})"
+    field = ["org", "client", "bytes_tx"][rng.integers(0, 3)]
+    value = (
+        (lambda: str(rng.integers(0, 7)))
+        if field == "bytes_tx"
+        else (lambda: f"'{'abc'[rng.integers(0, 3)]}'")
+    )
+    test = rng.integers(0, 4)
+    if test == 0:
+        return f"{field} {['=', '!=', '<', '<=', '>', '>='][rng.integers(0, 6)]} {value()}"
+    if test == 1:
+        return f"{field} {'not ' if rng.random() < 0.5 else ''}in ({value()}, {value()})"
+    return f"{field} is {'not ' if test == 3 else ''}null"
+
+
+def test_stream_and_spark_filters_agree_on_random_events(spark):
+    """Sixty random filters, one Spark job: each a column of one select (nulls included)."""
+    from pipelines.expressions import parse_filter
+
+    rng = np.random.default_rng(3)
+    filters = [parse_filter(random_filter(rng)) for _ in range(60)]
+    pick = np.array(["a", "b", "c", None], dtype=object)
+    events = {
+        "org": pick[rng.integers(0, 3, 300)],
+        "client": pick[rng.integers(0, 4, 300)],
+        "bytes_tx": rng.integers(0, 7, 300).astype(np.int64),
+        "row": np.arange(300),
+    }
+    frame = spark.createDataFrame(pa.table(events).to_pandas().astype({"bytes_tx": "int64"}))
+    tested = [F.coalesce(f.spark(), F.lit(False)).alias(f"f{i}") for i, f in enumerate(filters)]
+    rows = sorted(frame.select("row", *tested).collect(), key=lambda r: r["row"])
+    for i, f in enumerate(filters):
+        assert [r[f"f{i}"] for r in rows] == f.mask(events).tolist(), f.text

@@ -257,3 +257,91 @@ def test_any_yaml_value_anywhere_gets_a_view_definition_error_never_a_crash(
         parse_views({"views": [view]}, source="views.yaml")
     except ViewDefinitionError as exc:
         assert all(line.startswith("views.yaml: ") for line in str(exc).splitlines())
+
+
+def test_filter_and_aggregation_mistakes_are_reported_together_with_their_paths() -> None:
+    """where: on a view and on one aggregation, the new aggregations' params and columns."""
+    lines = _messages(
+        {
+            "views": [
+                {**WINDOW, "where": "orgg = 'a'"},
+                {
+                    **SESSION,
+                    "where": "bytes_tx > 'big'",
+                    "aggregation_info": [
+                        {"aggregation": "count_if", "aggregated_col_name": "n"},
+                        {
+                            "aggregation": "sum",
+                            "col_name": "bytes_tx",
+                            "aggregated_col_name": "s",
+                            "where": "event_type = 'error' and",
+                        },
+                        {
+                            "aggregation": "max_by",
+                            "col_name": "org",
+                            "aggregated_col_name": "m",
+                            "params": {"by": "org"},
+                        },
+                        {
+                            "aggregation": "ratio",
+                            "col_name": "bytes_tx",
+                            "aggregated_col_name": "r",
+                        },
+                        {
+                            "aggregation": "cdf",
+                            "col_name": "bytes_tx",
+                            "aggregated_col_name": "c",
+                            "params": {"split_points": [5, 1]},
+                        },
+                    ],
+                },
+            ]
+        }
+    )
+    assert lines == [
+        "views.yaml: views[0] (v).where: unknown field 'orgg' at 1 (event fields: event_id, "
+        "event_time, org, client, bytes_tx, session_id, event_type)",
+        "views.yaml: views[1] (s).where: bytes_tx is a number: compare it with a number, "
+        "not 'big' (at 12)",
+        "views.yaml: views[1] (s).aggregation_info[0]: count_if needs a where: (the events it "
+        "counts or sums)",
+        "views.yaml: views[1] (s).aggregation_info[1].where: expected an event field at 25, "
+        "found the end",
+        "views.yaml: views[1] (s).aggregation_info[2].params.by: max_by needs a numeric column, "
+        "'org' is a string (numeric: event_time, bytes_tx)",
+        "views.yaml: views[1] (s).aggregation_info[3].params: ratio needs params denominator",
+        "views.yaml: views[1] (s).aggregation_info[4].params: split_points must increase "
+        "strictly: [5, 1]",
+    ]
+
+
+def test_a_view_with_filters_and_new_aggregations_loads() -> None:
+    views = parse_views(
+        {
+            "views": [
+                {
+                    **WINDOW,
+                    "where": "event_type in ('view', 'download') and bytes_tx > 0",
+                    "aggregation_info": [
+                        {
+                            "aggregation": "count_if",
+                            "aggregated_col_name": "big",
+                            "where": "bytes_tx >= 1000000",
+                        },
+                        {
+                            "aggregation": "ratio",
+                            "col_name": "bytes_tx",
+                            "aggregated_col_name": "r",
+                            "params": {"denominator": "event_time"},
+                        },
+                    ],
+                }
+            ]
+        },
+        source="views.yaml",
+    )
+    view = views[0]
+    assert view.where == "event_type in ('view', 'download') and bytes_tx > 0"
+    assert view.filter is not None and view.filter.fields == {"event_type", "bytes_tx"}
+    assert view.aggregations[0].where == "bytes_tx >= 1000000"
+    assert "where:" in view.fingerprint and "where=bytes_tx >= 1000000" in view.fingerprint
