@@ -40,6 +40,7 @@ __all__ = [
     "Causes",
     "GroupCauses",
     "HourArchive",
+    "archive_columns",
     "read_hour_archive",
     "view_causes",
 ]
@@ -202,6 +203,14 @@ def _dead_letter_offsets(
     return pa.concat_tables(parts)
 
 
+def archive_columns(views: Sequence[View]) -> list[str]:
+    """The event columns the causes of ``views`` read beside the archive's own: their
+    grouping columns and the fields of their ``where:`` filters."""
+    columns = {c for v in views for c in v.grouping_cols}
+    columns |= {f for v in views if v.filter is not None for f in v.filter.fields}
+    return sorted(columns - {"event_id", "event_time"})
+
+
 def read_hour_archive(
     store: ObjectStore | ArchiveReader,
     topic: str,
@@ -262,37 +271,56 @@ def _window_key(window_start_ms: int) -> str:
     return datetime.fromtimestamp(window_start_ms / 1000, tz=UTC).isoformat()
 
 
-def view_causes(archive: HourArchive, view: View) -> tuple[Causes, dict[tuple, GroupCauses]]:
+def view_causes(
+    archive: HourArchive, view: View, following: HourArchive | None = None
+) -> tuple[Causes, dict[tuple, GroupCauses]]:
     """Causes for ``view``'s windows starting in the archive's hour, in total and per key.
 
     Keys are ``(window_start ISO string, *group values)`` as :func:`quality.compare.rows_by_key`
-    makes them, so they line up with the compared rows.
+    makes them, so they line up with the compared rows. Only events the view's ``where:``
+    keeps count. A sliding window belongs to every window holding it, and is late when the
+    first of them had closed (its pane's end + lateness, as the stream decides); windows
+    reaching into the next hour need its archive, ``following``.
     """
-    if archive.rows.num_rows == 0:
+    if archive.rows.num_rows == 0 and (following is None or following.rows.num_rows == 0):
         return Causes(dead_letters=archive.dead_letters), {}
+    rows = archive.rows
+    if following is not None and view.is_sliding and following.rows.num_rows:
+        rows = pa.concat_tables(
+            [rows, following.rows.select(rows.column_names)], promote_options="permissive"
+        )
     groups = ", ".join(f'"{c}"' for c in view.grouping_cols)
     select_groups = f", {groups}" if groups else ""
+    where = f"WHERE {view.filter.sql()}" if view.filter is not None else ""
     con = _connect()
     try:
-        con.register("archive", archive.rows)
+        con.register("archive", rows)
         result = con.execute(
             f"""
-            WITH windowed AS (
-                SELECT *, event_time - event_time % $interval AS window_start
-                FROM archive
+            WITH once AS (  -- a row both hours' reads hold counts once
+                SELECT * FROM archive
+                QUALIFY row_number() OVER (
+                    PARTITION BY "partition", "offset" ORDER BY prior_watermark DESC NULLS LAST
+                ) = 1
+            ), panes AS (
+                SELECT *, event_time - event_time % $step AS pane FROM once {where}
+            ), windowed AS (
+                SELECT *, unnest(range(pane - $reach, pane + 1, $step)) AS window_start
+                FROM panes
             )
             SELECT window_start{select_groups},
                    count(*) AS deliveries,
                    count(DISTINCT event_id) AS distinct_events,
                    count(*) FILTER (
-                       WHERE window_start + $interval + $lateness <= prior_watermark
+                       WHERE pane + $step + $lateness <= prior_watermark
                    ) AS late
             FROM windowed
             WHERE window_start >= $hour AND window_start < $hour + {HOUR_MS}
             GROUP BY ALL
             """,
             {
-                "interval": view.interval_ms,
+                "step": view.step_ms,
+                "reach": view.reach_ms,
                 "lateness": view.allowed_lateness_ms,
                 "hour": archive.hour_ms,
             },

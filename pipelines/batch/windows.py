@@ -28,7 +28,13 @@ from pipelines.segments import HOUR_MS, hour_label, segment_schema
 from pipelines.storage import ObjectStore
 from pipelines.views.model import WINDOW_START, View
 
-__all__ = ["batch_schema", "correct_window_hours", "segment_hours"]
+__all__ = [
+    "aggregate_window_views",
+    "batch_schema",
+    "correct_window_hours",
+    "segment_hours",
+    "segments_of_hour",
+]
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +42,16 @@ _EVENTS = "__events"
 
 
 def segment_hours(view: View, segment_start_ms: int) -> list[int]:
-    """Every hour whose events can belong to the segment's windows."""
-    return list(range(segment_start_ms, segment_start_ms + view.segment_ms, HOUR_MS))
+    """Every hour whose events can belong to the segment's windows (a sliding window may
+    reach ``interval - slide`` into the next segment)."""
+    end = segment_start_ms + view.segment_ms + view.reach_ms
+    return list(range(segment_start_ms, end, HOUR_MS))
+
+
+def segments_of_hour(view: View, hour_ms: int) -> set[int]:
+    """Segments whose windows hold events of the hour: its own, and with sliding windows
+    the ones whose windows reach into it (so correcting an hour re-corrects those)."""
+    return {view.segment_start(hour_ms), view.segment_start(hour_ms - view.reach_ms)}
 
 
 def batch_schema(view: View) -> pa.Schema:
@@ -57,10 +71,17 @@ def _columns_read(view: View) -> set[str]:
 
 def _aggregation_key(view: View) -> tuple:
     """Views with equal keys aggregate the same rows into the same groups."""
-    return (view.topic, view.interval_ms, view.segment_ms, tuple(view.grouping_cols), view.where)
+    return (
+        view.topic,
+        view.interval_ms,
+        view.slide_ms,
+        view.segment_ms,
+        tuple(view.grouping_cols),
+        view.where,
+    )
 
 
-def _aggregate_views(
+def aggregate_window_views(
     events: DataFrame,
     views: Sequence[View],
     segments: Sequence[int],
@@ -74,7 +95,9 @@ def _aggregate_views(
     may name an output alike.
     """
     view = views[0]
-    window = F.col("event_time") - F.col("event_time") % F.lit(view.interval_ms)
+    window = F.col("event_time") - F.col("event_time") % F.lit(view.step_ms)
+    if view.is_sliding:  # every window holding the event: one row per window
+        window = F.explode(F.sequence(window - F.lit(view.reach_ms), window, F.lit(view.step_ms)))
     rows = events.where(F.col("topic") == view.topic)
     if view.filter is not None:
         rows = rows.where(view.filter.spark())
@@ -133,7 +156,7 @@ def correct_window_hours(
 ) -> None:
     """Steps 1-4 of :func:`pipelines.batch.correct.correct_hours` for the windowed views."""
     plan: dict[str, list[int]] = {
-        view.name: sorted({view.segment_start(h) for h in wanted}) for view in views
+        view.name: sorted({s for h in wanted for s in segments_of_hour(view, h)}) for view in views
     }
     by_name = {view.name: view for view in views}
     needed = sorted(
@@ -184,7 +207,7 @@ def correct_window_hours(
                 groups[(_aggregation_key(view), tuple(todo[view.name]))].append(view)
         for (_, segments), members in groups.items():
             group_started = time.monotonic()
-            tables = _aggregate_views(events, members, segments, validate_segment)  # 3
+            tables = aggregate_window_views(events, members, segments, validate_segment)  # 3
             share = (time.monotonic() - group_started) / (len(segments) * len(members))
             for view, table in zip(members, tables, strict=True):
                 _publish_view(store, view, segments, table, share, files, counts, emit)

@@ -34,7 +34,13 @@ from pipelines.segments import HOUR_MS, hour_label, read_manifest
 from pipelines.serving import query_view
 from pipelines.storage import ObjectStore
 from pipelines.views.model import View
-from quality.causes import GroupCauses, HourArchive, read_hour_archive, view_causes
+from quality.causes import (
+    GroupCauses,
+    HourArchive,
+    archive_columns,
+    read_hour_archive,
+    view_causes,
+)
 from quality.compare import (
     EXACT,
     Comparison,
@@ -120,12 +126,17 @@ def reconcile_hour(
     hour_ms: int,
     tolerance: Tolerance | None = None,
     archive: HourArchive | None = None,
+    following: HourArchive | None = None,
 ) -> Reconciliation:
-    """Reconcile ``view``'s windows starting in the hour ``hour_ms`` (epoch ms)."""
+    """Reconcile ``view``'s windows starting in the hour ``hour_ms`` (epoch ms); a sliding
+    view's windows also read the next hour's archive (``following``)."""
     tolerance = tolerance or Tolerance.from_env()
+    columns = archive_columns([view])
     if archive is None:
-        archive = read_hour_archive(store, view.topic, hour_ms, view.grouping_cols)
-    total, causes = view_causes(archive, view)
+        archive = read_hour_archive(store, view.topic, hour_ms, columns)
+    if view.is_sliding and following is None:
+        following = read_hour_archive(store, view.topic, hour_ms + HOUR_MS, columns)
+    total, causes = view_causes(archive, view, following)
     if not _has_correction(store, view, hour_ms):
         return Reconciliation(view.name, hour_ms, False, None, total)
     end = hour_ms + HOUR_MS

@@ -95,7 +95,7 @@ def _metric_rules(agg: Aggregator, field: pa.Field) -> tuple[Rule, ...]:
 
 
 def _window_rules(view: View, field: pa.Field) -> tuple[Rule, ...]:
-    grid = (multiple_of(view.interval_ms),)
+    grid = (multiple_of(view.step_ms),)
     if pa.types.is_timestamp(field.type):
         return grid
     return (*grid, ge(view.window_start(EVENT_TIME_MIN_MS)), lt(EVENT_TIME_MAX_MS))

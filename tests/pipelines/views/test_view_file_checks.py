@@ -345,3 +345,40 @@ def test_a_view_with_filters_and_new_aggregations_loads() -> None:
     assert view.filter is not None and view.filter.fields == {"event_type", "bytes_tx"}
     assert view.aggregations[0].where == "bytes_tx >= 1000000"
     assert "where:" in view.fingerprint and "where=bytes_tx >= 1000000" in view.fingerprint
+
+
+def test_sliding_windows_are_checked_against_their_interval() -> None:
+    lines = _messages(
+        {
+            "views": [
+                {**WINDOW, "name": "a", "interval": "1h", "slide": "7m"},
+                {**WINDOW, "name": "b", "interval": "1h", "slide": "2h"},
+                {**WINDOW, "name": "c", "interval": "1h", "slide": "30s"},
+                {**WINDOW, "name": "d", "interval": "1h", "slide": "1500ms"},
+                {**SESSION, "slide": "5m"},
+            ]
+        }
+    )
+    assert lines[:4] == [
+        "views.yaml: views[0] (a).slide: 7m does not divide the interval 1h",
+        "views.yaml: views[1] (b).slide: 2h does not divide the interval 1h",
+        "views.yaml: views[2] (c).slide: 120 windows per event; at most 60 (a longer slide, "
+        "or a shorter interval)",
+        "views.yaml: views[3] (d).slide: 1500 ms; a slide is whole seconds, at least 1s",
+    ]
+    assert lines[4].startswith("views.yaml: views[4] (s): unknown key(s) 'slide'")
+    (view,) = parse_views(
+        {"views": [{**WINDOW, "interval": "1h", "slide": "5m"}]}, source="views.yaml"
+    )
+    assert view.is_sliding and view.step_ms == 300_000 and view.windows_per_event == 12
+    assert view.reach_ms == 55 * 60_000 and "slide:300000" in view.fingerprint
+    (tumbling,) = parse_views(
+        {"views": [{**WINDOW, "interval": "1h", "slide": "1h"}]}, source="views.yaml"
+    )
+    assert (
+        not tumbling.is_sliding
+        and tumbling.fingerprint
+        == parse_views({"views": [{**WINDOW, "interval": "1h"}]}, source="views.yaml")[
+            0
+        ].fingerprint
+    )
