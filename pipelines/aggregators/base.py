@@ -37,6 +37,7 @@ __all__ = [
     "Columns",
     "InputKind",
     "JsonState",
+    "json_state",
     "spark_functions",
     "split_label",
 ]
@@ -88,6 +89,14 @@ class Aggregator(ABC, Generic[S]):
     required_params: ClassVar[tuple[str, ...]] = ()
     needs_where: ClassVar[bool] = False
     """The aggregation means nothing without its own ``where:`` (count_if, sum_if)."""
+    may_be_null: ClassVar[bool] = False
+    """A group's result may be null although the group has events (variance of one event,
+    a ratio over a zero denominator); any result may be null under the aggregation's where:."""
+
+    @property
+    def nullable(self) -> bool:
+        """Whether an output row of this aggregation may hold a null."""
+        return self.may_be_null or self.where is not None
 
     @classmethod
     def check_params(cls, params: dict[str, Any]) -> str | None:
@@ -170,6 +179,12 @@ class Aggregator(ABC, Generic[S]):
     def result_type(self) -> pa.DataType:
         return pa.float64()
 
+    def spark_state(self, event_time: Column) -> Column | None:
+        """A Spark aggregate giving this aggregation's serialized state, in the stream's own
+        format, so corrected rows keep it beside the result and roll up (None: Spark cannot
+        build it; the corrected row then holds a null state)."""
+        return None
+
     @abstractmethod
     def spark_columns(self, event_time: Column) -> list[Column]:
         """Spark aggregate expressions computing the exact output columns, aliased: one per
@@ -196,3 +211,18 @@ def spark_functions() -> Any:
 def split_label(point: float) -> str:
     """A split point as part of a column name: 100 -> "100", 0.5 -> "0_5", -3 -> "m3"."""
     return f"{point:g}".replace("-", "m").replace(".", "_").replace("+", "")
+
+
+def json_state(*parts: Column) -> Column:
+    """A JSON list of Spark values as the stream's ``orjson`` state bytes (a single value
+    when there is one part): numbers as numbers, strings quoted, null as null."""
+    F = spark_functions()
+
+    def value(column: Column) -> Column:
+        return F.regexp_extract(F.to_json(F.array(column)), r"^\[(.*)\]$", 1)
+
+    if len(parts) == 1:
+        text = value(parts[0])
+    else:
+        text = F.concat(F.lit("["), F.concat_ws(",", *(value(p) for p in parts)), F.lit("]"))
+    return text.cast("binary")

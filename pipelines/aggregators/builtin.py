@@ -10,7 +10,13 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
-from pipelines.aggregators.base import Aggregator, InputKind, JsonState, spark_functions
+from pipelines.aggregators.base import (
+    Aggregator,
+    InputKind,
+    JsonState,
+    json_state,
+    spark_functions,
+)
 from pipelines.aggregators.registry import register
 
 __all__ = [
@@ -25,11 +31,16 @@ __all__ = [
     "Quantiles",
     "Sum",
     "TopK",
+    "pair_state",
 ]
 
 
 _F = spark_functions
 _JsonState = JsonState
+_HLL_MODE = 2
+"""The current-mode bits of a compact HLL sketch's byte 7 when it holds registers."""
+_OUT_OF_ORDER = 16
+"""The out-of-order flag of a compact HLL sketch's byte 5."""
 
 
 @register
@@ -52,6 +63,9 @@ class Count(_JsonState):
     def result_type(self) -> pa.DataType:
         return pa.int64()
 
+    def spark_state(self, event_time):
+        return json_state(_F().count(self.only(event_time)))
+
     def spark_columns(self, event_time):
         return [_F().count(self.only(event_time)).alias(self.out)]
 
@@ -72,6 +86,9 @@ class Sum(_JsonState):
 
     def result(self, state) -> dict[str, Any]:
         return {self.out: float(state)}
+
+    def spark_state(self, event_time):
+        return json_state(_F().coalesce(_F().sum(self.spark_input()), _F().lit(0)))
 
     def spark_columns(self, event_time):
         # 0, not null, where the aggregation's ``where:`` keeps no event (as the stream's state)
@@ -99,6 +116,9 @@ class Min(_JsonState):
     def result(self, state) -> dict[str, Any]:
         return {self.out: None if state is None else float(state)}
 
+    def spark_state(self, event_time):
+        return json_state(_F().min(self.spark_input()))
+
     def spark_columns(self, event_time):
         return [_F().min(self.spark_input()).cast("double").alias(self.out)]
 
@@ -115,6 +135,9 @@ class Max(Min):
         if a is None or b is None:
             return b if a is None else a
         return max(a, b)
+
+    def spark_state(self, event_time):
+        return json_state(_F().max(self.spark_input()))
 
     def spark_columns(self, event_time):
         return [_F().max(self.spark_input()).cast("double").alias(self.out)]
@@ -138,6 +161,12 @@ class Mean(_JsonState):
 
     def result(self, state) -> dict[str, Any]:
         return {self.out: state[0] / state[1] if state[1] else None}
+
+    def spark_state(self, event_time):
+        F = _F()
+        return json_state(
+            F.coalesce(F.sum(self.spark_input()), F.lit(0)), F.count(self.spark_input())
+        )
 
     def spark_columns(self, event_time):
         return [_F().avg(self.spark_input()).cast("double").alias(self.out)]
@@ -170,6 +199,10 @@ class CountDistinct(Aggregator[set]):
 
     def result_type(self) -> pa.DataType:
         return pa.int64()
+
+    def spark_state(self, event_time):
+        F = _F()
+        return F.to_json(F.array_sort(F.collect_set(self.spark_input()))).cast("binary")
 
     def spark_columns(self, event_time):
         return [_F().count_distinct(self.spark_input()).alias(self.out)]
@@ -215,7 +248,21 @@ class ApproxCountDistinct(Aggregator[Any]):
         return union
 
     def result(self, state) -> dict[str, Any]:
-        return {self.out: round(state.get_estimate())}
+        return {self.out: round(self.sketch(state).get_estimate())}
+
+    def sketch(self, state) -> Any:
+        """The state as a sketch estimated from its registers alone (DataSketches'
+        composite estimator), so the estimate depends only on the values that went in.
+
+        A sketch built in order keeps a second, "HIP" estimate, which a union keeps while it
+        has merged only that one sketch: a group that fitted in one batch (or one Spark
+        partition) was estimated differently from the same values split in two. Marking the
+        compact sketch out of order (preamble byte 5, flag 16) drops it.
+        """
+        data = bytearray(state.get_result(ds.tgt_hll_type.HLL_8).serialize_compact())
+        if data[7] & 3 == _HLL_MODE:
+            data[5] |= _OUT_OF_ORDER
+        return ds.hll_sketch.deserialize(bytes(data))
 
     def result_type(self) -> pa.DataType:
         return pa.int64()
@@ -223,6 +270,11 @@ class ApproxCountDistinct(Aggregator[Any]):
     def relative_standard_error(self) -> float:
         """HLL's RSE, ~1.04/sqrt(2^lg_k); tolerances are stated in multiples of it."""
         return 1.04 / (2 ** (self.lg_k / 2))
+
+    def spark_state(self, event_time):
+        """Spark's own HLL (DataSketches, HLL_8 at the same lg_k): the stream's estimate
+        from it is the stream's own where the same events went in (docs/aggregations.md)."""
+        return _F().hll_sketch_agg(self.spark_input(), self.lg_k)
 
     def spark_columns(self, event_time):
         return [_F().count_distinct(self.spark_input()).alias(self.out)]
@@ -282,6 +334,11 @@ class Quantiles(Aggregator[Any]):
 
     def output_fields(self) -> list[pa.Field]:
         return [pa.field(self.column_for(q), pa.float64()) for q in self.quantiles]
+
+    def spark_state(self, event_time):
+        """Spark's KLL (DataSketches doubles sketch at the same k): mergeable with the
+        stream's, though not bit-identical (compaction is random)."""
+        return _F().kll_sketch_agg_double(self.spark_input().cast("double"), self.k)
 
     def spark_columns(self, event_time):
         """All quantiles from one ``percentile_disc`` over an array of percentages.
@@ -383,6 +440,13 @@ class TopK(Aggregator[Any]):
         return F.struct(ranked_item["item"].alias("item"), ranked_item["count"].alias("count"))
 
 
+def pair_state(picked, first: str, second: str):
+    """The JSON state ``[first, second]`` of a picked struct, or ``null`` when none was."""
+    F = _F()
+    both = json_state(picked.getField(first), picked.getField(second))
+    return F.when(picked.isNotNull(), both).otherwise(F.lit("null").cast("binary"))
+
+
 def _rank(pair: tuple[int, str]) -> tuple[int, str]:
     return (-pair[0], pair[1])
 
@@ -412,6 +476,12 @@ class _ByEventTime(_JsonState):
 
     def result_type(self) -> pa.DataType:
         return pa.int64() if self.spec.col_kind == "int" else pa.string()
+
+    def spark_state(self, event_time):
+        F = _F()
+        pair = self.only(F.struct(event_time.alias("t"), F.col(self.spec.col_name).alias("v")))
+        picked = F.min(pair) if self.pick is min else F.max(pair)
+        return pair_state(picked, "t", "v")
 
     def spark_columns(self, event_time):
         F = _F()

@@ -14,6 +14,7 @@ import orjson
 import pyarrow as pa
 
 from pipelines.aggregators.base import Aggregator, InputKind, JsonState, spark_functions
+from pipelines.aggregators.builtin import pair_state
 from pipelines.aggregators.registry import register
 
 __all__ = ["MaxBy", "MinBy", "Mode"]
@@ -58,6 +59,14 @@ class MaxBy(JsonState):
 
     def result_type(self) -> pa.DataType:
         return _value_type(self)
+
+    def spark_state(self, event_time):
+        F = spark_functions()
+        pair = F.struct(
+            F.col(self.spec.params["by"]).alias("by"), F.col(self.spec.col_name).alias("v")
+        )
+        pair = self.only(pair)
+        return pair_state(F.max(pair) if self.pick is max else F.min(pair), "by", "v")
 
     def spark_columns(self, event_time):
         F = spark_functions()

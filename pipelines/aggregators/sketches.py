@@ -61,11 +61,12 @@ class HllBounds(ApproxCountDistinct):
         return None
 
     def result(self, state) -> dict[str, Any]:
+        sketch = self.sketch(state)
         out = self.out
         return {
-            out: round(state.get_estimate()),
-            f"{out}_lower": round(state.get_lower_bound(self.std_devs)),
-            f"{out}_upper": round(state.get_upper_bound(self.std_devs)),
+            out: round(sketch.get_estimate()),
+            f"{out}_lower": round(sketch.get_lower_bound(self.std_devs)),
+            f"{out}_upper": round(sketch.get_upper_bound(self.std_devs)),
         }
 
     def output_fields(self) -> list[pa.Field]:
@@ -117,6 +118,10 @@ class ThetaDistinct(Aggregator[Any]):
 
     def result(self, state) -> dict[str, Any]:
         return {self.out: round(state.get_result().get_estimate())}
+
+    def spark_state(self, event_time):
+        """Spark's theta sketch (DataSketches, seed 9001, same lg_k): compatible bytes."""
+        return spark_functions().theta_sketch_agg(self.spark_input(), self.lg_k)
 
     def result_type(self) -> pa.DataType:
         return pa.int64()

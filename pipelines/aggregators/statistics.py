@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from pipelines.aggregators.base import InputKind, JsonState, spark_functions
+from pipelines.aggregators.base import InputKind, JsonState, json_state, spark_functions
 from pipelines.aggregators.builtin import Count, Sum
 from pipelines.aggregators.registry import register
 
@@ -43,6 +43,15 @@ class Variance(JsonState):
         delta = b[1] - a[1]
         mean = a[1] + delta * b[0] / n
         return [n, mean, a[2] + b[2] + delta * delta * a[0] * b[0] / n]
+
+    may_be_null = True  # one event has no sample variance
+
+    def spark_state(self, event_time):
+        F = spark_functions()
+        x = self.spark_input().cast("double")
+        n = F.count(x)
+        m2 = F.coalesce(F.var_pop(x) * n, F.lit(0.0))
+        return json_state(n, F.coalesce(F.avg(x), F.lit(0.0)), m2)
 
     def variance(self, state) -> float | None:
         return state[2] / (state[0] - 1) if state[0] > 1 else None
@@ -90,8 +99,18 @@ class Ratio(JsonState):
     def merge(self, a, b):
         return [a[0] + b[0], a[1] + b[1]]
 
+    may_be_null = True  # a zero denominator
+
     def result(self, state) -> dict[str, Any]:
         return {self.out: state[0] / state[1] if state[1] else None}
+
+    def spark_state(self, event_time):
+        F = spark_functions()
+        denominator = self.spark_input(self.spec.params["denominator"])
+        zero = F.lit(0)
+        return json_state(
+            F.coalesce(F.sum(self.spark_input()), zero), F.coalesce(F.sum(denominator), zero)
+        )
 
     def spark_columns(self, event_time):
         F = spark_functions()
@@ -143,6 +162,9 @@ class AnyValue(JsonState):
 
     def result_type(self) -> pa.DataType:
         return pa.int64() if self.spec.col_kind == "int" else pa.string()
+
+    def spark_state(self, event_time):
+        return json_state(spark_functions().min(self.spark_input()))
 
     def spark_columns(self, event_time):
         return [spark_functions().min(self.spark_input()).alias(self.out)]

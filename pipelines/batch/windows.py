@@ -24,7 +24,7 @@ from pipelines.batch.archive import (
 )
 from pipelines.batch.frames import join_on_keys, spark_frame_of
 from pipelines.batch.publish import CorrectionResult, publish_version
-from pipelines.segments import HOUR_MS, hour_label, segment_schema
+from pipelines.segments import HOUR_MS, hour_label, segment_schema, state_column
 from pipelines.storage import ObjectStore
 from pipelines.views.model import WINDOW_START, View
 
@@ -55,11 +55,14 @@ def segments_of_hour(view: View, hour_ms: int) -> set[int]:
 
 
 def batch_schema(view: View) -> pa.Schema:
-    """Columns of a batch segment file: window_start (epoch ms), groups, aggregator outputs."""
+    """Columns of a batch segment file: window_start (epoch ms), groups, aggregator outputs,
+    then each aggregation's state in the stream's format (null where Spark cannot build it),
+    so corrected windows roll up (:mod:`pipelines.serving.rollup`)."""
     fields = [pa.field(WINDOW_START, pa.int64())]
     fields += [pa.field(col, pa.string()) for col in view.grouping_cols]
     for agg in view.aggregators:
         fields += agg.output_fields()
+    fields += [pa.field(state_column(agg.out), pa.binary()) for agg in view.aggregators]
     return segment_schema(fields, view.name, view.fingerprint, "batch")
 
 
@@ -106,6 +109,7 @@ def aggregate_window_views(
     rows = rows.where(segment.isin(list(segments)))
     keys = [WINDOW_START, *view.grouping_cols]
     columns: list[Column] = [F.count(F.lit(1)).alias(_EVENTS)]
+    states: list[Column] = []
     frames: list[DataFrame] = []
     outputs: list[tuple[pa.Schema, dict[str, str]]] = []
     for i, member in enumerate(views):
@@ -125,7 +129,18 @@ def aggregate_window_views(
                 columns += [
                     c.alias(f"{prefix}{f.name}") for c, f in zip(exprs, fields, strict=True)
                 ]
+            state = agg.spark_state(F.col("event_time"))
+            name = f"{prefix}{state_column(agg.out)}"
+            if state is None:
+                columns.append(F.lit(None).cast("binary").alias(name))
+            else:
+                states.append(state.alias(name))
     result = rows.groupBy(*keys).agg(*columns)
+    if states:
+        # A pass of their own: beside a distinct aggregate (count_distinct), Spark 4.3's
+        # rewrite of distinct aggregations gave hll_sketch_agg a sketch of part of the
+        # group's values (tests/pipelines/batch/test_aggregation_engines.py).
+        frames.append(rows.groupBy(*keys).agg(*states))
     for frame in frames:
         result = join_on_keys(result, frame, keys)
     collected = result.toArrow()
@@ -234,8 +249,9 @@ def _publish_view(
         seg_hours = segment_hours(view, segment)
         read = [hour_label(h) for h in seg_hours if h in files]
         missing = tuple(hour_label(h) for h in seg_hours if h not in files)
-        n_events = sum(counts[(view.topic, h)][0] for h in seg_hours)
-        duplicates = sum(counts[(view.topic, h)][1] for h in seg_hours)
+        own = seg_hours[: view.segment_ms // HOUR_MS]  # not the hours sliding windows reach
+        n_events = sum(counts[(view.topic, h)][0] for h in own)
+        duplicates = sum(counts[(view.topic, h)][1] for h in own)
         if missing:
             log.warning(
                 "%s %s: no archive for hour(s) %s; publishing what the others hold",

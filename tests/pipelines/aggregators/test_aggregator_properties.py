@@ -28,7 +28,7 @@ TABLE = {
     "max": (INT_COL, "int", {}, "exact"),
     "mean": (INT_COL, "int", {}, "close"),
     "count_distinct": (STR_COL, "string", {}, "exact"),
-    "approx_count_distinct": (STR_COL, "string", {"lg_k": 12}, "hll"),
+    "approx_count_distinct": (STR_COL, "string", {"lg_k": 12}, "exact"),  # registers only
     "quantiles": (INT_COL, "int", {"quantiles": [0.5, 0.95, 0.99]}, "rank"),
     "top_k": (STR_COL, "string", {"k": 3}, "exact"),
     "first": (STR_COL, "string", {}, "exact"),
@@ -43,7 +43,7 @@ TABLE = {
     "min_by": (INT_COL, "int", {"by": "event_time"}, "exact"),
     "mode": (STR_COL, "string", {}, "exact"),
     "frequent_items": (STR_COL, "string", {"k": 5}, "exact"),
-    "hll_bounds": (STR_COL, "string", {"lg_k": 10}, "hll"),
+    "hll_bounds": (STR_COL, "string", {"lg_k": 10}, "exact"),
     "theta_distinct": (STR_COL, "string", {"lg_k": 12}, "exact"),
     "theta_bounds": (STR_COL, "string", {"lg_k": 12}, "exact"),
     "cdf": (INT_COL, "int", SPLITS, "cdf"),

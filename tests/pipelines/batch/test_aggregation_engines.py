@@ -13,7 +13,6 @@ import pytest
 from pyspark.sql import functions as F
 
 from pipelines.aggregators import AggregationSpec, get, names
-from pipelines.batch.frames import join_on_keys, spark_frame_of
 from pipelines.events.decode import NO_WATERMARK, DecodedBatch
 from pipelines.segments import state_column
 from pipelines.stream.state import WindowState
@@ -103,20 +102,12 @@ def _stream(view: View, events: dict[str, np.ndarray]) -> dict[tuple, dict]:
 
 
 def _spark(spark, view: View, events: dict[str, np.ndarray]) -> dict[tuple, dict]:
-    frame = spark.createDataFrame(pa.table(events).to_pandas())
-    keys = [WINDOW_START, "org"]
-    rows = frame.withColumn(WINDOW_START, F.col("event_time") - F.col("event_time") % 3_600_000)
-    columns, frames = [], []
-    for agg in view.aggregators:
-        two_stage = spark_frame_of(agg)
-        if two_stage is not None:
-            frames.append(two_stage(rows, keys))
-        else:
-            columns += agg.spark_columns(F.col("event_time"))
-    result = rows.groupBy(*keys).agg(*columns)
-    for other in frames:
-        result = join_on_keys(result, other, keys)
-    return {(r[WINDOW_START], r["org"]): r.asDict() for r in result.collect()}
+    """Results as the correction computes them (its own aggregation of a segment)."""
+    from pipelines.batch.windows import aggregate_window_views
+
+    frame = spark.createDataFrame(pa.table(events).to_pandas()).withColumn("topic", F.lit("events"))
+    (table,) = aggregate_window_views(frame, [view], [0, 3_600_000])
+    return {(r[WINDOW_START], r["org"]): r for r in table.to_pylist()}
 
 
 def _rank_ok(values: np.ndarray, estimate: float, q: float) -> bool:
@@ -168,6 +159,16 @@ def test_stream_and_spark_agree_on_every_aggregation(spark, seed):
             rows = in_group if agg.where is None else in_group & agg.where.mask(events)
             kept = np.sort(events["bytes_tx"][rows])
             _check(spec, how, agg, got, batch[key], kept)
+            state = batch[key].get(state_column(agg.out))
+            if state is None:  # Spark cannot build it (mode, top_k, frequent_items)
+                assert agg.spark_state(F.col("event_time")) is None, spec
+                continue
+            # The correction's state, in the stream's format: its result is within the same
+            # bound of the exact value, and HLL and theta reproduce the stream's estimate.
+            from_state = agg.result(agg.deserialize(state))
+            _check(spec, how, agg, from_state, batch[key], kept)
+            if how in ("exact", "hll", "theta", "bounds"):
+                assert from_state == {f.name: got[f.name] for f in agg.output_fields()}, spec
 
 
 def test_every_built_in_aggregation_is_checked_across_engines():
@@ -261,7 +262,8 @@ def test_sliding_windows_agree_with_spark_and_with_brute_force(spark):
     )
     events = _events(11, 3000)
     stream = _sliding_stream(view, events)
-    frame = spark.createDataFrame(pa.table(events).to_pandas()).withColumn("topic", F.lit("events"))
+    frame = spark.createDataFrame(pa.table(events).to_pandas())
+    frame = frame.withColumn("topic", F.lit("events"))
     segments = sorted({view.segment_start(w) for w, _ in stream})
     (table,) = aggregate_window_views(frame, [view], segments)
     batch = {(r[WINDOW_START], r["org"]): r for r in table.to_pylist()}
