@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 import duckdb
 import pyarrow as pa
 
+from pipelines.aggregators import Aggregator
 from pipelines.segments import (
     HOUR_MS,
     RangeRecord,
@@ -43,6 +44,7 @@ __all__ = [
     "archive_columns",
     "read_hour_archive",
     "view_causes",
+    "window_values",
 ]
 
 log = logging.getLogger(__name__)
@@ -208,6 +210,9 @@ def archive_columns(views: Sequence[View]) -> list[str]:
     grouping columns and the fields of their ``where:`` filters."""
     columns = {c for v in views for c in v.grouping_cols}
     columns |= {f for v in views if v.filter is not None for f in v.filter.fields}
+    columns |= {
+        c for v in views for a in v.aggregators if a.name == "quantiles" for c in a.columns_read()
+    }
     return sorted(columns - {"event_id", "event_time"})
 
 
@@ -313,7 +318,14 @@ def view_causes(
                    count(DISTINCT event_id) AS distinct_events,
                    count(*) FILTER (
                        WHERE pane + $step + $lateness <= prior_watermark
-                   ) AS late
+                   ) AS late,
+                   -- the hour's totals count each event once: in its last window (its own
+                   -- hour's, as a tumbling window is)
+                   count(*) FILTER (WHERE window_start = pane) AS own_deliveries,
+                   count(DISTINCT event_id) FILTER (WHERE window_start = pane) AS own_distinct,
+                   count(*) FILTER (
+                       WHERE window_start = pane AND pane + $step + $lateness <= prior_watermark
+                   ) AS own_late
             FROM windowed
             WHERE window_start >= $hour AND window_start < $hour + {HOUR_MS}
             GROUP BY ALL
@@ -330,8 +342,51 @@ def view_causes(
     per_key: dict[tuple, GroupCauses] = {}
     total = Causes(dead_letters=archive.dead_letters)
     for row in result:
-        window, *group, deliveries, distinct, late = row
+        window, *group, deliveries, distinct, late, own, own_distinct, own_late = row
         causes = GroupCauses(int(deliveries), int(distinct), int(late))
         per_key[(_window_key(int(window)), *group)] = causes
-        total = total + Causes(deliveries, causes.duplicates, late, 0)
+        total = total + Causes(own, own - own_distinct, own_late, 0)
     return total, per_key
+
+
+def window_values(
+    archive: HourArchive, view: View, agg: Aggregator, following: HourArchive | None = None
+) -> dict[tuple, list[float]]:
+    """Per window and group (keys as :func:`view_causes`'), the sorted values of ``agg``'s
+    column over the window's distinct events that its view's and its own ``where:`` keep:
+    what an exact quantile is taken from."""
+    rows = archive.rows
+    if following is not None and view.is_sliding and following.rows.num_rows:
+        rows = pa.concat_tables(
+            [rows, following.rows.select(rows.column_names)], promote_options="permissive"
+        )
+    if rows.num_rows == 0:
+        return {}
+    groups = "".join(f', "{c}"' for c in view.grouping_cols)
+    filters = [f.sql() for f in (view.filter, agg.where) if f is not None]
+    where = f"WHERE {' AND '.join(filters)}" if filters else ""
+    column = agg.spec.col_name
+    con = _connect()
+    try:
+        con.register("archive", rows)
+        result = con.execute(
+            f"""
+            WITH once AS (
+                SELECT * FROM archive
+                QUALIFY row_number() OVER (PARTITION BY event_id ORDER BY "offset") = 1
+            ), panes AS (
+                SELECT *, event_time - event_time % $step AS pane FROM once {where}
+            ), windowed AS (
+                SELECT *, unnest(range(pane - $reach, pane + 1, $step)) AS window_start
+                FROM panes
+            )
+            SELECT window_start{groups}, list(CAST("{column}" AS DOUBLE) ORDER BY "{column}")
+            FROM windowed
+            WHERE window_start >= $hour AND window_start < $hour + {HOUR_MS}
+            GROUP BY ALL
+            """,
+            {"step": view.step_ms, "reach": view.reach_ms, "hour": archive.hour_ms},
+        ).fetchall()
+    finally:
+        con.unregister("archive")
+    return {(_window_key(int(w)), *group): values for w, *group, values in result}

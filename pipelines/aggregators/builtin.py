@@ -302,6 +302,14 @@ class Quantiles(Aggregator[Any]):
     def k(self) -> int:
         return int(self.spec.params.get("k", 200))
 
+    def rank_error(self) -> float:
+        """KLL's normalized rank error at this k (single quantile, 99% confidence)."""
+        return ds.kll_doubles_sketch.get_normalized_rank_error(self.k, False)
+
+    def quantile_of(self, column: str) -> float:
+        """The quantile an output column holds (its :meth:`column_for`)."""
+        return next(q for q in self.quantiles if self.column_for(q) == column)
+
     def column_for(self, q: float) -> str:
         label = f"{q * 100:g}".replace(".", "_")
         return f"{self.out}_p{label}"

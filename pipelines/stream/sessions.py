@@ -117,13 +117,16 @@ class SessionState:
             return
         times = batch.columns["event_time"]
         late = times < batch.prior_watermark - self.view.allowed_lateness_ms
+        passed = None
+        if self.view.filter is not None:  # an event the where: drops is processed, not late
+            passed = self.view.filter.mask(batch.columns)
+            late &= passed
         n_late = int(late.sum())
         self.late += n_late
-        self.processed += len(times) - n_late  # events the view's where: drops are processed too
+        self.processed += len(times) - n_late
         keep: Any = ~late if n_late else slice(None)
-        if self.view.filter is not None:
-            passed = self.view.filter.mask(batch.columns)
-            keep = passed if not n_late else keep & passed
+        if passed is not None:
+            keep = passed & ~late
         part = {c: batch.columns[c][keep] for c in self.columns}
         part["event_time"] = times[keep]
         part[_OFFSET] = batch.offsets[keep]

@@ -66,13 +66,15 @@ class WindowState:
         step = view.step_ms
         starts = times - times % step  # the window, or the pane of sliding windows
         late = starts + (step + view.allowed_lateness_ms) <= batch.prior_watermark
+        keep = None
+        if view.filter is not None:  # an event the view's where: drops is processed, not late
+            keep = view.filter.mask(batch.columns)
+            late &= keep
         n_late = int(late.sum())
         self.late += n_late
-        self.processed += len(times) - n_late  # events the view's where: drops are processed too
-        keep = ~late if n_late else None
-        if view.filter is not None:
-            passed = view.filter.mask(batch.columns)
-            keep = passed if keep is None else keep & passed
+        self.processed += len(times) - n_late
+        if n_late:
+            keep = ~late if keep is None else keep & ~late
         if keep is not None:
             if keep.all():
                 keep = None
