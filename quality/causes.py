@@ -276,6 +276,20 @@ def _window_key(window_start_ms: int) -> str:
     return datetime.fromtimestamp(window_start_ms / 1000, tz=UTC).isoformat()
 
 
+def _with_following(archive: HourArchive, view: View, following: HourArchive | None) -> pa.Table:
+    """The hour's rows, and for a sliding view the next hour's (its windows reach them); an
+    empty read (typed int64 throughout) is left out rather than merged."""
+    parts = [archive.rows]
+    if following is not None and view.is_sliding:
+        parts.append(following.rows)
+    parts = [p for p in parts if p.num_rows]
+    if not parts:
+        return archive.rows
+    if len(parts) == 1:
+        return parts[0]
+    return pa.concat_tables([parts[0], parts[1].select(parts[0].column_names)])
+
+
 def view_causes(
     archive: HourArchive, view: View, following: HourArchive | None = None
 ) -> tuple[Causes, dict[tuple, GroupCauses]]:
@@ -287,13 +301,9 @@ def view_causes(
     first of them had closed (its pane's end + lateness, as the stream decides); windows
     reaching into the next hour need its archive, ``following``.
     """
-    if archive.rows.num_rows == 0 and (following is None or following.rows.num_rows == 0):
+    rows = _with_following(archive, view, following)
+    if rows.num_rows == 0:
         return Causes(dead_letters=archive.dead_letters), {}
-    rows = archive.rows
-    if following is not None and view.is_sliding and following.rows.num_rows:
-        rows = pa.concat_tables(
-            [rows, following.rows.select(rows.column_names)], promote_options="permissive"
-        )
     groups = ", ".join(f'"{c}"' for c in view.grouping_cols)
     select_groups = f", {groups}" if groups else ""
     where = f"WHERE {view.filter.sql()}" if view.filter is not None else ""
@@ -355,11 +365,7 @@ def window_values(
     """Per window and group (keys as :func:`view_causes`'), the sorted values of ``agg``'s
     column over the window's distinct events that its view's and its own ``where:`` keep:
     what an exact quantile is taken from."""
-    rows = archive.rows
-    if following is not None and view.is_sliding and following.rows.num_rows:
-        rows = pa.concat_tables(
-            [rows, following.rows.select(rows.column_names)], promote_options="permissive"
-        )
+    rows = _with_following(archive, view, following)
     if rows.num_rows == 0:
         return {}
     groups = "".join(f', "{c}"' for c in view.grouping_cols)

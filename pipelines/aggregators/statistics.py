@@ -6,13 +6,20 @@ reconciliation holds the stream to it (floating-point sums may differ in the las
 
 from __future__ import annotations
 
+import json
 import math
+import operator
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
-from pipelines.aggregators.base import InputKind, JsonState, json_state, spark_functions
+from pipelines.aggregators.base import (
+    Aggregator,
+    InputKind,
+    JsonState,
+    json_state,
+    spark_functions,
+)
 from pipelines.aggregators.builtin import Count, Sum
 from pipelines.aggregators.registry import register
 
@@ -20,44 +27,52 @@ __all__ = ["AnyValue", "CountIf", "Ratio", "StdDev", "SumIf", "Variance"]
 
 
 @register
-class Variance(JsonState):
-    """Sample variance (Spark's ``var_samp``), kept as (count, mean, M2) so partials merge
-    exactly by Chan et al.'s rule instead of losing precision as sums of squares do."""
+class Variance(Aggregator[list]):
+    """Sample variance (Spark's ``var_samp``), kept as (count, sum, sum of squares) in exact
+    integers (event fields are integers): partials merge by addition with no rounding, so
+    the result is the correctly rounded variance whatever the batches or merge order were,
+    and a replay rewrites it bit for bit (a floating (count, mean, M2) state by Chan's rule
+    differed in the last bits with the batch cuts). Serialized with the standard library's
+    JSON, whose integers have no 64-bit limit."""
 
     name = "variance"
     input_kind = InputKind.NUMERIC
-
-    def initialize(self) -> list:
-        return [0, 0.0, 0.0]
-
-    def update(self, state, values, times):
-        x = values.astype(np.float64)
-        mean = float(x.mean())
-        m2 = float(((x - mean) ** 2).sum())
-        return self.merge(state, [len(x), mean, m2])
-
-    def merge(self, a, b):
-        n = a[0] + b[0]
-        if not a[0] or not b[0]:
-            return list(b if not a[0] else a)
-        delta = b[1] - a[1]
-        mean = a[1] + delta * b[0] / n
-        return [n, mean, a[2] + b[2] + delta * delta * a[0] * b[0] / n]
-
     may_be_null = True  # one event has no sample variance
 
-    def spark_state(self, event_time):
-        F = spark_functions()
-        x = self.spark_input().cast("double")
-        n = F.count(x)
-        m2 = F.coalesce(F.var_pop(x) * n, F.lit(0.0))
-        return json_state(n, F.coalesce(F.avg(x), F.lit(0.0)), m2)
+    def initialize(self) -> list:
+        return [0, 0, 0]
+
+    def update(self, state, values, times):
+        items = values.tolist()
+        return [
+            state[0] + len(items),
+            state[1] + sum(items),
+            state[2] + sum(map(operator.mul, items, items)),
+        ]
+
+    def merge(self, a, b):
+        return [a[0] + b[0], a[1] + b[1], a[2] + b[2]]
+
+    def serialize(self, state) -> bytes:
+        return json.dumps(state).encode()
+
+    def deserialize(self, data: bytes) -> list:
+        return json.loads(data)
 
     def variance(self, state) -> float | None:
-        return state[2] / (state[0] - 1) if state[0] > 1 else None
+        n, total, squares = state
+        if n < 2:
+            return None
+        return (n * squares - total * total) / (n * (n - 1))  # exact, then one rounding
 
     def result(self, state) -> dict[str, Any]:
         return {self.out: self.variance(state)}
+
+    def spark_state(self, event_time):
+        F = spark_functions()
+        x = self.spark_input().cast("decimal(38,0)")
+        zero = F.lit(0).cast("decimal(38,0)")
+        return json_state(F.count(x), F.coalesce(F.sum(x), zero), F.coalesce(F.sum(x * x), zero))
 
     def spark_columns(self, event_time):
         F = spark_functions()

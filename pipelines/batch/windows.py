@@ -24,7 +24,7 @@ from pipelines.batch.archive import (
 )
 from pipelines.batch.frames import join_on_keys, spark_frame_of
 from pipelines.batch.publish import CorrectionResult, publish_version
-from pipelines.segments import HOUR_MS, hour_label, segment_schema, state_column
+from pipelines.segments import HOUR_MS, hour_label, read_manifest, segment_schema, state_column
 from pipelines.storage import ObjectStore
 from pipelines.views.model import WINDOW_START, View
 
@@ -50,8 +50,17 @@ def segment_hours(view: View, segment_start_ms: int) -> list[int]:
 
 def segments_of_hour(view: View, hour_ms: int) -> set[int]:
     """Segments whose windows hold events of the hour: its own, and with sliding windows
-    the ones whose windows reach into it (so correcting an hour re-corrects those)."""
+    the ones whose windows reach into it."""
     return {view.segment_start(hour_ms), view.segment_start(hour_ms - view.reach_ms)}
+
+
+def _segments_to_correct(store: ObjectStore, view: View, wanted: list[int]) -> list[int]:
+    """The hours' own segments, and the earlier segments whose sliding windows reach into
+    them where those were corrected already (their windows were exact only up to what the
+    archive held then); a segment never corrected stays so."""
+    own = {view.segment_start(h) for h in wanted}
+    reaching = {s for h in wanted for s in segments_of_hour(view, h)} - own
+    return sorted(own | {s for s in reaching if read_manifest(store, view.name, s) is not None})
 
 
 def batch_schema(view: View) -> pa.Schema:
@@ -170,9 +179,7 @@ def correct_window_hours(
     validate_segment: Callable[[DataFrame, View], None] | None,
 ) -> None:
     """Steps 1-4 of :func:`pipelines.batch.correct.correct_hours` for the windowed views."""
-    plan: dict[str, list[int]] = {
-        view.name: sorted({s for h in wanted for s in segments_of_hour(view, h)}) for view in views
-    }
+    plan = {view.name: _segments_to_correct(store, view, wanted) for view in views}
     by_name = {view.name: view for view in views}
     needed = sorted(
         {h for name, segs in plan.items() for s in segs for h in segment_hours(by_name[name], s)}
