@@ -230,3 +230,26 @@ def test_hll_stays_within_three_sigma_on_many_distinct_values():
         merged = agg.merge(merged, _roundtrip(agg, s))
     estimate = agg.result(merged)["n"]
     assert abs(estimate - 50_000) <= 3 * agg.relative_standard_error() * 50_000
+
+
+def test_theta_states_of_two_views_intersect_and_subtract():
+    """Sessions seen in both views, in one but not the other, and in either: from the two
+    serialized states (exact while each sketch holds fewer than k values, within bounds after)."""
+    from pipelines.aggregators import theta_set_operation
+
+    agg = build(AggregationSpec("theta_distinct", "session_id", "s", {"lg_k": 12}, "string"))
+    left = np.array([f"s{i}" for i in range(0, 3000)], dtype=object)
+    right = np.array([f"s{i}" for i in range(2000, 4500)], dtype=object)
+    a = agg.serialize(agg.update(agg.initialize(), left, np.zeros(len(left))))
+    b = agg.serialize(agg.update(agg.initialize(), right, np.zeros(len(right))))
+    assert theta_set_operation("intersection", a, b)["estimate"] == 1000
+    assert theta_set_operation("difference", a, b)["estimate"] == 2000
+    either = theta_set_operation("union", a, b)  # 4500 > k: estimated
+    assert either["lower"] <= 4500 <= either["upper"]
+    big = np.array([f"u{i}" for i in range(50_000)], dtype=object)
+    half = agg.serialize(agg.update(agg.initialize(), big[:30_000], np.zeros(30_000)))
+    rest = agg.serialize(agg.update(agg.initialize(), big[20_000:], np.zeros(30_000)))
+    both = theta_set_operation("intersection", half, rest)
+    assert both["lower"] <= 10_000 <= both["upper"]
+    with pytest.raises(ValueError, match="unknown theta operation"):
+        theta_set_operation("xor", a, b)
