@@ -87,7 +87,7 @@ def _patches(steps: Steps, validate: Callable | None) -> tuple[list, Callable | 
     list_files, read, aggregate, publish = (
         windows.list_hour_files,
         windows.read_hours,
-        windows._aggregate_views,
+        windows.aggregate_window_views,
         windows.publish_version,
     )
 
@@ -119,7 +119,7 @@ def _patches(steps: Steps, validate: Callable | None) -> tuple[list, Callable | 
     patched = [
         mock.patch.object(windows, "list_hour_files", listing),
         mock.patch.object(windows, "read_hours", reading),
-        mock.patch.object(windows, "_aggregate_views", aggregating),
+        mock.patch.object(windows, "aggregate_window_views", aggregating),
         mock.patch.object(windows, "publish_version", publishing),
     ]
     return patched, (validating if validate else None)

@@ -14,6 +14,10 @@ Measures, on the same topic of the same embedded broker, in one process run:
       view (decoding and archiving), and the memory per open session of its state,
   (g) the decoder alone (:func:`decode_batch` on the records in memory): microseconds per
       valid message, the fast path's cost (``--decoder-only`` measures just this),
+  (h) each aggregation type alone in one view (per org every 10 minutes): microseconds per
+      event of the view's window state on batches decoded beforehand, a flush's segment tables
+      included (where a sliding view builds its windows); and sliding windows (1 h every
+      5 min) against tumbling 1 h ones with the same aggregations (``--aggregations-only``),
 and prints messages per second and the ratios c/a, c/b and c/e. Runs are interleaved and the
 median of ``--repeat`` rounds is reported, because the broker shares the machine's cores.
 
@@ -48,6 +52,7 @@ from pipelines.kafka.writer import open_writer
 from pipelines.storage import LocalObjectStore
 from pipelines.stream import StreamWorker, TaskId
 from pipelines.stream.sessions import SessionState
+from pipelines.stream.state import WindowState
 from pipelines.stream.task import StreamTask
 from pipelines.views import View, load_views, parse_views
 
@@ -147,8 +152,11 @@ def tasks_from_memory(
         return total / (time.monotonic() - started)
 
 
-def _view_seconds(topic: str, batches: dict[int, list[RecordBatch]], views: list[View]) -> float:
-    """Seconds the tasks take to process the records in memory with ``views`` (no flushes)."""
+def _view_seconds(
+    topic: str, batches: dict[int, list[RecordBatch]], views: list[View], flush: bool = False
+) -> float:
+    """Seconds the tasks take to process the records in memory with ``views`` (no flushes but,
+    with ``flush``, the last one, which writes every segment)."""
     with tempfile.TemporaryDirectory() as state:
         settings = SluiceSettings(state_dir=Path(state))
         store = LocalObjectStore(settings.resolved_storage_root)
@@ -160,7 +168,125 @@ def _view_seconds(topic: str, batches: dict[int, list[RecordBatch]], views: list
                 task.process(batch)
             for view_state in task.states.values():
                 view_state.settle(task.watermark)
+            if flush:
+                task.flush()
         return time.perf_counter() - started
+
+
+AGGREGATIONS = {  # (h): each type as a view would use it: (column, params, own where:)
+    "count": (None, {}, None),
+    "sum": ("bytes_tx", {}, None),
+    "min": ("bytes_tx", {}, None),
+    "max": ("bytes_tx", {}, None),
+    "mean": ("bytes_tx", {}, None),
+    "count_distinct": ("client", {}, None),
+    "approx_count_distinct": ("session_id", {"lg_k": 12}, None),
+    "quantiles": ("bytes_tx", {"quantiles": [0.5, 0.95, 0.99]}, None),
+    "top_k": ("client", {"k": 10}, None),
+    "first": ("event_type", {}, None),
+    "last": ("event_type", {}, None),
+    "variance": ("bytes_tx", {}, None),
+    "stddev": ("bytes_tx", {}, None),
+    "ratio": ("bytes_tx", {"denominator": "event_time"}, None),
+    "count_if": (None, {}, "event_type = 'error'"),
+    "sum_if": ("bytes_tx", {}, "event_type in ('download', 'upload')"),
+    "any_value": ("client", {}, None),
+    "max_by": ("client", {"by": "bytes_tx"}, None),
+    "min_by": ("client", {"by": "bytes_tx"}, None),
+    "mode": ("event_type", {}, None),
+    "frequent_items": ("client", {"k": 10}, None),
+    "hll_bounds": ("session_id", {"lg_k": 12}, None),
+    "theta_distinct": ("session_id", {"lg_k": 12}, None),
+    "theta_bounds": ("session_id", {"lg_k": 12}, None),
+    "cdf": ("bytes_tx", {"split_points": [1000, 10000, 100000]}, None),
+    "histogram": ("bytes_tx", {"split_points": [1000, 10000, 100000]}, None),
+}
+
+
+def _one_view(topic: str, specs: list[dict], interval: str, slide: str | None = None) -> View:
+    definition = {
+        "name": "h",
+        "topic": topic,
+        "grouping_cols": ["org"],
+        "interval": interval,
+        "allowed_lateness": "2m",
+        "aggregation_info": specs,
+    }
+    if slide is not None:
+        definition["slide"] = slide
+    (view,) = parse_views([definition])
+    return view
+
+
+def _decoded(batches: dict[int, list[RecordBatch]]) -> dict[int, list]:
+    """Every partition's batches decoded once, in order (what a task hands its views)."""
+    from pipelines.events.decode import NO_WATERMARK, decode_batch
+
+    out: dict[int, list] = {}
+    for partition in sorted(batches):
+        watermark = NO_WATERMARK
+        out[partition] = []
+        for batch in batches[partition]:
+            decoded = decode_batch(
+                batch, watermark, max_message_bytes=64 * 1024, max_future_ms=6 * 3_600_000
+            )
+            watermark = decoded.watermark
+            out[partition].append(decoded)
+    return out
+
+
+def _state_seconds(decoded: dict[int, list], view: View) -> float:
+    """Seconds one view's window state takes over the decoded batches, then the segment
+    tables of a flush (where a sliding view builds its windows from panes)."""
+    started = time.perf_counter()
+    for batches in decoded.values():
+        state = WindowState(view)
+        for batch in batches:
+            batch.codes.clear()  # each view run factorizes its grouping column itself
+            state.update(batch)
+        for segment in sorted(state.dirty):
+            state.segment_table(segment)
+    return time.perf_counter() - started
+
+
+def aggregation_costs(
+    topic: str, batches: dict[int, list[RecordBatch]], repeat: int
+) -> dict[str, float]:
+    """(h): microseconds per event of each aggregation alone in one view's window state
+    (decoding excluded: the batches are decoded once beforehand), and of sliding against
+    tumbling windows; medians of ``repeat`` interleaved runs."""
+    candidates: dict[str, View] = {}
+    for name, (col, params, where) in AGGREGATIONS.items():
+        spec = {"aggregation": name, "aggregated_col_name": "m", "params": params}
+        spec |= {"col_name": col} if col else {}
+        spec |= {"where": where} if where else {}
+        candidates[name] = _one_view(topic, [spec], "10m")
+    windowed = [
+        {"aggregation": "count", "aggregated_col_name": "n"},
+        {"aggregation": "sum", "col_name": "bytes_tx", "aggregated_col_name": "b"},
+        {"aggregation": "quantiles", "col_name": "bytes_tx", "aggregated_col_name": "q"},
+    ]
+    candidates["tumbling 1h (count, sum, quantiles)"] = _one_view(topic, windowed, "1h")
+    candidates["sliding 1h every 5m (same)"] = _one_view(topic, windowed, "1h", "5m")
+    decoded = _decoded(batches)
+    total = sum(len(b) for bs in decoded.values() for b in bs)
+    seconds: dict[str, list[float]] = {label: [] for label in candidates}
+    for _ in range(repeat):
+        for label, view in candidates.items():
+            seconds[label].append(_state_seconds(decoded, view))
+    return {label: statistics.median(values) / total * 1e6 for label, values in seconds.items()}
+
+
+def print_aggregations(costs: dict[str, float], repeat: int) -> None:
+    quantiles = max(costs["quantiles"], 1e-9)
+    for label, cost in costs.items():
+        note = f"{cost / quantiles:>5.2f}x quantiles" if label in AGGREGATIONS else ""
+        print(f"(h) {label:<36}: {cost:>7.2f} us/event, decoding excluded  {note}")
+    tumbling = max(costs["tumbling 1h (count, sum, quantiles)"], 1e-9)
+    sliding = costs["sliding 1h every 5m (same)"]
+    print(
+        f"(h) sliding / tumbling per event     : {sliding / tumbling:>7.2f}x (median of {repeat})"
+    )
 
 
 def session_comparison(
@@ -314,6 +440,11 @@ def main() -> int:
     parser.add_argument(
         "--sessions-only", action="store_true", help="only (f): the session view's cost and memory"
     )
+    parser.add_argument(
+        "--aggregations-only",
+        action="store_true",
+        help="only (h): each aggregation's cost, and sliding against tumbling windows",
+    )
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -349,6 +480,10 @@ def main() -> int:
                 f"(median of {args.repeat}; rounds {', '.join(f'{d:.3f}' for d in decoder)})"
             )
             if args.decoder_only:
+                return 0
+            print_aggregations(aggregation_costs(topic, in_memory, args.repeat), args.repeat)
+            if args.aggregations_only:
+                print(f"machine: {platform.platform()}, {platform.python_version()}")
                 return 0
             costs = session_comparison(topic, in_memory, views_file, args.repeat)
             memory_use = session_memory(topic, in_memory, views_file)

@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 import duckdb
 import pyarrow as pa
 
+from pipelines.aggregators import Aggregator
 from pipelines.segments import (
     HOUR_MS,
     RangeRecord,
@@ -40,8 +41,10 @@ __all__ = [
     "Causes",
     "GroupCauses",
     "HourArchive",
+    "archive_columns",
     "read_hour_archive",
     "view_causes",
+    "window_values",
 ]
 
 log = logging.getLogger(__name__)
@@ -202,6 +205,17 @@ def _dead_letter_offsets(
     return pa.concat_tables(parts)
 
 
+def archive_columns(views: Sequence[View]) -> list[str]:
+    """The event columns the causes of ``views`` read beside the archive's own: their
+    grouping columns and the fields of their ``where:`` filters."""
+    columns = {c for v in views for c in v.grouping_cols}
+    columns |= {f for v in views if v.filter is not None for f in v.filter.fields}
+    columns |= {
+        c for v in views for a in v.aggregators if a.name == "quantiles" for c in a.columns_read()
+    }
+    return sorted(columns - {"event_id", "event_time"})
+
+
 def read_hour_archive(
     store: ObjectStore | ArchiveReader,
     topic: str,
@@ -262,37 +276,73 @@ def _window_key(window_start_ms: int) -> str:
     return datetime.fromtimestamp(window_start_ms / 1000, tz=UTC).isoformat()
 
 
-def view_causes(archive: HourArchive, view: View) -> tuple[Causes, dict[tuple, GroupCauses]]:
+def _with_following(archive: HourArchive, view: View, following: HourArchive | None) -> pa.Table:
+    """The hour's rows, and for a sliding view the next hour's (its windows reach them); an
+    empty read (typed int64 throughout) is left out rather than merged."""
+    parts = [archive.rows]
+    if following is not None and view.is_sliding:
+        parts.append(following.rows)
+    parts = [p for p in parts if p.num_rows]
+    if not parts:
+        return archive.rows
+    if len(parts) == 1:
+        return parts[0]
+    return pa.concat_tables([parts[0], parts[1].select(parts[0].column_names)])
+
+
+def view_causes(
+    archive: HourArchive, view: View, following: HourArchive | None = None
+) -> tuple[Causes, dict[tuple, GroupCauses]]:
     """Causes for ``view``'s windows starting in the archive's hour, in total and per key.
 
     Keys are ``(window_start ISO string, *group values)`` as :func:`quality.compare.rows_by_key`
-    makes them, so they line up with the compared rows.
+    makes them, so they line up with the compared rows. Only events the view's ``where:``
+    keeps count. A sliding window belongs to every window holding it, and is late when the
+    first of them had closed (its pane's end + lateness, as the stream decides); windows
+    reaching into the next hour need its archive, ``following``.
     """
-    if archive.rows.num_rows == 0:
+    rows = _with_following(archive, view, following)
+    if rows.num_rows == 0:
         return Causes(dead_letters=archive.dead_letters), {}
     groups = ", ".join(f'"{c}"' for c in view.grouping_cols)
     select_groups = f", {groups}" if groups else ""
+    where = f"WHERE {view.filter.sql()}" if view.filter is not None else ""
     con = _connect()
     try:
-        con.register("archive", archive.rows)
+        con.register("archive", rows)
         result = con.execute(
             f"""
-            WITH windowed AS (
-                SELECT *, event_time - event_time % $interval AS window_start
-                FROM archive
+            WITH once AS (  -- a row both hours' reads hold counts once
+                SELECT * FROM archive
+                QUALIFY row_number() OVER (
+                    PARTITION BY "partition", "offset" ORDER BY prior_watermark DESC NULLS LAST
+                ) = 1
+            ), panes AS (
+                SELECT *, event_time - event_time % $step AS pane FROM once {where}
+            ), windowed AS (
+                SELECT *, unnest(range(pane - $reach, pane + 1, $step)) AS window_start
+                FROM panes
             )
             SELECT window_start{select_groups},
                    count(*) AS deliveries,
                    count(DISTINCT event_id) AS distinct_events,
                    count(*) FILTER (
-                       WHERE window_start + $interval + $lateness <= prior_watermark
-                   ) AS late
+                       WHERE pane + $step + $lateness <= prior_watermark
+                   ) AS late,
+                   -- the hour's totals count each event once: in its last window (its own
+                   -- hour's, as a tumbling window is)
+                   count(*) FILTER (WHERE window_start = pane) AS own_deliveries,
+                   count(DISTINCT event_id) FILTER (WHERE window_start = pane) AS own_distinct,
+                   count(*) FILTER (
+                       WHERE window_start = pane AND pane + $step + $lateness <= prior_watermark
+                   ) AS own_late
             FROM windowed
             WHERE window_start >= $hour AND window_start < $hour + {HOUR_MS}
             GROUP BY ALL
             """,
             {
-                "interval": view.interval_ms,
+                "step": view.step_ms,
+                "reach": view.reach_ms,
                 "lateness": view.allowed_lateness_ms,
                 "hour": archive.hour_ms,
             },
@@ -302,8 +352,47 @@ def view_causes(archive: HourArchive, view: View) -> tuple[Causes, dict[tuple, G
     per_key: dict[tuple, GroupCauses] = {}
     total = Causes(dead_letters=archive.dead_letters)
     for row in result:
-        window, *group, deliveries, distinct, late = row
+        window, *group, deliveries, distinct, late, own, own_distinct, own_late = row
         causes = GroupCauses(int(deliveries), int(distinct), int(late))
         per_key[(_window_key(int(window)), *group)] = causes
-        total = total + Causes(deliveries, causes.duplicates, late, 0)
+        total = total + Causes(own, own - own_distinct, own_late, 0)
     return total, per_key
+
+
+def window_values(
+    archive: HourArchive, view: View, agg: Aggregator, following: HourArchive | None = None
+) -> dict[tuple, list[float]]:
+    """Per window and group (keys as :func:`view_causes`'), the sorted values of ``agg``'s
+    column over the window's distinct events that its view's and its own ``where:`` keep:
+    what an exact quantile is taken from."""
+    rows = _with_following(archive, view, following)
+    if rows.num_rows == 0:
+        return {}
+    groups = "".join(f', "{c}"' for c in view.grouping_cols)
+    filters = [f.sql() for f in (view.filter, agg.where) if f is not None]
+    where = f"WHERE {' AND '.join(filters)}" if filters else ""
+    column = agg.spec.col_name
+    con = _connect()
+    try:
+        con.register("archive", rows)
+        result = con.execute(
+            f"""
+            WITH once AS (
+                SELECT * FROM archive
+                QUALIFY row_number() OVER (PARTITION BY event_id ORDER BY "offset") = 1
+            ), panes AS (
+                SELECT *, event_time - event_time % $step AS pane FROM once {where}
+            ), windowed AS (
+                SELECT *, unnest(range(pane - $reach, pane + 1, $step)) AS window_start
+                FROM panes
+            )
+            SELECT window_start{groups}, list(CAST("{column}" AS DOUBLE) ORDER BY "{column}")
+            FROM windowed
+            WHERE window_start >= $hour AND window_start < $hour + {HOUR_MS}
+            GROUP BY ALL
+            """,
+            {"step": view.step_ms, "reach": view.reach_ms, "hour": archive.hour_ms},
+        ).fetchall()
+    finally:
+        con.unregister("archive")
+    return {(_window_key(int(w)), *group): values for w, *group, values in result}

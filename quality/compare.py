@@ -42,8 +42,16 @@ EXACT = "exact"
 APPROXIMATE = "approximate"
 INFORMATIONAL = "informational"
 
-_APPROXIMATE_AGGREGATIONS = {"approx_count_distinct", "quantiles"}
-_INFORMATIONAL_AGGREGATIONS = {"top_k"}
+_APPROXIMATE_AGGREGATIONS = {
+    "approx_count_distinct",
+    "quantiles",
+    "hll_bounds",
+    "theta_distinct",
+    "theta_bounds",
+    "cdf",
+    "histogram",
+}
+_INFORMATIONAL_AGGREGATIONS = {"top_k", "frequent_items"}
 
 
 @dataclass(frozen=True)

@@ -104,8 +104,8 @@ def expected_windows(
     """Starts (epoch ms) of every window of the segments covering ``[start_ms, end_ms)``, or
     only of ``segments`` (segment starts) among them."""
     first, end = checked_range(view, start_ms, end_ms)
-    first += -first % view.interval_ms
-    windows = range(first, end, view.interval_ms)
+    first += -first % view.step_ms
+    windows = range(first, end, view.step_ms)
     if segments is None:
         return list(windows)
     wanted = set(segments)

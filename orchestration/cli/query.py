@@ -15,7 +15,8 @@ from rich.table import Table
 
 from orchestration.runtime import Runtime
 from pipelines.exceptions import QueryError
-from pipelines.serving import ACTIVE, STARTED, query_sessions, query_view
+from pipelines.serving import ACTIVE, STARTED, query_sessions, query_view, rollup_view
+from pipelines.views import parse_duration
 
 __all__ = ["parse_instant", "register"]
 
@@ -51,6 +52,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="session views: sessions active in the range (started before its end, last event "
         "at or after its start) instead of those that started in it",
     )
+    parser.add_argument(
+        "--granularity",
+        default=None,
+        help="merge windows into coarser ones through their states, e.g. 1d (a multiple of "
+        "the view's interval that divides a day)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -70,6 +77,9 @@ def run(args: argparse.Namespace) -> int:
         table = query_sessions(runtime.store, view, start, end, match=match)
     elif args.active:
         raise QueryError(f"--active is for session views; {view.name} is a windowed view")
+    elif args.granularity:
+        granularity = parse_duration(args.granularity, "--granularity")
+        table = rollup_view(runtime.store, view, start, end, granularity)
     else:
         table = query_view(runtime.store, view, start, end)
     write_result(table, args.format, args.limit)

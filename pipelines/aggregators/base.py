@@ -9,6 +9,11 @@ flushes are merged by readers. So every aggregator must be able to:
 - ``serialize`` / ``deserialize`` it to bytes for segments and checkpoints,
 - ``result`` it into the output columns named by ``output_fields``,
 - and say how Spark computes the same output columns exactly (``spark_columns``).
+
+An aggregation reads its ``col_name`` (``values`` is that array), more columns when it says so
+in :meth:`Aggregator.input_columns` (``values`` is then a :class:`Columns`), and only the rows
+its own ``where:`` keeps (the caller applies :meth:`Aggregator.rows`; Spark expressions wrap
+their inputs in :meth:`Aggregator.only`).
 """
 
 from __future__ import annotations
@@ -18,12 +23,24 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import numpy as np
+import orjson
 import pyarrow as pa
+
+from pipelines.expressions import Filter, parse_filter
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
 
-__all__ = ["AggregationSpec", "Aggregator", "InputKind"]
+__all__ = [
+    "AggregationSpec",
+    "Aggregator",
+    "Columns",
+    "InputKind",
+    "JsonState",
+    "json_state",
+    "spark_functions",
+    "split_label",
+]
 
 S = TypeVar("S")
 
@@ -46,6 +63,17 @@ class AggregationSpec:
     params: dict[str, Any] = field(default_factory=dict)
     col_kind: str | None = None
     """Type of ``col_name`` in the event schema ("string" or "int"), filled in by validation."""
+    where: str | None = None
+    """This aggregation's own filter (``where:``): only events it keeps are aggregated."""
+
+
+class Columns(tuple):
+    """Several input columns of one batch, indexed together (``values[idx]``)."""
+
+    def __getitem__(self, idx: Any) -> Any:  # type: ignore[override]
+        if isinstance(idx, int):
+            return tuple.__getitem__(self, idx)
+        return Columns(column[idx] for column in self)
 
 
 class Aggregator(ABC, Generic[S]):
@@ -55,16 +83,75 @@ class Aggregator(ABC, Generic[S]):
     input_kind: ClassVar[str] = InputKind.ANY
     params_schema: ClassVar[dict[str, type]] = {}
     """Parameters a view may set for this aggregation, with their types."""
+    column_params: ClassVar[dict[str, str]] = {}
+    """Parameters that name another event column, with the :class:`InputKind` it must have
+    (``by`` of max_by, ``denominator`` of ratio); that column is then an input too."""
+    required_params: ClassVar[tuple[str, ...]] = ()
+    needs_where: ClassVar[bool] = False
+    """The aggregation means nothing without its own ``where:`` (count_if, sum_if)."""
+    may_be_null: ClassVar[bool] = False
+    """A group's result may be null although the group has events (variance of one event,
+    a ratio over a zero denominator); any result may be null under the aggregation's where:."""
+
+    @property
+    def nullable(self) -> bool:
+        """Whether an output row of this aggregation may hold a null."""
+        return self.may_be_null or self.where is not None
+
+    @classmethod
+    def check_params(cls, params: dict[str, Any]) -> str | None:
+        """What is wrong with ``params`` beyond their types (None: nothing)."""
+        return None
 
     def __init__(self, spec: AggregationSpec) -> None:
         self.spec = spec
         self.out = spec.aggregated_col_name
+        self.where: Filter | None = None if spec.where is None else parse_filter(spec.where)
 
     @property
     def state_key(self) -> str:
         """Identifies the state so that a changed definition never reads old state."""
         params = ",".join(f"{k}={v}" for k, v in sorted(self.spec.params.items()))
-        return f"{self.name}({self.spec.col_name or ''};{params})"
+        where = "" if self.where is None else f";where={self.where.text}"
+        return f"{self.name}({self.spec.col_name or ''};{params}{where})"
+
+    def input_columns(self) -> tuple[str, ...]:
+        """Event columns ``update`` receives as ``values``: ``col_name``, then the columns
+        named by :attr:`column_params` (a :class:`Columns` when there are several)."""
+        own = (self.spec.col_name,) if self.spec.col_name else ()
+        return own + tuple(self.spec.params[p] for p in self.column_params if p in self.spec.params)
+
+    def columns_read(self) -> set[str]:
+        """Every event column this aggregation needs, its filter's included."""
+        return set(self.input_columns()) | (set(self.where.fields) if self.where else set())
+
+    def inputs(self, columns: dict[str, np.ndarray]) -> Any:
+        """``values`` for ``update`` from a batch's columns (None, one array or Columns)."""
+        names = self.input_columns()
+        if not names:
+            return None
+        if len(names) == 1:
+            return columns[names[0]]
+        return Columns(columns[name] for name in names)
+
+    def rows(self, columns: dict[str, np.ndarray]) -> np.ndarray | None:
+        """The batch rows this aggregation's ``where:`` keeps (None: all of them)."""
+        return None if self.where is None else self.where.mask(columns)
+
+    def only(self, column: Column) -> Column:
+        """``column`` where this aggregation's filter holds, else null (Spark aggregates skip
+        nulls, so a filtered aggregate sees exactly the rows the stream's does)."""
+        if self.where is None:
+            return column
+        from pyspark.sql import functions as F
+
+        return F.when(self.where.spark(), column)
+
+    def spark_input(self, name: str | None = None) -> Column:
+        """An input column (``col_name`` by default), filtered by :meth:`only`."""
+        from pyspark.sql import functions as F
+
+        return self.only(F.col(name or self.spec.col_name))
 
     @abstractmethod
     def initialize(self) -> S: ...
@@ -92,7 +179,50 @@ class Aggregator(ABC, Generic[S]):
     def result_type(self) -> pa.DataType:
         return pa.float64()
 
+    def spark_state(self, event_time: Column) -> Column | None:
+        """A Spark aggregate giving this aggregation's serialized state, in the stream's own
+        format, so corrected rows keep it beside the result and roll up (None: Spark cannot
+        build it; the corrected row then holds a null state)."""
+        return None
+
     @abstractmethod
     def spark_columns(self, event_time: Column) -> list[Column]:
         """Spark aggregate expressions computing the exact output columns, aliased: one per
         :meth:`output_fields`, in that order (views sharing a pass rename them by position)."""
+
+
+class JsonState(Aggregator[Any]):
+    """States that are plain JSON values (numbers, pairs, lists)."""
+
+    def serialize(self, state: Any) -> bytes:
+        return orjson.dumps(state)
+
+    def deserialize(self, data: bytes) -> Any:
+        return orjson.loads(data)
+
+
+def spark_functions() -> Any:
+    """``pyspark.sql.functions``, imported only where Spark runs (stream workers never do)."""
+    from pyspark.sql import functions
+
+    return functions
+
+
+def split_label(point: float) -> str:
+    """A split point as part of a column name: 100 -> "100", 0.5 -> "0_5", -3 -> "m3"."""
+    return f"{point:g}".replace("-", "m").replace(".", "_").replace("+", "")
+
+
+def json_state(*parts: Column) -> Column:
+    """A JSON list of Spark values as the stream's ``orjson`` state bytes (a single value
+    when there is one part): numbers as numbers, strings quoted, null as null."""
+    F = spark_functions()
+
+    def value(column: Column) -> Column:
+        return F.regexp_extract(F.to_json(F.array(column)), r"^\[(.*)\]$", 1)
+
+    if len(parts) == 1:
+        text = value(parts[0])
+    else:
+        text = F.concat(F.lit("["), F.concat_ws(",", *(value(p) for p in parts)), F.lit("]"))
+    return text.cast("binary")

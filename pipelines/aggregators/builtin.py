@@ -10,7 +10,13 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
-from pipelines.aggregators.base import Aggregator, InputKind
+from pipelines.aggregators.base import (
+    Aggregator,
+    InputKind,
+    JsonState,
+    json_state,
+    spark_functions,
+)
 from pipelines.aggregators.registry import register
 
 __all__ = [
@@ -25,23 +31,16 @@ __all__ = [
     "Quantiles",
     "Sum",
     "TopK",
+    "pair_state",
 ]
 
 
-def _F():
-    from pyspark.sql import functions
-
-    return functions
-
-
-class _JsonState(Aggregator[Any]):
-    """States that are plain JSON values (numbers, pairs, lists)."""
-
-    def serialize(self, state: Any) -> bytes:
-        return orjson.dumps(state)
-
-    def deserialize(self, data: bytes) -> Any:
-        return orjson.loads(data)
+_F = spark_functions
+_JsonState = JsonState
+_HLL_MODE = 2
+"""The current-mode bits of a compact HLL sketch's byte 7 when it holds registers."""
+_OUT_OF_ORDER = 16
+"""The out-of-order flag of a compact HLL sketch's byte 5."""
 
 
 @register
@@ -64,8 +63,11 @@ class Count(_JsonState):
     def result_type(self) -> pa.DataType:
         return pa.int64()
 
+    def spark_state(self, event_time):
+        return json_state(_F().count(self.only(event_time)))
+
     def spark_columns(self, event_time):
-        return [_F().count(event_time).alias(self.out)]
+        return [_F().count(self.only(event_time)).alias(self.out)]
 
 
 @register
@@ -85,8 +87,13 @@ class Sum(_JsonState):
     def result(self, state) -> dict[str, Any]:
         return {self.out: float(state)}
 
+    def spark_state(self, event_time):
+        return json_state(_F().coalesce(_F().sum(self.spark_input()), _F().lit(0)))
+
     def spark_columns(self, event_time):
-        return [_F().sum(self.spec.col_name).cast("double").alias(self.out)]
+        # 0, not null, where the aggregation's ``where:`` keeps no event (as the stream's state)
+        total = _F().coalesce(_F().sum(self.spark_input()), _F().lit(0))
+        return [total.cast("double").alias(self.out)]
 
 
 @register
@@ -109,8 +116,11 @@ class Min(_JsonState):
     def result(self, state) -> dict[str, Any]:
         return {self.out: None if state is None else float(state)}
 
+    def spark_state(self, event_time):
+        return json_state(_F().min(self.spark_input()))
+
     def spark_columns(self, event_time):
-        return [_F().min(self.spec.col_name).cast("double").alias(self.out)]
+        return [_F().min(self.spark_input()).cast("double").alias(self.out)]
 
 
 @register
@@ -126,8 +136,11 @@ class Max(Min):
             return b if a is None else a
         return max(a, b)
 
+    def spark_state(self, event_time):
+        return json_state(_F().max(self.spark_input()))
+
     def spark_columns(self, event_time):
-        return [_F().max(self.spec.col_name).cast("double").alias(self.out)]
+        return [_F().max(self.spark_input()).cast("double").alias(self.out)]
 
 
 @register
@@ -149,8 +162,14 @@ class Mean(_JsonState):
     def result(self, state) -> dict[str, Any]:
         return {self.out: state[0] / state[1] if state[1] else None}
 
+    def spark_state(self, event_time):
+        F = _F()
+        return json_state(
+            F.coalesce(F.sum(self.spark_input()), F.lit(0)), F.count(self.spark_input())
+        )
+
     def spark_columns(self, event_time):
-        return [_F().avg(self.spec.col_name).cast("double").alias(self.out)]
+        return [_F().avg(self.spark_input()).cast("double").alias(self.out)]
 
 
 @register
@@ -181,8 +200,12 @@ class CountDistinct(Aggregator[set]):
     def result_type(self) -> pa.DataType:
         return pa.int64()
 
+    def spark_state(self, event_time):
+        F = _F()
+        return F.to_json(F.array_sort(F.collect_set(self.spark_input()))).cast("binary")
+
     def spark_columns(self, event_time):
-        return [_F().count_distinct(self.spec.col_name).alias(self.out)]
+        return [_F().count_distinct(self.spark_input()).alias(self.out)]
 
 
 @register
@@ -225,7 +248,21 @@ class ApproxCountDistinct(Aggregator[Any]):
         return union
 
     def result(self, state) -> dict[str, Any]:
-        return {self.out: round(state.get_estimate())}
+        return {self.out: round(self.sketch(state).get_estimate())}
+
+    def sketch(self, state) -> Any:
+        """The state as a sketch estimated from its registers alone (DataSketches'
+        composite estimator), so the estimate depends only on the values that went in.
+
+        A sketch built in order keeps a second, "HIP" estimate, which a union keeps while it
+        has merged only that one sketch: a group that fitted in one batch (or one Spark
+        partition) was estimated differently from the same values split in two. Marking the
+        compact sketch out of order (preamble byte 5, flag 16) drops it.
+        """
+        data = bytearray(state.get_result(ds.tgt_hll_type.HLL_8).serialize_compact())
+        if data[7] & 3 == _HLL_MODE:
+            data[5] |= _OUT_OF_ORDER
+        return ds.hll_sketch.deserialize(bytes(data))
 
     def result_type(self) -> pa.DataType:
         return pa.int64()
@@ -234,8 +271,13 @@ class ApproxCountDistinct(Aggregator[Any]):
         """HLL's RSE, ~1.04/sqrt(2^lg_k); tolerances are stated in multiples of it."""
         return 1.04 / (2 ** (self.lg_k / 2))
 
+    def spark_state(self, event_time):
+        """Spark's own HLL (DataSketches, HLL_8 at the same lg_k): the stream's estimate
+        from it is the stream's own where the same events went in (docs/aggregations.md)."""
+        return _F().hll_sketch_agg(self.spark_input(), self.lg_k)
+
     def spark_columns(self, event_time):
-        return [_F().count_distinct(self.spec.col_name).alias(self.out)]
+        return [_F().count_distinct(self.spark_input()).alias(self.out)]
 
 
 @register
@@ -259,6 +301,14 @@ class Quantiles(Aggregator[Any]):
     @property
     def k(self) -> int:
         return int(self.spec.params.get("k", 200))
+
+    def rank_error(self) -> float:
+        """KLL's normalized rank error at this k (single quantile, 99% confidence)."""
+        return ds.kll_doubles_sketch.get_normalized_rank_error(self.k, False)
+
+    def quantile_of(self, column: str) -> float:
+        """The quantile an output column holds (its :meth:`column_for`)."""
+        return next(q for q in self.quantiles if self.column_for(q) == column)
 
     def column_for(self, q: float) -> str:
         label = f"{q * 100:g}".replace(".", "_")
@@ -293,6 +343,11 @@ class Quantiles(Aggregator[Any]):
     def output_fields(self) -> list[pa.Field]:
         return [pa.field(self.column_for(q), pa.float64()) for q in self.quantiles]
 
+    def spark_state(self, event_time):
+        """Spark's KLL (DataSketches doubles sketch at the same k): mergeable with the
+        stream's, though not bit-identical (compaction is random)."""
+        return _F().kll_sketch_agg_double(self.spark_input().cast("double"), self.k)
+
     def spark_columns(self, event_time):
         """All quantiles from one ``percentile_disc`` over an array of percentages.
 
@@ -303,6 +358,8 @@ class Quantiles(Aggregator[Any]):
         """
         F = _F()
         col = f"CAST(`{self.spec.col_name}` AS DOUBLE)"
+        if self.where is not None:  # percentile_disc skips nulls, as the filtered stream does
+            col = f"CASE WHEN {self.where.sql(spark=True)} THEN {col} END"
         percentages = ", ".join(repr(q) for q in self.quantiles)
         every = F.expr(f"percentile_disc(array({percentages})) WITHIN GROUP (ORDER BY {col})")
         return [every[i].alias(self.column_for(q)) for i, q in enumerate(self.quantiles)]
@@ -374,16 +431,28 @@ class TopK(Aggregator[Any]):
         from pyspark.sql import Window
 
         F = _F()
-        item = F.col(self.spec.col_name).cast("string").alias("item")
+        # Items a ``where:`` drops become null: ranked last and never listed, so a group
+        # whose events all fail the filter still has its row (an empty list, as the stream).
+        item = self.spark_input().cast("string").alias("item")
         counts = events.groupBy(*keys, item).agg(F.count(F.lit(1)).alias("count"))
-        best = Window.partitionBy(*keys).orderBy(F.col("count").desc(), F.col("item").asc())
+        dropped = F.col("item").isNull()
+        best = Window.partitionBy(*keys).orderBy(dropped, F.col("count").desc(), F.col("item"))
         ranked = counts.withColumn("rank", F.row_number().over(best)).where(F.col("rank") <= self.k)
-        top = F.array_sort(F.collect_list(F.struct("rank", "item", "count")))
+        listed = F.when(~dropped, F.struct("rank", "item", "count"))
+        top = F.array_sort(F.collect_list(listed))
+        return ranked.groupBy(*keys).agg(F.to_json(F.transform(top, self.entry)).alias(self.out))
 
-        def entry(ranked_item):
-            return F.struct(ranked_item["item"].alias("item"), ranked_item["count"].alias("count"))
+    def entry(self, ranked_item):
+        """One listed item as the stream writes it (``spark_frame`` renders each so)."""
+        F = _F()
+        return F.struct(ranked_item["item"].alias("item"), ranked_item["count"].alias("count"))
 
-        return ranked.groupBy(*keys).agg(F.to_json(F.transform(top, entry)).alias(self.out))
+
+def pair_state(picked, first: str, second: str):
+    """The JSON state ``[first, second]`` of a picked struct, or ``null`` when none was."""
+    F = _F()
+    both = json_state(picked.getField(first), picked.getField(second))
+    return F.when(picked.isNotNull(), both).otherwise(F.lit("null").cast("binary"))
 
 
 def _rank(pair: tuple[int, str]) -> tuple[int, str]:
@@ -416,9 +485,16 @@ class _ByEventTime(_JsonState):
     def result_type(self) -> pa.DataType:
         return pa.int64() if self.spec.col_kind == "int" else pa.string()
 
+    def spark_state(self, event_time):
+        F = _F()
+        pair = self.only(F.struct(event_time.alias("t"), F.col(self.spec.col_name).alias("v")))
+        picked = F.min(pair) if self.pick is min else F.max(pair)
+        return pair_state(picked, "t", "v")
+
     def spark_columns(self, event_time):
         F = _F()
         pair = F.struct(event_time.alias("t"), F.col(self.spec.col_name).alias("v"))
+        pair = self.only(pair)
         agg = F.min(pair) if self.pick is min else F.max(pair)
         return [agg.getField("v").alias(self.out)]
 

@@ -153,8 +153,12 @@ def _aggregate_sessions(events: DataFrame, view: View, segments: Sequence[int]) 
     spec = view.session
     assert spec is not None
     columns = {"event_time", "event_id", spec.key, *spec.kept_fields}
-    columns |= {a.spec.col_name for a in view.aggregators if a.spec.col_name}
-    rows = _sessionize(events.where(F.col("topic") == view.topic).select(*sorted(columns)), view)
+    columns |= {c for a in view.aggregators for c in a.columns_read()}
+    events = events.where(F.col("topic") == view.topic)
+    if view.filter is not None:
+        events = events.where(view.filter.spark())
+        columns |= set(view.filter.fields)
+    rows = _sessionize(events.select(*sorted(columns)), view)
     segment = F.col(SESSION_START) - F.col(SESSION_START) % F.lit(HOUR_MS)
     rows = rows.where(segment.isin(list(segments)))
     keys = [spec.key, SESSION_START]

@@ -24,11 +24,17 @@ from pipelines.batch.archive import (
 )
 from pipelines.batch.frames import join_on_keys, spark_frame_of
 from pipelines.batch.publish import CorrectionResult, publish_version
-from pipelines.segments import HOUR_MS, hour_label, segment_schema
+from pipelines.segments import HOUR_MS, hour_label, read_manifest, segment_schema, state_column
 from pipelines.storage import ObjectStore
 from pipelines.views.model import WINDOW_START, View
 
-__all__ = ["batch_schema", "correct_window_hours", "segment_hours"]
+__all__ = [
+    "aggregate_window_views",
+    "batch_schema",
+    "correct_window_hours",
+    "segment_hours",
+    "segments_of_hour",
+]
 
 log = logging.getLogger(__name__)
 
@@ -36,30 +42,58 @@ _EVENTS = "__events"
 
 
 def segment_hours(view: View, segment_start_ms: int) -> list[int]:
-    """Every hour whose events can belong to the segment's windows."""
-    return list(range(segment_start_ms, segment_start_ms + view.segment_ms, HOUR_MS))
+    """Every hour whose events can belong to the segment's windows (a sliding window may
+    reach ``interval - slide`` into the next segment)."""
+    end = segment_start_ms + view.segment_ms + view.reach_ms
+    return list(range(segment_start_ms, end, HOUR_MS))
+
+
+def segments_of_hour(view: View, hour_ms: int) -> set[int]:
+    """Segments whose windows hold events of the hour: its own, and with sliding windows
+    the ones whose windows reach into it."""
+    return {view.segment_start(hour_ms), view.segment_start(hour_ms - view.reach_ms)}
+
+
+def _segments_to_correct(store: ObjectStore, view: View, wanted: list[int]) -> list[int]:
+    """The hours' own segments, and the earlier segments whose sliding windows reach into
+    them where those were corrected already (their windows were exact only up to what the
+    archive held then); a segment never corrected stays so."""
+    own = {view.segment_start(h) for h in wanted}
+    reaching = {s for h in wanted for s in segments_of_hour(view, h)} - own
+    return sorted(own | {s for s in reaching if read_manifest(store, view.name, s) is not None})
 
 
 def batch_schema(view: View) -> pa.Schema:
-    """Columns of a batch segment file: window_start (epoch ms), groups, aggregator outputs."""
+    """Columns of a batch segment file: window_start (epoch ms), groups, aggregator outputs,
+    then each aggregation's state in the stream's format (null where Spark cannot build it),
+    so corrected windows roll up (:mod:`pipelines.serving.rollup`)."""
     fields = [pa.field(WINDOW_START, pa.int64())]
     fields += [pa.field(col, pa.string()) for col in view.grouping_cols]
     for agg in view.aggregators:
         fields += agg.output_fields()
+    fields += [pa.field(state_column(agg.out), pa.binary()) for agg in view.aggregators]
     return segment_schema(fields, view.name, view.fingerprint, "batch")
 
 
 def _columns_read(view: View) -> set[str]:
     columns = {"event_time", *view.grouping_cols}
-    return columns | {a.spec.col_name for a in view.aggregators if a.spec.col_name}
+    columns |= set(view.filter.fields) if view.filter is not None else set()
+    return columns | {c for a in view.aggregators for c in a.columns_read()}
 
 
 def _aggregation_key(view: View) -> tuple:
     """Views with equal keys aggregate the same rows into the same groups."""
-    return (view.topic, view.interval_ms, view.segment_ms, tuple(view.grouping_cols))
+    return (
+        view.topic,
+        view.interval_ms,
+        view.slide_ms,
+        view.segment_ms,
+        tuple(view.grouping_cols),
+        view.where,
+    )
 
 
-def _aggregate_views(
+def aggregate_window_views(
     events: DataFrame,
     views: Sequence[View],
     segments: Sequence[int],
@@ -73,12 +107,18 @@ def _aggregate_views(
     may name an output alike.
     """
     view = views[0]
-    window = F.col("event_time") - F.col("event_time") % F.lit(view.interval_ms)
-    rows = events.where(F.col("topic") == view.topic).withColumn(WINDOW_START, window)
+    window = F.col("event_time") - F.col("event_time") % F.lit(view.step_ms)
+    if view.is_sliding:  # every window holding the event: one row per window
+        window = F.explode(F.sequence(window - F.lit(view.reach_ms), window, F.lit(view.step_ms)))
+    rows = events.where(F.col("topic") == view.topic)
+    if view.filter is not None:
+        rows = rows.where(view.filter.spark())
+    rows = rows.withColumn(WINDOW_START, window)
     segment = F.col(WINDOW_START) - F.col(WINDOW_START) % F.lit(view.segment_ms)
     rows = rows.where(segment.isin(list(segments)))
     keys = [WINDOW_START, *view.grouping_cols]
     columns: list[Column] = [F.count(F.lit(1)).alias(_EVENTS)]
+    states: list[Column] = []
     frames: list[DataFrame] = []
     outputs: list[tuple[pa.Schema, dict[str, str]]] = []
     for i, member in enumerate(views):
@@ -98,7 +138,18 @@ def _aggregate_views(
                 columns += [
                     c.alias(f"{prefix}{f.name}") for c, f in zip(exprs, fields, strict=True)
                 ]
+            state = agg.spark_state(F.col("event_time"))
+            name = f"{prefix}{state_column(agg.out)}"
+            if state is None:
+                columns.append(F.lit(None).cast("binary").alias(name))
+            else:
+                states.append(state.alias(name))
     result = rows.groupBy(*keys).agg(*columns)
+    if states:
+        # A pass of their own: beside a distinct aggregate (count_distinct), Spark 4.3's
+        # rewrite of distinct aggregations gave hll_sketch_agg a sketch of part of the
+        # group's values (tests/pipelines/batch/test_aggregation_engines.py).
+        frames.append(rows.groupBy(*keys).agg(*states))
     for frame in frames:
         result = join_on_keys(result, frame, keys)
     collected = result.toArrow()
@@ -128,9 +179,7 @@ def correct_window_hours(
     validate_segment: Callable[[DataFrame, View], None] | None,
 ) -> None:
     """Steps 1-4 of :func:`pipelines.batch.correct.correct_hours` for the windowed views."""
-    plan: dict[str, list[int]] = {
-        view.name: sorted({view.segment_start(h) for h in wanted}) for view in views
-    }
+    plan = {view.name: _segments_to_correct(store, view, wanted) for view in views}
     by_name = {view.name: view for view in views}
     needed = sorted(
         {h for name, segs in plan.items() for s in segs for h in segment_hours(by_name[name], s)}
@@ -180,7 +229,7 @@ def correct_window_hours(
                 groups[(_aggregation_key(view), tuple(todo[view.name]))].append(view)
         for (_, segments), members in groups.items():
             group_started = time.monotonic()
-            tables = _aggregate_views(events, members, segments, validate_segment)  # 3
+            tables = aggregate_window_views(events, members, segments, validate_segment)  # 3
             share = (time.monotonic() - group_started) / (len(segments) * len(members))
             for view, table in zip(members, tables, strict=True):
                 _publish_view(store, view, segments, table, share, files, counts, emit)
@@ -207,8 +256,9 @@ def _publish_view(
         seg_hours = segment_hours(view, segment)
         read = [hour_label(h) for h in seg_hours if h in files]
         missing = tuple(hour_label(h) for h in seg_hours if h not in files)
-        n_events = sum(counts[(view.topic, h)][0] for h in seg_hours)
-        duplicates = sum(counts[(view.topic, h)][1] for h in seg_hours)
+        own = seg_hours[: view.segment_ms // HOUR_MS]  # not the hours sliding windows reach
+        n_events = sum(counts[(view.topic, h)][0] for h in own)
+        duplicates = sum(counts[(view.topic, h)][1] for h in own)
         if missing:
             log.warning(
                 "%s %s: no archive for hour(s) %s; publishing what the others hold",

@@ -4,6 +4,7 @@ May import: ``pipelines.views``, ``pipelines.segments``, ``pipelines.storage``.
 """
 
 from pipelines.serving.query import merge_realtime, query_view
+from pipelines.serving.rollup import rollup_view, window_states
 from pipelines.serving.sessions import ACTIVE, STARTED, merge_realtime_sessions, query_sessions
 from pipelines.serving.sources import SOURCE, SegmentSource, segment_sources
 
@@ -16,5 +17,7 @@ __all__ = [
     "merge_realtime_sessions",
     "query_sessions",
     "query_view",
+    "rollup_view",
     "segment_sources",
+    "window_states",
 ]

@@ -62,11 +62,21 @@ def _current_views(checkpoint: TaskCheckpoint, views: Sequence[View]) -> dict[st
 
 
 def _segments(view: View, table: pa.Table) -> np.ndarray:
+    """Segments whose realtime files the state's rows make (a sliding view's panes also
+    make the earlier segment's windows that reach them)."""
     starts = table.column(WINDOW_START).to_numpy()
+    if view.is_sliding:
+        starts = np.concatenate([starts, starts - view.reach_ms])
     return np.unique(starts - starts % view.segment_ms)
 
 
 def _rows_of(view: View, table: pa.Table, segment: int) -> pa.Table:
+    """The segment's realtime rows from a checkpoint's state rows (a sliding view's state
+    holds panes: its windows are built as the task builds them)."""
+    if view.is_sliding:
+        state = WindowState(view)
+        state.load(table)
+        return state.segment_table(segment)
     starts = table.column(WINDOW_START).to_numpy()
     return table.filter(pa.array(starts - starts % view.segment_ms == segment))
 
@@ -173,7 +183,7 @@ def merge_tasks(
                 counters[name]["late"] += checkpoint.views[name]["late"]
         table = state.all_table()
         states[name] = to_parquet(table)
-        for segment in sorted(state.buckets):
+        for segment in _segments(view, table).tolist():
             store.put(_realtime(view, segment, merged_id), to_parquet(state.segment_table(segment)))
         for child, checkpoint, current in zip((low_id, high_id), pair, currents, strict=True):
             if name in current:

@@ -90,7 +90,7 @@ class SessionState:
         self.aggregators = view.aggregators
         self.columns = sorted(
             {self.spec.key, *self.spec.kept_fields}
-            | {a.spec.col_name for a in self.aggregators if a.spec.col_name} - {"event_time"}
+            | {c for a in self.aggregators for c in a.columns_read()} - {"event_time"}
         )
         self._kept_names = ("event_time", *self.spec.kept_fields)
         self.pending: list[dict[str, np.ndarray]] = []
@@ -117,16 +117,22 @@ class SessionState:
             return
         times = batch.columns["event_time"]
         late = times < batch.prior_watermark - self.view.allowed_lateness_ms
+        passed = None
+        if self.view.filter is not None:  # an event the where: drops is processed, not late
+            passed = self.view.filter.mask(batch.columns)
+            late &= passed
         n_late = int(late.sum())
         self.late += n_late
-        keep = ~late if n_late else slice(None)
+        self.processed += len(times) - n_late
+        keep: Any = ~late if n_late else slice(None)
+        if passed is not None:
+            keep = passed & ~late
         part = {c: batch.columns[c][keep] for c in self.columns}
         part["event_time"] = times[keep]
         part[_OFFSET] = batch.offsets[keep]
         n = len(part["event_time"])
         if not n:
             return
-        self.processed += n
         self.pending.append(part)
         self.pending_rows += n
         if self.pending_rows >= SETTLE_AT_PENDING:
@@ -163,8 +169,9 @@ class SessionState:
         codes = codes[order]
         times = rows["event_time"][order]
         inputs = [
-            rows[a.spec.col_name][order] if a.spec.col_name else None for a in self.aggregators
+            None if (values := a.inputs(rows)) is None else values[order] for a in self.aggregators
         ]
+        wheres = [None if (m := a.rows(rows)) is None else m[order] for a in self.aggregators]
         kept = [rows[c][order] for c in spec.kept_fields]
         cuts = np.flatnonzero(codes[1:] != codes[:-1]) + 1
         firsts = np.concatenate(([0], cuts)).tolist()
@@ -177,7 +184,7 @@ class SessionState:
             key = uniques[codes[first]]
             key = key if type(key) is str else str(key)
             for a, b in self._pieces(key, times, gap_break, first, last):
-                self._add(key, times, inputs, kept, a, b)
+                self._add(key, times, inputs, wheres, kept, a, b)
 
     def _pieces(
         self, key: str, times: np.ndarray, gap_break: np.ndarray, first: int, last: int
@@ -211,7 +218,8 @@ class SessionState:
         self,
         key: str,
         times: np.ndarray,
-        inputs: list[np.ndarray | None],
+        inputs: list[Any],
+        wheres: list[np.ndarray | None],
         kept: list[np.ndarray],
         a: int,
         b: int,
@@ -229,10 +237,16 @@ class SessionState:
             self.open_in[segment] = self.open_in.get(segment, 0) + 1
         ts = times[a:b]
         for j, agg in enumerate(self.aggregators):
-            values = inputs[j]
-            session.states[j] = agg.update(
-                session.states[j], None if values is None else values[a:b], ts
-            )
+            values = None if inputs[j] is None else inputs[j][a:b]
+            where = wheres[j]
+            if where is None:
+                session.states[j] = agg.update(session.states[j], values, ts)
+                continue
+            keep = where[a:b]  # the aggregation's own where:
+            if keep.any():
+                session.states[j] = agg.update(
+                    session.states[j], None if values is None else values[keep], ts[keep]
+                )
         n = b - a
         if kept:
             take = min(self.spec.max_kept_events - len(session.kept), n)

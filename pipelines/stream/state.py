@@ -3,6 +3,13 @@
 State is bucketed by segment (an hour of event time) because realtime segments are written
 per segment: a flush rewrites the whole segment file of each dirty bucket, so files are
 full snapshots of the task's partials, never deltas, and a replay simply overwrites them.
+
+Sliding windows (``slide``) are kept as panes, tumbling windows of one slide: an event
+updates one pane, as with tumbling windows, and each window is the merge of its
+interval / slide panes, built when its segment is written (``segment_table``). So the cost
+per event is that of a tumbling window of one slide; the cost per flush grows with the
+windows per event. An event is late when the first window holding it has closed (its pane's
+end + allowed lateness), and it then counts in none of its windows.
 """
 
 from __future__ import annotations
@@ -56,24 +63,31 @@ class WindowState:
             return
         view = self.view
         times = batch.columns["event_time"]
-        starts = times - times % view.interval_ms
-        late = starts + (view.interval_ms + view.allowed_lateness_ms) <= batch.prior_watermark
+        step = view.step_ms
+        starts = times - times % step  # the window, or the pane of sliding windows
+        late = starts + (step + view.allowed_lateness_ms) <= batch.prior_watermark
+        keep = None
+        if view.filter is not None:  # an event the view's where: drops is processed, not late
+            keep = view.filter.mask(batch.columns)
+            late &= keep
         n_late = int(late.sum())
         self.late += n_late
-        keep = None
+        self.processed += len(times) - n_late
         if n_late:
-            keep = ~late
-            if not keep.any():
+            keep = ~late if keep is None else keep & ~late
+        if keep is not None:
+            if keep.all():
+                keep = None
+            elif not keep.any():
                 return
+        if keep is not None:
             starts = starts[keep]
             times = times[keep]
             columns = {name: col[keep] for name, col in batch.columns.items()}
         else:
             columns = batch.columns
-        self.processed += len(times)
-        inputs = [
-            columns[agg.spec.col_name] if agg.spec.col_name else None for agg in self.aggregators
-        ]
+        inputs = [agg.inputs(columns) for agg in self.aggregators]
+        kept = [agg.rows(columns) for agg in self.aggregators]
         for key, idx in self._groups(starts, columns, batch, keep):
             window = key[0]
             segment = window - window % view.segment_ms
@@ -86,10 +100,25 @@ class WindowState:
             group_times = times[idx]
             for j, agg in enumerate(self.aggregators):
                 values = inputs[j]
+                rows = idx
+                if kept[j] is not None:  # the aggregation's own where:
+                    rows = idx[kept[j][idx]]
+                    if not len(rows):
+                        continue
                 states[j] = agg.update(
-                    states[j], None if values is None else values[idx], group_times
+                    states[j],
+                    None if values is None else values[rows],
+                    group_times if rows is idx else times[rows],
                 )
             self.dirty.add(segment)
+            if view.is_sliding:  # windows of earlier segments that reach into this pane
+                self.dirty.update(self._segments_reaching(window))
+
+    def _segments_reaching(self, pane: int) -> range:
+        """Segments with a window that holds ``pane`` (sliding windows)."""
+        view = self.view
+        first = view.segment_start(pane - view.reach_ms)
+        return range(first, view.segment_start(pane) + 1, view.segment_ms)
 
     def _groups(
         self,
@@ -128,9 +157,11 @@ class WindowState:
         return None
 
     def closed_segments(self, watermark: int) -> list[int]:
-        """Segments no in-time event can reach any more."""
-        limit = watermark - self.view.allowed_lateness_ms
-        return [s for s in self.buckets if s + self.view.segment_ms <= limit]
+        """Segments no in-time event can reach any more (sliding windows: nor any window of
+        theirs, which may end up to ``interval - slide`` after the segment)."""
+        view = self.view
+        limit = watermark - view.allowed_lateness_ms
+        return [s for s in self.buckets if s + view.segment_ms + view.reach_ms <= limit]
 
     def evict(self, segments: Iterable[int]) -> None:
         for segment in segments:
@@ -146,7 +177,30 @@ class WindowState:
     ) -> pa.Table:
         """One bucket as a realtime segment table: keys plus serialized states (memory holds
         every open window, so the segment's ``current`` file is not needed)."""
+        if self.view.is_sliding:
+            return self._table(sorted(self._windows(segment).items()))
         return self._table(self.buckets.get(segment, {}).items())
+
+    def _windows(self, segment: int) -> dict[GroupKey, list[Any]]:
+        """The sliding windows starting in ``segment``, each the merge of its panes."""
+        view = self.view
+        end = segment + view.segment_ms
+        windows: dict[GroupKey, list[Any]] = {}
+        for bucket_start in range(segment, end + view.reach_ms, view.segment_ms):
+            for (pane, *group), states in self.buckets.get(bucket_start, {}).items():
+                first = max(pane - view.reach_ms, segment)
+                for start in range(first, min(pane, end - view.step_ms) + 1, view.step_ms):
+                    key = (start, *group)
+                    held = windows.get(key)
+                    windows[key] = (
+                        states
+                        if held is None
+                        else [
+                            agg.merge(a, b)
+                            for agg, a, b in zip(self.aggregators, held, states, strict=True)
+                        ]
+                    )
+        return windows
 
     def flushed(self) -> None:
         self.dirty.clear()

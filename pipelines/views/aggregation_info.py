@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, ValidationInfo, field_validator
+from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
 
 from pipelines.aggregators import AggregationSpec, InputKind, get
 from pipelines.events.schema import EVENT_FIELDS
@@ -20,6 +20,7 @@ from pipelines.views.fields import (
     NUMERIC_COLUMNS,
     DefinitionModel,
     OutputName,
+    WhereText,
     problem,
 )
 
@@ -58,6 +59,26 @@ def _check_params(name: str | None, params: Any) -> dict[str, Any]:
             raise problem(f"{name} has no parameter {key!r} (has: {allowed})")
         if not isinstance(value, expected) or isinstance(value, bool):
             raise problem(f"expected {expected.__name__}, got {value!r}", field=key)
+    for key, kind in get(name).column_params.items():
+        col = params.get(key)
+        if col is None:
+            continue
+        if col not in EVENT_FIELDS:
+            raise problem(
+                f"unknown column {col!r} (event columns: {', '.join(EVENT_FIELDS)})", field=key
+            )
+        if kind == InputKind.NUMERIC and not EVENT_FIELDS[col].numeric:
+            raise problem(
+                f"{name} needs a numeric column, {col!r} is a string "
+                f"(numeric: {', '.join(NUMERIC_COLUMNS)})",
+                field=key,
+            )
+    missing = [key for key in get(name).required_params if key not in params]
+    if missing:
+        raise problem(f"{name} needs params {', '.join(missing)}")
+    wrong = get(name).check_params(dict(params))
+    if wrong is not None:
+        raise problem(wrong)
     quantiles = params.get("quantiles")
     if quantiles is not None and (
         not quantiles or not all(isinstance(q, int | float) and 0 <= q <= 1 for q in quantiles)
@@ -88,6 +109,11 @@ class AggregationDefinition(DefinitionModel):
         validate_default=True,
         description="The aggregation's parameters, e.g. {k: 5} for top_k.",
     )
+    where: WhereText | None = Field(
+        default=None,
+        description="Aggregate only the events this filter keeps, e.g. \"event_type = 'error'\""
+        " (see docs/aggregations.md); required by count_if and sum_if.",
+    )
 
     @field_validator("col_name", mode="before")
     @classmethod
@@ -115,12 +141,23 @@ class AggregationDefinition(DefinitionModel):
     def _params_fit(cls, params: Any, info: ValidationInfo) -> Any:
         return _check_params(info.data.get("aggregation"), params)
 
+    @model_validator(mode="after")
+    def _where_needed(self) -> AggregationDefinition:
+        if get(self.aggregation).needs_where and self.where is None:
+            raise problem(f"{self.aggregation} needs a where: (the events it counts or sums)")
+        return self
+
     def to_spec(self) -> AggregationSpec:
         kind = None
         if get(self.aggregation).input_kind != InputKind.NONE and self.col_name is not None:
             kind = EVENT_FIELDS[self.col_name].kind.value
         return AggregationSpec(
-            self.aggregation, self.col_name, self.aggregated_col_name, dict(self.params or {}), kind
+            self.aggregation,
+            self.col_name,
+            self.aggregated_col_name,
+            dict(self.params or {}),
+            kind,
+            self.where,
         )
 
 

@@ -37,6 +37,7 @@ from pipelines.views.fields import (
     Text,
     Topic,
     ViewName,
+    WhereText,
     problem,
 )
 from pipelines.views.model import (
@@ -62,6 +63,9 @@ __all__ = [
 
 DAY_MS = 86_400_000
 MAX_SESSION_MS = DAY_MS
+MAX_WINDOWS_PER_EVENT = 60
+"""The most sliding windows one event may fall in (interval / slide): each costs a merge of
+the window's panes per flush (docs/aggregations.md, memory and cost)."""
 """The longest ``max_duration``: a day, so an open session's state stays bounded."""
 LATENESS = Field(
     default="1m",
@@ -108,6 +112,17 @@ class WindowViewDefinition(_ViewDefinition):
     interval: DurationMs = Field(
         description="The window: whole seconds dividing an hour, or whole hours dividing a day."
     )
+    slide: DurationMs | None = Field(
+        default=None,
+        description="Sliding (hopping) windows: a window of interval starts every slide "
+        "(whole seconds dividing the interval, at most 60 windows per event). Default: "
+        "tumbling windows.",
+    )
+    where: WhereText | None = Field(
+        default=None,
+        description="Only events this filter keeps belong to the view, e.g. "
+        "\"event_type = 'error'\" (comparisons, in, and/or/not, is null).",
+    )
     allowed_lateness: DurationMs = LATENESS
     aggregation_info: Aggregations
     description: Text = Field(default="", description="What the view is for.")
@@ -124,16 +139,37 @@ class WindowViewDefinition(_ViewDefinition):
             raise problem("windows longer than an hour must be whole hours that divide a day")
         return interval
 
+    @field_validator("slide")
+    @classmethod
+    def _slide_divides(cls, slide: int | None, info: ValidationInfo) -> int | None:
+        interval = info.data.get("interval")
+        if slide is None or interval is None:
+            return slide
+        if slide < 1000 or slide % 1000:
+            raise problem(f"{slide} ms; a slide is whole seconds, at least 1s")
+        if slide > interval or interval % slide:
+            raise problem(
+                f"{format_duration(slide)} does not divide the interval {format_duration(interval)}"
+            )
+        if interval // slide > MAX_WINDOWS_PER_EVENT:
+            raise problem(
+                f"{interval // slide} windows per event; at most {MAX_WINDOWS_PER_EVENT} "
+                "(a longer slide, or a shorter interval)"
+            )
+        return slide
+
     def to_view(self) -> View:
         return View(
             name=self.name,
             topic=self.topic,
             grouping_cols=tuple(self.grouping_cols),
             interval_ms=self.interval,
+            slide_ms=0 if self.slide in (None, self.interval) else self.slide,
             allowed_lateness_ms=self.allowed_lateness,
             aggregations=tuple(a.to_spec() for a in self.aggregation_info),
             description=self.description,
             disabled=self.disabled,
+            where=self.where,
         )
 
 
@@ -171,6 +207,11 @@ class SessionViewDefinition(_ViewDefinition):
     )
     max_kept_events: KeptEventsCap = Field(
         default=100, description="Events kept per session; the rest are only counted."
+    )
+    where: WhereText | None = Field(
+        default=None,
+        description="Only events this filter keeps belong to the view, e.g. "
+        "\"event_type = 'error'\" (comparisons, in, and/or/not, is null).",
     )
     allowed_lateness: DurationMs = LATENESS
     aggregation_info: Aggregations
@@ -214,6 +255,7 @@ class SessionViewDefinition(_ViewDefinition):
             aggregations=tuple(a.to_spec() for a in self.aggregation_info),
             description=self.description,
             disabled=self.disabled,
+            where=self.where,
             session=SessionSpec(
                 self.session_key,
                 self.gap,

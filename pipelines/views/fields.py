@@ -17,6 +17,7 @@ from pydantic_core import PydanticCustomError
 
 from pipelines.events.schema import EVENT_FIELDS
 from pipelines.exceptions import ViewDefinitionError
+from pipelines.expressions import FilterError, parse_filter
 from pipelines.segments import HOUR_MS
 from pipelines.views.model import MAX_KEPT_EVENTS_CAP as MAX_KEPT
 
@@ -39,6 +40,7 @@ __all__ = [
     "Text",
     "Topic",
     "ViewName",
+    "WhereText",
     "check_duration",
     "is_name",
     "parse_duration",
@@ -180,3 +182,22 @@ SessionKey = Annotated[Literal[STRING_COLUMNS], BeforeValidator(_session_key)]  
 KeptEventsCap = Annotated[int, Field(ge=1, le=MAX_KEPT), BeforeValidator(_kept_events_cap)]
 Text = Annotated[str, BeforeValidator(_text)]
 Switch = Annotated[bool, BeforeValidator(_switch)]
+
+
+def _where(value: Any) -> Any:
+    """A filter that parses, with the parser's message (what and at which character)."""
+    try:
+        parse_filter(value)
+    except FilterError as exc:
+        raise problem(str(exc)) from None
+    return value
+
+
+WhereText = Annotated[
+    str,
+    BeforeValidator(_where),
+    WithJsonSchema(
+        {"type": "string", "minLength": 1, "examples": ["event_type = 'error' and bytes_tx > 0"]}
+    ),
+]
+"""A ``where:`` filter (:mod:`pipelines.expressions`): comparisons, in, and/or/not, is null."""

@@ -14,6 +14,7 @@ from functools import cached_property
 import pyarrow as pa
 
 from pipelines.aggregators import AggregationSpec, Aggregator, build
+from pipelines.expressions import Filter, parse_filter
 from pipelines.segments import HOUR_MS
 
 __all__ = ["SESSION_COLUMNS", "SessionSpec", "View", "format_duration"]
@@ -74,6 +75,36 @@ class View:
     disabled: bool = False
     session: SessionSpec | None = None
     """Set for session views (``kind: session``); their ``interval_ms`` is 0."""
+    where: str | None = None
+    """The view's filter (``where:``): only events it keeps belong to the view."""
+    slide_ms: int = 0
+    """Sliding (hopping) windows: a window of ``interval_ms`` starts every ``slide_ms``
+    (0: tumbling windows, one per interval)."""
+
+    @property
+    def is_sliding(self) -> bool:
+        return 0 < self.slide_ms < self.interval_ms
+
+    @property
+    def step_ms(self) -> int:
+        """How far apart window starts are: the slide, or the interval for tumbling windows.
+        It is also the stream's pane: an event's panes of ``step_ms`` build every window."""
+        return self.slide_ms if self.is_sliding else self.interval_ms
+
+    @property
+    def windows_per_event(self) -> int:
+        """How many windows each event belongs to (interval / slide; 1 when tumbling)."""
+        return self.interval_ms // self.step_ms if self.interval_ms else 1
+
+    @property
+    def reach_ms(self) -> int:
+        """How far past its start a segment's last window ends beyond the segment itself:
+        ``interval - slide`` for sliding windows, 0 otherwise."""
+        return self.interval_ms - self.step_ms if self.is_sliding else 0
+
+    @cached_property
+    def filter(self) -> Filter | None:
+        return None if self.where is None else parse_filter(self.where)
 
     @property
     def kind(self) -> str:
@@ -95,7 +126,8 @@ class View:
         return max(HOUR_MS, self.interval_ms)
 
     def window_start(self, event_time_ms: int) -> int:
-        return event_time_ms - event_time_ms % self.interval_ms
+        """The start of the last window holding the event (its only one when tumbling)."""
+        return event_time_ms - event_time_ms % self.step_ms
 
     def segment_start(self, event_time_ms: int) -> int:
         return event_time_ms - event_time_ms % self.segment_ms
@@ -151,6 +183,10 @@ class View:
         parts = [self.topic, ",".join(self.grouping_cols), str(self.interval_ms)]
         if self.session is not None:
             parts.append(f"session:{self.session.fingerprint}")
+        if self.where is not None:
+            parts.append(f"where:{self.where}")
+        if self.is_sliding:
+            parts.append(f"slide:{self.slide_ms}")
         parts += [f"{a.out}={a.state_key}" for a in self.aggregators]
         return "|".join(parts)
 

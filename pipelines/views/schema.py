@@ -36,13 +36,24 @@ def views_json_schema(aggregations: Sequence[str] | None = None) -> dict[str, An
 def _rules_of(name: str) -> dict[str, Any]:
     """``if aggregation is name then`` its column and parameters."""
     cls = get(name)
-    then: dict[str, Any] = {"properties": {"params": _params_schema(cls.params_schema)}}
+    params = _params_schema(cls.params_schema)
+    for key, kind in cls.column_params.items():
+        columns = NUMERIC_COLUMNS if kind == InputKind.NUMERIC else EVENT_COLUMNS
+        params["properties"][key] = {"enum": list(columns)}
+    if cls.required_params:
+        params["required"] = list(cls.required_params)
+    then: dict[str, Any] = {"properties": {"params": params}}
+    required = ["params"] if cls.required_params else []
+    if cls.needs_where:
+        required.append("where")
     if cls.input_kind == InputKind.NUMERIC:
-        then["required"] = ["col_name"]
+        required.append("col_name")
         then["properties"]["col_name"] = {"enum": list(NUMERIC_COLUMNS)}
     elif cls.input_kind == InputKind.ANY:
-        then["required"] = ["col_name"]
+        required.append("col_name")
         then["properties"]["col_name"] = {"enum": list(EVENT_COLUMNS)}
+    if required:
+        then["required"] = sorted(required)
     return {
         "if": {"properties": {"aggregation": {"const": name}}, "required": ["aggregation"]},
         "then": then,
@@ -57,5 +68,7 @@ def _params_schema(params: dict[str, type]) -> dict[str, Any]:
             rule["minimum"], rule["maximum"] = PARAM_RANGES[key]
         if key == "quantiles":
             rule.update(minItems=1, items={"type": "number", "minimum": 0, "maximum": 1})
+        if key == "split_points":
+            rule.update(minItems=1, items={"type": "number"})
         properties[key] = rule
     return {"type": ["object", "null"], "properties": properties, "additionalProperties": False}

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from pipelines.segments import read_range_records
+from pipelines.segments import HOUR_MS, read_range_records
 from pipelines.storage import ObjectStore
 from pipelines.views.model import View
-from quality.causes import ArchiveReader, read_hour_archive
+from quality.causes import ArchiveReader, archive_columns, read_hour_archive
 from quality.compare import Tolerance
 from quality.reconcile.results import MetricReconciliation, Reconciliation
 from quality.reconcile.sessions import SessionCauses, reconcile_session_hour, settled_frontier
@@ -47,15 +47,18 @@ def reconcile(
     reader = ArchiveReader(store)
     for hour in hours:
         for topic, topic_views in by_topic.items():
-            grouping = sorted({c for v in topic_views for c in v.grouping_cols})
-            archive = read_hour_archive(reader, topic, hour, grouping, ranges[topic])
+            columns = archive_columns(topic_views)
+            archive = read_hour_archive(reader, topic, hour, columns, ranges[topic])
+            following = None
+            if any(v.is_sliding for v in topic_views):  # their windows reach the next hour
+                following = read_hour_archive(reader, topic, hour + HOUR_MS, columns, ranges[topic])
             for view in topic_views:
                 if view.is_session:
                     result = reconcile_session_hour(
                         store, view, hour, tolerance, reader, ranges[topic]
                     )
                 else:
-                    result = reconcile_hour(store, view, hour, tolerance, archive)
+                    result = reconcile_hour(store, view, hour, tolerance, archive, following)
                 results.append(result)
                 if on_result is not None:
                     on_result(result)

@@ -11,6 +11,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import orjson
+
 from quality.causes import GroupCauses
 from quality.compare import APPROXIMATE, Comparison, Tolerance
 from quality.reconcile.results import MetricReconciliation
@@ -24,10 +26,13 @@ __all__ = [
     "allowed_unexplained",
     "close",
     "exact_metric",
+    "frequent_items_metric",
     "hll_metric",
     "other_metric",
     "quantile_metric",
+    "rank_metric",
     "relative_error",
+    "reproduced_metric",
     "tally",
 ]
 
@@ -201,4 +206,123 @@ def other_metric(
         differing=error.mismatched,
         rule=rule,
         passed=error.passed,
+    )
+
+
+def reproduced_metric(
+    column: str,
+    aggregation: str,
+    rse: float,
+    pairs: Pairs,
+    causes_of: CausesOf,
+    tolerance: Tolerance,
+    reproduced: dict[tuple, Any],
+) -> MetricReconciliation:
+    """HLL and theta: the correction keeps Spark's own sketch of the window (the same
+    DataSketches family and parameters), whose estimate is the stream's exactly when the same
+    events went in; duplicates change no distinct count, so every row without a late drop
+    must match it. Rows with late drops are held to ``hll_sigmas`` RSEs of the exact count."""
+    band = tolerance.hll_sigmas * rse
+    matched = [0]
+
+    def judge(key: tuple, expected: Any, actual: Any, why: GroupCauses) -> bool:
+        sketch = reproduced.get(key)
+        if why.late == 0 and sketch is not None:
+            matched[0] += actual == sketch
+            return actual == sketch
+        if close(expected, actual):
+            return True
+        if expected is None or actual is None:
+            return False
+        return relative_error(expected, actual, floor=1.0) <= band or actual < expected
+
+    differing, explained, beyond = tally(pairs, causes_of, judge)
+    return MetricReconciliation(
+        column=column,
+        kind=APPROXIMATE,
+        aggregation=aggregation,
+        compared=len(pairs),
+        differing=differing,
+        explained=explained,
+        unexplained=len(beyond),
+        allowed=0,
+        rule=f"equal to Spark's sketch estimate where no event was late ({matched[0]} of "
+        f"{len(pairs)} rows reproduced exactly); else within {tolerance.hll_sigmas:g} x RSE "
+        f"{rse:.2%} of the exact count",
+        passed=not beyond,
+        samples=beyond[:SAMPLES],
+    )
+
+
+def rank_metric(
+    column: str,
+    aggregation: str,
+    epsilon: float,
+    pairs: Pairs,
+    causes_of: CausesOf,
+    tolerance: Tolerance,
+    error_of: Callable[[tuple, Any, Any], float | None],
+) -> MetricReconciliation:
+    """KLL (quantiles, cdf, histogram): its guarantee is on rank, so each row's rank error
+    (``error_of``: for a quantile, how far q is from the realtime value's rank among the
+    window's exact values; for a CDF, the difference of shares; for a histogram bin, of
+    counts over the window's size) must be within the sketch's normalized rank error
+    ``epsilon`` (99% confidence: ``hll_outside_share`` of the rows, and one, may exceed it).
+    Rows with duplicates or late drops are explained (their values differ)."""
+
+    def judge(key: tuple, expected: Any, actual: Any, why: GroupCauses) -> bool:
+        if close(expected, actual) or why.explains_difference:
+            return True
+        error = error_of(key, expected, actual)
+        return error is not None and error <= epsilon
+
+    differing, explained, beyond = tally(pairs, causes_of, judge)
+    allowed = max(1, math.ceil(tolerance.hll_outside_share * len(pairs)))
+    return MetricReconciliation(
+        column=column,
+        kind=APPROXIMATE,
+        aggregation=aggregation,
+        compared=len(pairs),
+        differing=differing,
+        explained=explained,
+        unexplained=len(beyond),
+        allowed=allowed,
+        rule=f"rank error within KLL's normalized rank error {epsilon:.2%} "
+        "(rows without duplicates or late drops)",
+        passed=len(beyond) <= allowed,
+        samples=beyond[:SAMPLES],
+    )
+
+
+def frequent_items_metric(
+    column: str, pairs: Pairs, causes_of: CausesOf, tolerance: Tolerance
+) -> MetricReconciliation:
+    """Frequent items: every item both lists hold has its exact count (the correction's)
+    within the realtime [lower, upper] bounds, in rows without duplicates or late drops."""
+
+    def judge(_key: tuple, expected: Any, actual: Any, why: GroupCauses) -> bool:
+        if close(expected, actual) or why.explains_difference:
+            return True
+        if expected is None or actual is None:
+            return False
+        exact = {e["item"]: e["estimate"] for e in orjson.loads(expected)}
+        return all(
+            r["lower"] <= exact[r["item"]] <= r["upper"]
+            for r in orjson.loads(actual)
+            if r["item"] in exact
+        )
+
+    differing, explained, beyond = tally(pairs, causes_of, judge)
+    return MetricReconciliation(
+        column=column,
+        kind=APPROXIMATE,
+        aggregation="frequent_items",
+        compared=len(pairs),
+        differing=differing,
+        explained=explained,
+        unexplained=len(beyond),
+        allowed=0,
+        rule="exact counts within the realtime [lower, upper] of every item both list",
+        passed=not beyond,
+        samples=beyond[:SAMPLES],
     )

@@ -6,15 +6,21 @@ and metric (:func:`quality.compare.compare_tables`), and the causes counted from
 
 - ``count``: realtime must equal exact + duplicate deliveries - late drops of its window and
   group, exactly. Anything else is unexplained (lost or double-counted data).
-- other exact aggregations (sum, min, max, mean, count_distinct, first, last): a row may differ
-  only if its window and group had duplicate or late events.
-- ``approx_count_distinct`` (HLL): within ``hll_sigmas`` relative standard errors of the exact
-  count (late drops excuse a lower value); at most ``hll_outside_share`` of the rows (and at
-  least one) may fall outside, as a k-sigma band allows.
-- ``quantiles`` (KLL): mean relative error within ``approximate_relative`` over the rows whose
-  window and group had no duplicates or late drops (one such value moves a small window's
-  quantile).
-- ``top_k``: reported, never failing.
+- other exact aggregations (sum, min, max, mean, count_distinct, first, last, variance,
+  stddev, ratio, count_if, sum_if, any_value, max_by, min_by, mode): a row may differ only if
+  its window and group had duplicate or late events.
+- HLL and theta estimates (``approx_count_distinct``, ``hll_bounds``, ``theta_distinct``,
+  ``theta_bounds``): the correction keeps Spark's own sketch of the window
+  (``hll_sketch_agg``, ``theta_sketch_agg``: the same DataSketches sketch, HLL_8 at the same
+  ``lg_k``, seed 9001), whose estimate must equal the stream's exactly where no event was late
+  (duplicates change no distinct count); rows with late drops within ``hll_sigmas`` RSEs of the
+  exact count (or lower). Their bounds columns are reported.
+- KLL (``quantiles``, ``cdf``, ``histogram``): rank error within the sketch's normalized rank
+  error (a quantile's rank among the window's exact values, a CDF's share, a bin's count over
+  the window's size), rows without duplicates or late drops; ``hll_outside_share`` of the rows
+  (and one) may exceed it (the bound holds with 99% confidence).
+- ``frequent_items``: every item both lists hold has its exact count within the realtime
+  [lower, upper]. ``top_k``: reported, never failing.
 - groups the stream lacks are explained when every event of the group came late; groups only
   the stream has are never explained.
 
@@ -28,18 +34,28 @@ and per metric, with the duplicates and late drops of each session's span as cau
 
 from __future__ import annotations
 
+import bisect
+from datetime import UTC, datetime
 from typing import Any
 
 from pipelines.segments import HOUR_MS, hour_label, read_manifest
-from pipelines.serving import query_view
+from pipelines.serving import query_view, window_states
 from pipelines.storage import ObjectStore
 from pipelines.views.model import View
-from quality.causes import GroupCauses, HourArchive, read_hour_archive, view_causes
+from quality.causes import (
+    GroupCauses,
+    HourArchive,
+    archive_columns,
+    read_hour_archive,
+    view_causes,
+    window_values,
+)
 from quality.compare import (
     EXACT,
     Comparison,
     Tolerance,
     compare_tables,
+    key_value,
     metric_kinds,
     rows_by_key,
     view_keys,
@@ -51,9 +67,10 @@ from quality.reconcile.metrics import (
     allowed_unexplained,
     close,
     exact_metric,
-    hll_metric,
+    frequent_items_metric,
     other_metric,
-    quantile_metric,
+    rank_metric,
+    reproduced_metric,
 )
 from quality.reconcile.results import MetricReconciliation, Reconciliation
 
@@ -84,30 +101,115 @@ def _exact_metric(
     return exact_metric(column, EXACT, aggregation, pairs, causes_of, judge, rule, tolerance)
 
 
+_REPRODUCED = {"approx_count_distinct", "hll_bounds", "theta_distinct", "theta_bounds"}
+_KLL = {"quantiles", "cdf", "histogram"}
+
+
 def _metrics(
     view: View,
     comparison: Comparison,
     pairs_by_column: dict[str, Pairs],
     causes: dict[tuple, GroupCauses],
     tolerance: Tolerance,
+    checks: _Evidence,
 ) -> list[MetricReconciliation]:
     kinds = metric_kinds(view)
     causes_of = _lookup(causes)
     result = []
-    for agg in view.aggregators:
-        for out in agg.output_fields():
+    for index, agg in enumerate(view.aggregators):
+        for position, out in enumerate(agg.output_fields()):
             column, kind = out.name, kinds[out.name]
             pairs = pairs_by_column[column]
-            if kind == EXACT:
+            if agg.name == "frequent_items":
+                result.append(frequent_items_metric(column, pairs, causes_of, tolerance))
+            elif kind == EXACT:
                 result.append(_exact_metric(column, agg.name, pairs, causes_of, tolerance))
-            elif agg.name == "approx_count_distinct":
+            elif agg.name in _REPRODUCED and position == 0:
                 rse = agg.relative_standard_error()  # type: ignore[attr-defined]
-                result.append(hll_metric(column, rse, pairs, causes_of, tolerance))
-            elif agg.name == "quantiles":
-                result.append(quantile_metric(column, pairs, causes_of, tolerance))
+                reproduced = checks.estimates(index, column)
+                result.append(
+                    reproduced_metric(
+                        column, agg.name, rse, pairs, causes_of, tolerance, reproduced
+                    )
+                )
+            elif agg.name in _KLL:
+                epsilon = agg.rank_error()  # type: ignore[attr-defined]
+                error_of = checks.rank_error_of(agg, column)
+                result.append(
+                    rank_metric(column, agg.name, epsilon, pairs, causes_of, tolerance, error_of)
+                )
             else:
                 result.append(other_metric(column, kind, agg.name, comparison))
     return result
+
+
+class _Evidence:
+    """What the judges of sketches read beyond the two tables: the correction's own sketches
+    (their estimates) and, for quantiles, the window's exact values."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        view: View,
+        hour_ms: int,
+        corrected: dict[tuple, dict[str, Any]],
+        archive: HourArchive,
+        following: HourArchive | None,
+    ) -> None:
+        self.store, self.view, self.hour_ms = store, view, hour_ms
+        self.corrected = corrected
+        self.archive, self.following = archive, following
+        self._states: dict[tuple, list[Any]] | None = None
+
+    def states(self) -> dict[tuple, list[Any]]:
+        if self._states is None:
+            found = window_states(
+                self.store, self.view, self.hour_ms, self.hour_ms + HOUR_MS, prefer="batch"
+            )
+            self._states = {
+                (key_value(_utc(k[0])), *k[1:]): states for k, (_, states) in found.items()
+            }
+        return self._states
+
+    def estimates(self, index: int, column: str) -> dict[tuple, Any]:
+        agg = self.view.aggregators[index]
+        out = {}
+        for key, states in self.states().items():
+            if states[index] is not None:
+                out[key] = agg.result(states[index])[column]
+        return out
+
+    def rank_error_of(self, agg: Any, column: str) -> Any:
+        """How far a row's realtime value is, in rank, from what the exact values say."""
+        if agg.name == "cdf":
+            return lambda _key, expected, actual: (
+                None if expected is None or actual is None else abs(actual - expected)
+            )
+        if agg.name == "histogram":
+            names = [f.name for f in agg.output_fields()]
+
+            def histogram(key: tuple, expected: Any, actual: Any) -> float | None:
+                row = self.corrected.get(key, {})
+                n = sum(row.get(name) or 0 for name in names)
+                return abs(actual - expected) / n if n else None
+
+            return histogram
+        values = window_values(self.archive, self.view, agg, self.following)
+        q = agg.quantile_of(column)
+
+        def quantile(key: tuple, _expected: Any, actual: Any) -> float | None:
+            data = values.get(key)
+            if not data or actual is None:
+                return None
+            below = bisect.bisect_left(data, actual) / len(data)
+            at_or_below = bisect.bisect_right(data, actual) / len(data)
+            return max(0.0, below - q, q - at_or_below)
+
+        return quantile
+
+
+def _utc(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
 def _has_correction(store: ObjectStore, view: View, hour_ms: int) -> bool:
@@ -120,12 +222,17 @@ def reconcile_hour(
     hour_ms: int,
     tolerance: Tolerance | None = None,
     archive: HourArchive | None = None,
+    following: HourArchive | None = None,
 ) -> Reconciliation:
-    """Reconcile ``view``'s windows starting in the hour ``hour_ms`` (epoch ms)."""
+    """Reconcile ``view``'s windows starting in the hour ``hour_ms`` (epoch ms); a sliding
+    view's windows also read the next hour's archive (``following``)."""
     tolerance = tolerance or Tolerance.from_env()
+    columns = archive_columns([view])
     if archive is None:
-        archive = read_hour_archive(store, view.topic, hour_ms, view.grouping_cols)
-    total, causes = view_causes(archive, view)
+        archive = read_hour_archive(store, view.topic, hour_ms, columns)
+    if view.is_sliding and following is None:
+        following = read_hour_archive(store, view.topic, hour_ms + HOUR_MS, columns)
+    total, causes = view_causes(archive, view, following)
     if not _has_correction(store, view, hour_ms):
         return Reconciliation(view.name, hour_ms, False, None, total)
     end = hour_ms + HOUR_MS
@@ -139,7 +246,8 @@ def reconcile_hour(
         column: [(k, want[k].get(column), got[k].get(column)) for k in matched]
         for column in view.metric_columns
     }
-    metrics = _metrics(view, comparison, pairs, causes, tolerance)
+    checks = _Evidence(store, view, hour_ms, want, archive, following)
+    metrics = _metrics(view, comparison, pairs, causes, tolerance, checks)
     missing_explained = sum(
         1
         for k in comparison.missing

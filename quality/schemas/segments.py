@@ -17,6 +17,7 @@ column's range (``bytes_tx >= 0`` gives ``bytes_min >= 0``); sums keep a lower b
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
@@ -95,7 +96,7 @@ def _metric_rules(agg: Aggregator, field: pa.Field) -> tuple[Rule, ...]:
 
 
 def _window_rules(view: View, field: pa.Field) -> tuple[Rule, ...]:
-    grid = (multiple_of(view.interval_ms),)
+    grid = (multiple_of(view.step_ms),)
     if pa.types.is_timestamp(field.type):
         return grid
     return (*grid, ge(view.window_start(EVENT_TIME_MIN_MS)), lt(EVENT_TIME_MAX_MS))
@@ -118,19 +119,22 @@ def segment_spec(view: View, kind: SegmentKind | str) -> FrameSpec:
     columns = []
     for field in layout:
         name = field.name
+        nullable = False
         if name == WINDOW_START:
             rules = _window_rules(view, field)
         elif name in view.grouping_cols:
             rules = (NON_EMPTY,)
         elif name in metrics:
             rules = _metric_rules(*metrics[name])
+            nullable = metrics[name][0].nullable
         elif name == SOURCE:
             rules = (matches(SOURCE_PATTERN),)
         elif name == WINDOW_END or name in states:
             rules = ()
+            nullable = kind is SegmentKind.BATCH  # a state Spark cannot build is null
         else:
             raise AssertionError(f"{view.name}: no rule for column {name!r} of {kind} rows")
-        columns.append(ColumnSpec(name, field.type, False, rules))
+        columns.append(ColumnSpec(name, field.type, nullable, rules))
     width = WindowWidth(WINDOW_START, WINDOW_END, view.interval_ms)
     return FrameSpec(
         f"{kind} rows of view {view.name}",
@@ -155,11 +159,12 @@ def query_schema(view: View) -> pdp.DataFrameSchema:
     return pandas_schema(segment_spec(view, SegmentKind.QUERY))
 
 
-def detect_kind(columns: list[str]) -> SegmentKind:
-    """Which of the three shapes a table has, from its columns."""
+def detect_kind(columns: list[str], metrics: Sequence[str] = ()) -> SegmentKind:
+    """Which of the three shapes a table has, from its columns (batch rows hold states too,
+    but also the ``metrics``, which realtime rows never do)."""
     if WINDOW_END in columns or SOURCE in columns:
         return SegmentKind.QUERY
-    if any(is_state_column(c) for c in columns):
+    if any(is_state_column(c) for c in columns) and not set(metrics) & set(columns):
         return SegmentKind.REALTIME
     return SegmentKind.BATCH
 
@@ -170,4 +175,5 @@ def validate_segment(
     """Check realtime, batch or query rows of ``view`` (told by ``kind`` or the columns);
     returns them as pandas or raises :class:`~quality.exceptions.SchemaViolation`."""
     frame = to_pandas(data)
-    return validate_frame(segment_spec(view, kind or detect_kind(list(frame.columns))), frame)
+    kind = kind or detect_kind(list(frame.columns), view.metric_columns)
+    return validate_frame(segment_spec(view, kind), frame)

@@ -114,3 +114,42 @@ def test_broker_status_as_json(tmp_path) -> None:
     )
     assert foreign.returncode == 0, foreign.stderr
     assert json.loads(foreign.stdout) == {"running": None, "managed": False, "bootstrap": "b1:9092"}
+
+
+def test_a_granularity_a_view_cannot_roll_up_to_is_one_line(tmp_path) -> None:
+    """`sluice query VIEW --granularity`: not a multiple of the interval, a sliding view."""
+    env = {"SLUICE_STORAGE_ROOT": str(tmp_path / "storage")}
+    cases = [
+        ("traffic_by_org", "7m", "granularity 7m must be a multiple of the view's interval 10m"),
+        ("transfers_last_hour", "1d", "transfers_last_hour has sliding windows"),
+    ]
+    for view, granularity, message in cases:
+        done = _sluice(
+            tmp_path,
+            env,
+            "query",
+            view,
+            "--start",
+            "2014-07-01T00:00",
+            "--end",
+            "2014-07-02T00:00",
+            "--granularity",
+            granularity,
+        )
+        assert done.returncode == 1, done.stderr  # a QueryError, as for a bad range
+        assert message in done.stderr and "Traceback" not in done.stderr, done.stderr
+    done = _sluice(
+        tmp_path,
+        env,
+        "query",
+        "traffic_by_org",
+        "--start",
+        "2014-07-01T00:00",
+        "--end",
+        "2014-07-02T00:00",
+        "--granularity",
+        "1d",
+        "--format",
+        "json",
+    )
+    assert done.returncode == 0 and json.loads(done.stdout) == [], done.stderr

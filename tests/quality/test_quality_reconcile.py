@@ -19,7 +19,10 @@ pytestmark = pytest.mark.spark
 
 VIEWS = load_views(Path(__file__).resolve().parents[2] / "data" / "views.yaml")
 COUNTED = [
-    v for v in VIEWS if v.name in ("traffic_by_org", "sessions_by_org", "bytes_quantiles_by_type")
+    v
+    for v in VIEWS
+    if v.name
+    in ("traffic_by_org", "sessions_by_org", "bytes_quantiles_by_type", "transfers_last_hour")
 ]
 
 

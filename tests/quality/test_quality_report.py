@@ -31,6 +31,7 @@ from pipelines.config import PROJECT_ROOT, KafkaSettings, SluiceSettings, get_se
 from pipelines.control import ControlStore, TaskStatus
 from pipelines.exceptions import ConfigError
 from pipelines.generator import GeneratorOptions
+from pipelines.segments import HOUR_MS
 from pipelines.testing import StreamRun, run_stream
 from quality.report import InvalidReportDay, parse_day, publish_report, report_keys
 from tests.fixtures.browser import chromium_page
@@ -137,10 +138,13 @@ def test_the_report_holds_both_series_the_causes_and_the_samples(day: Day, publi
     assert len(data.reconciliations) == 24 * len(names)
     corrected = {(r.view, r.hour_ms) for r in data.corrected}
     assert corrected == {(n, h) for n in names for h in day.corrected}
-    for name in names:
-        series = data.series[name]
-        assert series.has_realtime and series.has_corrected, name
-        assert data.uncorrected_hours(name) == [day.run.event_hours()[0]]
+    first = day.run.event_hours()[0]
+    for view in example_views():
+        series = data.series[view.name]
+        assert series.has_realtime and series.has_corrected, view.name
+        # a sliding view's windows starting in the hour before the first reach into it
+        before = [first - HOUR_MS] if view.is_sliding else []
+        assert data.uncorrected_hours(view.name) == [*before, first]
     totals = data.causes_total("traffic_by_org")
     assert totals.duplicates > 0 and totals.late_dropped > 0
     assert len(data.samples) == 36 and {s.workers for s in data.samples} == {2, 3}

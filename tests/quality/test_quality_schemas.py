@@ -28,7 +28,13 @@ from assets.raw.archive_checks import (
 from orchestration.resources import LocalStorageResource
 from pipelines.events.decode import DEAD_LETTER_REASONS
 from pipelines.generator import GeneratorOptions
-from pipelines.segments import HOUR_MS, archive_events_key, hour_label, realtime_prefix
+from pipelines.segments import (
+    HOUR_MS,
+    archive_events_key,
+    hour_label,
+    realtime_prefix,
+    state_column,
+)
 from pipelines.serving.query import query_view
 from pipelines.storage import LocalObjectStore
 from pipelines.testing import StreamRun, run_stream
@@ -312,10 +318,13 @@ def test_query_results_reject_a_metric_of_the_wrong_type_and_a_range_break(
     assert "column 'bytes_min' fails '>= 0' in 1 row(s), e.g. -1.0" in message
 
 
-def _batch_rows(served: pd.DataFrame) -> pd.DataFrame:
-    """Corrected segment rows of the same windows: epoch-ms window starts, no end or source."""
+def _batch_rows(served: pd.DataFrame, view: View) -> pd.DataFrame:
+    """Corrected segment rows of the same windows: epoch-ms window starts, no end or source,
+    and a state column per aggregation (null: a state Spark cannot build)."""
     rows = served.drop(columns=["window_end", "source"])
     rows["window_start"] = rows["window_start"].dt.as_unit("ms").astype("int64")
+    for agg in view.aggregators:
+        rows[state_column(agg.out)] = None
     return rows
 
 
@@ -323,7 +332,7 @@ def test_corrected_rows_reject_a_window_off_the_grid(
     streamed: StreamRun, served: pd.DataFrame
 ) -> None:
     view = _view(streamed, "traffic_by_org")
-    rows = _batch_rows(served)
+    rows = _batch_rows(served, view)
     corrected_schema(view).validate(rows)
     assert len(validate_segment(view, rows, SegmentKind.BATCH)) == len(rows)
     rows.loc[0, "window_start"] += 60_000

@@ -154,7 +154,7 @@ def test_asset_graph_shows_every_view_in_a_browser(dagster, artifacts_dir: Path)
     for view in example_views():
         expected += [realtime_key(view.name).path[-1], corrected_key(view.name).path[-1]]
     shot = artifacts_dir / "dagster-asset-graph.png"
-    with chromium_page(1600, 2200, shot) as page:
+    with chromium_page(1600, 2800, shot) as page:  # six views: twelve nodes in a column
         page.goto(f"{handle.url}/locations/sluice/asset-groups/views/lineage")
         for name in expected:
             title = page.locator(f'[data-tooltip="{name}"]').first

@@ -82,7 +82,7 @@ def test_unknown_keys_are_one_message_per_mapping_beside_the_other_mistakes() ->
     )
     assert lines[3].startswith(
         "views.yaml: views[1] (s).aggregation_info[0]: unknown key(s) 'x', 'y' (allowed: "
-        "aggregated_col_name, aggregation, col_name, params)"
+        "aggregated_col_name, aggregation, col_name, params, where)"
     )
     assert len(lines) == 4
 
@@ -257,3 +257,128 @@ def test_any_yaml_value_anywhere_gets_a_view_definition_error_never_a_crash(
         parse_views({"views": [view]}, source="views.yaml")
     except ViewDefinitionError as exc:
         assert all(line.startswith("views.yaml: ") for line in str(exc).splitlines())
+
+
+def test_filter_and_aggregation_mistakes_are_reported_together_with_their_paths() -> None:
+    """where: on a view and on one aggregation, the new aggregations' params and columns."""
+    lines = _messages(
+        {
+            "views": [
+                {**WINDOW, "where": "orgg = 'a'"},
+                {
+                    **SESSION,
+                    "where": "bytes_tx > 'big'",
+                    "aggregation_info": [
+                        {"aggregation": "count_if", "aggregated_col_name": "n"},
+                        {
+                            "aggregation": "sum",
+                            "col_name": "bytes_tx",
+                            "aggregated_col_name": "s",
+                            "where": "event_type = 'error' and",
+                        },
+                        {
+                            "aggregation": "max_by",
+                            "col_name": "org",
+                            "aggregated_col_name": "m",
+                            "params": {"by": "org"},
+                        },
+                        {
+                            "aggregation": "ratio",
+                            "col_name": "bytes_tx",
+                            "aggregated_col_name": "r",
+                        },
+                        {
+                            "aggregation": "cdf",
+                            "col_name": "bytes_tx",
+                            "aggregated_col_name": "c",
+                            "params": {"split_points": [5, 1]},
+                        },
+                    ],
+                },
+            ]
+        }
+    )
+    assert lines == [
+        "views.yaml: views[0] (v).where: unknown field 'orgg' at 1 (event fields: event_id, "
+        "event_time, org, client, bytes_tx, session_id, event_type)",
+        "views.yaml: views[1] (s).where: bytes_tx is a number: compare it with a number, "
+        "not 'big' (at 12)",
+        "views.yaml: views[1] (s).aggregation_info[0]: count_if needs a where: (the events it "
+        "counts or sums)",
+        "views.yaml: views[1] (s).aggregation_info[1].where: expected an event field at 25, "
+        "found the end",
+        "views.yaml: views[1] (s).aggregation_info[2].params.by: max_by needs a numeric column, "
+        "'org' is a string (numeric: event_time, bytes_tx)",
+        "views.yaml: views[1] (s).aggregation_info[3].params: ratio needs params denominator",
+        "views.yaml: views[1] (s).aggregation_info[4].params: split_points must increase "
+        "strictly: [5, 1]",
+    ]
+
+
+def test_a_view_with_filters_and_new_aggregations_loads() -> None:
+    views = parse_views(
+        {
+            "views": [
+                {
+                    **WINDOW,
+                    "where": "event_type in ('view', 'download') and bytes_tx > 0",
+                    "aggregation_info": [
+                        {
+                            "aggregation": "count_if",
+                            "aggregated_col_name": "big",
+                            "where": "bytes_tx >= 1000000",
+                        },
+                        {
+                            "aggregation": "ratio",
+                            "col_name": "bytes_tx",
+                            "aggregated_col_name": "r",
+                            "params": {"denominator": "event_time"},
+                        },
+                    ],
+                }
+            ]
+        },
+        source="views.yaml",
+    )
+    view = views[0]
+    assert view.where == "event_type in ('view', 'download') and bytes_tx > 0"
+    assert view.filter is not None and view.filter.fields == {"event_type", "bytes_tx"}
+    assert view.aggregations[0].where == "bytes_tx >= 1000000"
+    assert "where:" in view.fingerprint and "where=bytes_tx >= 1000000" in view.fingerprint
+
+
+def test_sliding_windows_are_checked_against_their_interval() -> None:
+    lines = _messages(
+        {
+            "views": [
+                {**WINDOW, "name": "a", "interval": "1h", "slide": "7m"},
+                {**WINDOW, "name": "b", "interval": "1h", "slide": "2h"},
+                {**WINDOW, "name": "c", "interval": "1h", "slide": "30s"},
+                {**WINDOW, "name": "d", "interval": "1h", "slide": "1500ms"},
+                {**SESSION, "slide": "5m"},
+            ]
+        }
+    )
+    assert lines[:4] == [
+        "views.yaml: views[0] (a).slide: 7m does not divide the interval 1h",
+        "views.yaml: views[1] (b).slide: 2h does not divide the interval 1h",
+        "views.yaml: views[2] (c).slide: 120 windows per event; at most 60 (a longer slide, "
+        "or a shorter interval)",
+        "views.yaml: views[3] (d).slide: 1500 ms; a slide is whole seconds, at least 1s",
+    ]
+    assert lines[4].startswith("views.yaml: views[4] (s): unknown key(s) 'slide'")
+    (view,) = parse_views(
+        {"views": [{**WINDOW, "interval": "1h", "slide": "5m"}]}, source="views.yaml"
+    )
+    assert view.is_sliding and view.step_ms == 300_000 and view.windows_per_event == 12
+    assert view.reach_ms == 55 * 60_000 and "slide:300000" in view.fingerprint
+    (tumbling,) = parse_views(
+        {"views": [{**WINDOW, "interval": "1h", "slide": "1h"}]}, source="views.yaml"
+    )
+    assert (
+        not tumbling.is_sliding
+        and tumbling.fingerprint
+        == parse_views({"views": [{**WINDOW, "interval": "1h"}]}, source="views.yaml")[
+            0
+        ].fingerprint
+    )

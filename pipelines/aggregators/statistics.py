@@ -1,0 +1,185 @@
+"""Exact statistics that merge in a few numbers: variance, ratio, conditional counts and sums.
+
+Every one has an exact Spark equivalent, so the correction publishes the true value and the
+reconciliation holds the stream to it (floating-point sums may differ in the last bits).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import operator
+from typing import Any
+
+import pyarrow as pa
+
+from pipelines.aggregators.base import (
+    Aggregator,
+    InputKind,
+    JsonState,
+    json_state,
+    spark_functions,
+)
+from pipelines.aggregators.builtin import Count, Sum
+from pipelines.aggregators.registry import register
+
+__all__ = ["AnyValue", "CountIf", "Ratio", "StdDev", "SumIf", "Variance"]
+
+
+@register
+class Variance(Aggregator[list]):
+    """Sample variance (Spark's ``var_samp``), kept as (count, sum, sum of squares) in exact
+    integers (event fields are integers): partials merge by addition with no rounding, so
+    the result is the correctly rounded variance whatever the batches or merge order were,
+    and a replay rewrites it bit for bit (a floating (count, mean, M2) state by Chan's rule
+    differed in the last bits with the batch cuts). Serialized with the standard library's
+    JSON, whose integers have no 64-bit limit."""
+
+    name = "variance"
+    input_kind = InputKind.NUMERIC
+    may_be_null = True  # one event has no sample variance
+
+    def initialize(self) -> list:
+        return [0, 0, 0]
+
+    def update(self, state, values, times):
+        items = values.tolist()
+        return [
+            state[0] + len(items),
+            state[1] + sum(items),
+            state[2] + sum(map(operator.mul, items, items)),
+        ]
+
+    def merge(self, a, b):
+        return [a[0] + b[0], a[1] + b[1], a[2] + b[2]]
+
+    def serialize(self, state) -> bytes:
+        return json.dumps(state).encode()
+
+    def deserialize(self, data: bytes) -> list:
+        return json.loads(data)
+
+    def variance(self, state) -> float | None:
+        n, total, squares = state
+        if n < 2:
+            return None
+        return (n * squares - total * total) / (n * (n - 1))  # exact, then one rounding
+
+    def result(self, state) -> dict[str, Any]:
+        return {self.out: self.variance(state)}
+
+    def spark_state(self, event_time):
+        F = spark_functions()
+        x = self.spark_input().cast("decimal(38,0)")
+        zero = F.lit(0).cast("decimal(38,0)")
+        return json_state(F.count(x), F.coalesce(F.sum(x), zero), F.coalesce(F.sum(x * x), zero))
+
+    def spark_columns(self, event_time):
+        F = spark_functions()
+        return [F.var_samp(self.spark_input().cast("double")).alias(self.out)]
+
+
+@register
+class StdDev(Variance):
+    """Sample standard deviation (Spark's ``stddev_samp``), the square root of ``variance``."""
+
+    name = "stddev"
+
+    def result(self, state) -> dict[str, Any]:
+        variance = self.variance(state)
+        return {self.out: None if variance is None else math.sqrt(max(variance, 0.0))}
+
+    def spark_columns(self, event_time):
+        F = spark_functions()
+        return [F.stddev_samp(self.spark_input().cast("double")).alias(self.out)]
+
+
+@register
+class Ratio(JsonState):
+    """sum(col_name) / sum(denominator), kept as both sums (null when the denominator is 0)."""
+
+    name = "ratio"
+    input_kind = InputKind.NUMERIC
+    params_schema = {"denominator": str}
+    column_params = {"denominator": InputKind.NUMERIC}
+    required_params = ("denominator",)
+
+    def initialize(self) -> list:
+        return [0, 0]
+
+    def update(self, state, values, times):
+        numerator, denominator = values
+        return [state[0] + numerator.sum().item(), state[1] + denominator.sum().item()]
+
+    def merge(self, a, b):
+        return [a[0] + b[0], a[1] + b[1]]
+
+    may_be_null = True  # a zero denominator
+
+    def result(self, state) -> dict[str, Any]:
+        return {self.out: state[0] / state[1] if state[1] else None}
+
+    def spark_state(self, event_time):
+        F = spark_functions()
+        denominator = self.spark_input(self.spec.params["denominator"])
+        zero = F.lit(0)
+        return json_state(
+            F.coalesce(F.sum(self.spark_input()), zero), F.coalesce(F.sum(denominator), zero)
+        )
+
+    def spark_columns(self, event_time):
+        F = spark_functions()
+        numerator = F.sum(self.spark_input().cast("double"))
+        denominator = F.sum(self.spark_input(self.spec.params["denominator"]).cast("double"))
+        ratio = F.when(denominator != 0, numerator / denominator)
+        return [ratio.alias(self.out)]
+
+
+@register
+class CountIf(Count):
+    """Events that pass the aggregation's own ``where:`` (required)."""
+
+    name = "count_if"
+    needs_where = True
+
+
+@register
+class SumIf(Sum):
+    """The sum over events that pass the aggregation's own ``where:`` (required); 0 when none
+    does."""
+
+    name = "sum_if"
+    needs_where = True
+
+
+@register
+class AnyValue(JsonState):
+    """One value of the group. Which one is fixed (the smallest) so that a replay, a merge in
+    any order and the correction all pick the same; Spark's ``any_value`` would not."""
+
+    name = "any_value"
+
+    def initialize(self):
+        return None
+
+    def update(self, state, values, times):
+        low = values.min()
+        low = low.item() if hasattr(low, "item") else low
+        return low if state is None or low < state else state
+
+    def merge(self, a, b):
+        if a is None or b is None:
+            return b if a is None else a
+        return min(a, b)
+
+    def result(self, state) -> dict[str, Any]:
+        return {self.out: state}
+
+    def result_type(self) -> pa.DataType:
+        return pa.int64() if self.spec.col_kind == "int" else pa.string()
+
+    def spark_state(self, event_time):
+        return json_state(spark_functions().min(self.spark_input()))
+
+    def spark_columns(self, event_time):
+        return [spark_functions().min(self.spark_input()).alias(self.out)]

@@ -1,0 +1,125 @@
+"""Roll-ups: a view's windows merged into coarser ones (hours into days) through their states.
+
+Realtime segments hold partial states; corrected segments hold each window's state beside
+its exact result (:func:`pipelines.batch.windows.batch_schema`). Merging the states of a
+day's windows gives the day as a view with a one-day interval would: exactly for the
+additive and exact types, within the sketch's bound for sketches (a corrected window's KLL
+sketch is Spark's, so a rolled-up quantile is within KLL's rank error of the exact one).
+Aggregations whose state Spark cannot build (``mode``, ``top_k``, ``frequent_items``) roll up
+only where no window of the coarser one is corrected; elsewhere their value is null.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+from pipelines.exceptions import QueryError
+from pipelines.segments import read_parquet, state_column
+from pipelines.serving.query import merge_realtime
+from pipelines.serving.sources import SOURCE, segment_sources
+from pipelines.storage import ObjectStore
+from pipelines.views.model import WINDOW_END, WINDOW_START, View, format_duration
+
+__all__ = ["rollup_view", "window_states"]
+
+DAY_MS = 86_400_000
+
+
+def window_states(
+    store: ObjectStore, view: View, start_ms: int, end_ms: int, prefer: str = "newest"
+) -> dict[tuple, tuple[str, list[Any]]]:
+    """Per (window start, *groups) starting in ``[start_ms, end_ms)``: where it was served
+    from and one state per aggregation (None where a correction holds no state for it)."""
+    out: dict[tuple, tuple[str, list[Any]]] = {}
+    aggs = view.aggregators
+    for source in segment_sources(store, view, start_ms, end_ms, prefer):
+        if source.kind == "realtime":
+            tables = (read_parquet(store.get(key)) for key in source.files)
+            for key, states in merge_realtime(view, tables).items():
+                out[key] = (source.label, states)
+            continue
+        for file in source.files:
+            table = read_parquet(store.get(file))
+            columns = [WINDOW_START, *view.grouping_cols]
+            keys = zip(*(table.column(c).to_pylist() for c in columns), strict=True)
+            blobs = [
+                table.column(name).to_pylist()
+                if (name := state_column(a.out)) in table.column_names
+                else [None] * table.num_rows
+                for a in aggs
+            ]
+            for row, key in enumerate(keys):
+                states = [
+                    None if blobs[j][row] is None else agg.deserialize(blobs[j][row])
+                    for j, agg in enumerate(aggs)
+                ]
+                out[key] = (source.label, states)
+    return {k: v for k, v in out.items() if start_ms <= k[0] < end_ms}
+
+
+def rollup_view(
+    store: ObjectStore,
+    view: View,
+    start_ms: int,
+    end_ms: int,
+    granularity_ms: int,
+    prefer: str = "newest",
+) -> pa.Table:
+    """``view``'s windows merged into windows of ``granularity_ms`` (UTC-aligned) that
+    overlap ``[start_ms, end_ms)``, each from all of its windows; the same columns as a
+    query, ``source`` listing where the merged windows came from."""
+    _check(view, granularity_ms)
+    first = start_ms - start_ms % granularity_ms
+    last = end_ms + (-end_ms % granularity_ms)
+    merged: dict[tuple, tuple[set[str], list[Any]]] = {}
+    aggs = view.aggregators
+    for key, (label, states) in window_states(store, view, first, last, prefer).items():
+        coarse = (key[0] - key[0] % granularity_ms, *key[1:])
+        held = merged.get(coarse)
+        if held is None:
+            merged[coarse] = ({label}, list(states))
+            continue
+        labels, current = held
+        labels.add(label)
+        for j, agg in enumerate(aggs):
+            a, b = current[j], states[j]
+            current[j] = None if a is None or b is None else agg.merge(a, b)
+    rows = []
+    for (start, *groups), (labels, states) in sorted(merged.items(), key=_order):
+        row: dict[str, Any] = {WINDOW_START: start, WINDOW_END: start + granularity_ms}
+        row.update(zip(view.grouping_cols, groups, strict=True))
+        for agg, state in zip(aggs, states, strict=True):
+            if state is None:
+                row.update(dict.fromkeys(f.name for f in agg.output_fields()))
+            else:
+                row.update(agg.result(state))
+        row[SOURCE] = "+".join(sorted(labels))
+        rows.append(row)
+    schema = view.output_schema().append(pa.field(SOURCE, pa.string()))
+    return pa.Table.from_pylist(rows, schema=schema)
+
+
+def _order(item: tuple[tuple, Any]) -> tuple:
+    key = item[0]
+    return (key[0], *(str(k) for k in key[1:]))
+
+
+def _check(view: View, granularity_ms: int) -> None:
+    if view.is_session:
+        raise QueryError(f"{view.name} is a session view: sessions do not roll up")
+    if view.is_sliding:
+        raise QueryError(
+            f"{view.name} has sliding windows: they overlap, so merging them would count "
+            "events several times (roll up a tumbling view)"
+        )
+    if granularity_ms < view.interval_ms or granularity_ms % view.interval_ms:
+        raise QueryError(
+            f"granularity {format_duration(granularity_ms)} must be a multiple of the view's "
+            f"interval {format_duration(view.interval_ms)}"
+        )
+    if DAY_MS % granularity_ms and granularity_ms % DAY_MS:
+        raise QueryError(
+            f"granularity {format_duration(granularity_ms)} must divide a day or be whole days"
+        )
