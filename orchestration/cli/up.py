@@ -30,6 +30,8 @@ from orchestration.fleet import LocalFleet, Supervisor, child_environment, start
 from orchestration.fleet.processes import start_process, stop_process
 from orchestration.lag import LagTracker
 from orchestration.runtime import Runtime
+from orchestration.spark_server import SparkConnectServer
+from pipelines.batch.config import SparkSettings
 from pipelines.config import SluiceSettings
 from pipelines.generator.progress import ReplayProgress
 from pipelines.kafka import EmbeddedBroker, ensure_topics
@@ -140,6 +142,11 @@ def run(args: argparse.Namespace) -> int:
         fleet = start_fleet(runtime, args.agents, args.views, None, started.fleets.append)
         console.print(f"{len(fleet.agents)} stream agents: {', '.join(fleet.agents)}")
         children = child_environment(runtime)
+        if not args.no_dagster and SparkSettings().connect:
+            started.spark_server = SparkConnectServer(state_dir)
+            keeper = _start_spark_server({**os.environ, **children}, state_dir, console)
+            if keeper is not None and not started.keep("spark", keeper):
+                return
         if not args.no_dagster:
             dagster = _start_dagster(settings, children, console)
             if dagster is not None and not started.keep("dagster", dagster):
@@ -167,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
         run_until_stopped(body, stop, "supervisor")
     finally:
         deadline.arm()  # a second Ctrl-C gives up at once, killing every child by PID
-        console.print("stopping: generator, agents (checkpointing), Dagster, broker...")
+        console.print("stopping: generator, agents (checkpointing), Dagster, Spark, broker...")
         started.stop(settings.stop_timeout_s + 1)
         console.print("stopped")
     return 130 if signal.SIGINT in signals else 0
@@ -181,6 +188,8 @@ class Started:
         self.broker: EmbeddedBroker | None = None
         self.fleets: list[LocalFleet] = []
         self.generator: subprocess.Popen | None = None
+        self.spark: subprocess.Popen | None = None
+        self.spark_server: SparkConnectServer | None = None
         self.dagster = None
         self.watch: Watch | None = None
         self.closed = False
@@ -193,7 +202,7 @@ class Started:
             if not self.closed:
                 setattr(self, kind, thing)
                 return True
-        if kind == "generator":
+        if kind in ("generator", "spark"):
             stop_process(thing, timeout_s=2)
         elif kind == "dagster":
             thing.stop(interrupt_timeout_s=2, term_timeout_s=2)
@@ -210,6 +219,7 @@ class Started:
         if self.watch is not None:
             self.watch.close()
         stops = [lambda: stop_process(self.generator, timeout_s)]
+        stops.append(lambda: stop_process(self.spark, min(timeout_s, 10)))
         stops += [lambda fleet=fleet: fleet.close(timeout_s) for fleet in self.fleets]
         if self.dagster is not None:
             stops.append(lambda: self.dagster.stop(timeout_s - 4, 2))
@@ -227,7 +237,12 @@ class Started:
             self.closed = True
         for fleet in self.fleets:
             fleet.kill()
-        groups = [p.pid for p in (self.generator,) if p is not None and p.poll() is None]
+        running = [p for p in (self.generator, self.spark) if p is not None and p.poll() is None]
+        groups = [p.pid for p in running]
+        if self.spark_server is not None:  # its JVM is a process group of its own
+            info = self.spark_server.info()
+            if info is not None:
+                groups.append(info.pid)
         if self.dagster is not None:
             groups.append(self.dagster.pgid)
         for pgid in groups:
@@ -237,6 +252,22 @@ class Started:
         if info is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(info.pid, signal.SIGKILL)
+
+
+def _start_spark_server(
+    env: dict[str, str], state_dir: Path, console: Console
+) -> subprocess.Popen | None:
+    """The keeper of the warm Spark Connect server corrections use (`sluice spark serve`),
+    unless one runs already (`sluice spark start`: used, left running). It opens its port in
+    the background (~5-15 s) while the rest starts; a correction before that uses spark-submit."""
+    running = SparkConnectServer(state_dir).info()
+    if running is not None:
+        console.print(f"using the running Spark Connect server at {running.url}")
+        return None
+    command = [sys.executable, "-m", "orchestration.cli", "spark", "serve"]
+    keeper = start_process(command, env, state_dir / "logs" / "spark-keeper.log")
+    console.print(f"Spark Connect server for corrections: keeper pid {keeper.pid}")
+    return keeper
 
 
 def _start_dagster(settings: SluiceSettings, env: dict[str, str], console: Console):

@@ -11,7 +11,6 @@ same file runs in both places; a backfill of many hours is one run and one launc
 from __future__ import annotations
 
 import importlib.util
-import shutil
 import sys
 from abc import abstractmethod
 from pathlib import Path
@@ -22,6 +21,7 @@ from pydantic import Field
 
 from orchestration.correction_job import CorrectionRequest
 from orchestration.settings import EmrServerlessSettings
+from orchestration.spark_server import ServerHealth, SparkConnectServer, spark_submit_path
 from pipelines.settings import load_settings, overridden
 
 if TYPE_CHECKING:
@@ -62,6 +62,11 @@ class LocalSparkResource(SparkResource):
     spark_submit: str | None = Field(
         default=None, description="The spark-submit to run; default: the one beside Python."
     )
+    connect: bool | None = Field(
+        default=None,
+        description="Correct through the warm Spark Connect server of the state directory "
+        "when it runs (`sluice up`, `sluice spark start`), else spark-submit.",
+    )
 
     @classmethod
     def from_settings(cls) -> LocalSparkResource:
@@ -73,6 +78,7 @@ class LocalSparkResource(SparkResource):
             driver_memory=spark.driver_memory,
             shuffle_partitions=spark.shuffle_partitions,
             s3_read_scheme=spark.s3_scheme,
+            connect=spark.connect,
         )
 
     def _spark_settings(self) -> SparkSettings:
@@ -89,13 +95,21 @@ class LocalSparkResource(SparkResource):
     def _spark_submit(self) -> str:
         if self.spark_submit:
             return self.spark_submit
-        beside = Path(sys.executable).parent / "spark-submit"
-        if beside.exists():
-            return str(beside)
-        found = shutil.which("spark-submit")
-        if found is None:
-            raise dg.Failure("spark-submit not found: install pyspark or set spark_submit")
-        return found
+        try:
+            return spark_submit_path()
+        except FileNotFoundError as exc:
+            raise dg.Failure(f"{exc}, or set spark_submit") from None
+
+    def server(self) -> SparkConnectServer:
+        """The warm Spark Connect server of this deployment's state directory."""
+        from pipelines.config import get_settings
+
+        return SparkConnectServer(get_settings().resolved_state_dir)
+
+    def server_health(self) -> ServerHealth | None:
+        """The warm server's health, or None when corrections are not to use one."""
+        connect = self.connect if self.connect is not None else self._spark_settings().connect
+        return self.server().health() if connect else None
 
     def command(self) -> list[str]:
         """The ``spark-submit`` command line that runs the correction job.
@@ -116,6 +130,8 @@ class LocalSparkResource(SparkResource):
     def run_correction(
         self, context: dg.AssetExecutionContext, request: CorrectionRequest
     ) -> dg.PipesClientCompletedInvocation:
+        """Through the warm Spark Connect server when it answers (the job is then a plain
+        Python process), else with spark-submit, saying why in the run's log."""
         settings = self._spark_settings()
         env = {
             "PYSPARK_PYTHON": settings.python or sys.executable,
@@ -123,7 +139,39 @@ class LocalSparkResource(SparkResource):
             "SLUICE_SPARK_S3_SCHEME": settings.s3_scheme,
         }
         client = dg.PipesSubprocessClient(forward_termination=True)
-        return client.run(context=context, command=self.command(), extras=request.extras(), env=env)
+        health = self.server_health()
+        if health is None or not health.running:
+            why = "off (SLUICE_SPARK_CONNECT=false)" if health is None else health.reason
+            context.log.warning(
+                f"Spark Connect server not used: {why}. Starting Spark with spark-submit "
+                "(a new JVM, 15-40 s on a small machine); `sluice spark start` keeps one warm."
+            )
+            return client.run(
+                context=context, command=self.command(), extras=request.extras(), env=env
+            )
+        context.log.info(
+            f"correcting through the warm Spark Connect server {health.url} (pid {health.pid}, "
+            f"{health.rss_mb or 0:.0f} MB RSS, {health.restarts} restart(s))"
+        )
+        env["SLUICE_SPARK_REMOTE"] = str(health.url)
+        try:
+            return client.run(
+                context=context,
+                command=[sys.executable, str(job_file())],
+                extras=request.extras(),
+                env=env,
+            )
+        except Exception as exc:
+            after = self.server().health()
+            if after.pid != health.pid or not after.running:
+                # Not allow_retries=False: the retry policy runs the correction again once
+                # the keeper has the server back (or with spark-submit if it is not).
+                raise dg.Failure(
+                    f"the Spark Connect server {health.url} (pid {health.pid}) stopped during "
+                    f"the correction (now: {after.reason}, pid {after.pid}); nothing of the "
+                    "unfinished views was published, and the retry policy runs it again"
+                ) from exc
+            raise
 
 
 class EmrServerlessSparkResource(SparkResource):

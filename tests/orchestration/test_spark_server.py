@@ -1,0 +1,53 @@
+"""The warm Spark Connect server: started with the project's Spark settings, its health and
+memory shown, restarted by its keeper after a SIGKILL, stopped by PID without leftovers."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+
+import pytest
+
+from orchestration.spark_server import CONNECT_SERVER_CLASS, server_command
+from pipelines.batch import SparkSettings, spark_conf
+from pipelines.kafka.embedded import pid_alive
+from tests.fixtures.processes import wait_until
+from tests.fixtures.spark_connect import sluice_spark, warm_spark_server
+
+pytestmark = pytest.mark.spark
+
+
+def test_the_server_gets_the_sessions_settings_on_loopback() -> None:
+    settings = SparkSettings(master="local[1]", shuffle_partitions=3, conf={"spark.x.y": "z"})
+    command = server_command(settings, 15123)
+    assert command[1:3] == ["--class", CONNECT_SERVER_CLASS]
+    assert command[command.index("--master") + 1] == "local[1]"
+    confs = {c for flag, c in itertools.pairwise(command) if flag == "--conf"}
+    wanted = {f"{k}={v}" for k, v in spark_conf(settings).items() if k != "spark.app.name"}
+    assert wanted - {"spark.master=local[1]"} <= confs
+    assert {"spark.connect.grpc.binding.address=127.0.0.1"} <= confs
+    assert "spark.connect.grpc.binding.port=15123" in confs
+
+
+def test_start_status_restart_after_sigkill_and_stop(tmp_path) -> None:
+    state = tmp_path / "state"
+    assert sluice_spark(state, "status").returncode == 3  # nothing yet
+    with warm_spark_server(state) as server:
+        status = sluice_spark(state, "status", "--json")
+        assert status.returncode == 0, status.stdout + status.stderr
+        health = json.loads(status.stdout)
+        assert health["running"] and health["url"].startswith("sc://127.0.0.1:")
+        assert health["rss_mb"] > 50 and health["restarts"] == 0
+        first = health["pid"]
+
+        os.kill(first, signal.SIGKILL)  # the JVM dies; the keeper brings it back
+        assert not server.health().running
+        back = wait_until(lambda: (h := server.health()).running and h, 120, "the server restarted")
+        assert back.pid != first and back.restarts == 1 and back.url == health["url"]
+        assert "1 restart(s)" in sluice_spark(state, "status").stdout
+        keeper = back.keeper_pid
+    assert not pid_alive(keeper) and not pid_alive(back.pid)
+    assert not (state / "spark-connect.json").exists()
+    assert sluice_spark(state, "status").returncode == 3
