@@ -162,11 +162,13 @@ def run_correction(pipes: PipesContext, spark: Any = None) -> None:
         return
     except Exception as exc:
         if remote and _lost_server(exc):
-            raise ServerLost(
+            lost = ServerLost(
                 f"lost the Spark Connect server at {remote} during the correction "
-                f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); nothing of the "
-                "unfinished views was published, and the run's retry corrects them again"
-            ) from exc
+                f"({type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}); nothing "
+                "of the unfinished views was published, and the run's retry corrects them again"
+            )
+            pipes.log.error(str(lost))
+            raise lost from exc
         raise
     finally:
         if remote:
@@ -199,6 +201,7 @@ def _lost_server(exc: BaseException) -> bool:
     text = f"{type(exc).__name__} {exc}"
     signs = ("UNAVAILABLE", "Connection refused", "SESSION_NOT_FOUND", "OPERATION_NOT_FOUND")
     signs += ("Socket closed", "RetriesExceeded", "GrpcException", "CANCELLED", "INVALID_HANDLE")
+    signs += ("NO_ACTIVE_SESSION",)
     return any(sign in text for sign in signs)
 
 

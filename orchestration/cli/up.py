@@ -30,11 +30,13 @@ from orchestration.fleet import LocalFleet, Supervisor, child_environment, start
 from orchestration.fleet.processes import start_process, stop_process
 from orchestration.lag import LagTracker
 from orchestration.runtime import Runtime
+from orchestration.settings import DagsterSettings
 from orchestration.spark_server import SparkConnectServer
 from pipelines.batch.config import SparkSettings
 from pipelines.config import SluiceSettings
 from pipelines.generator.progress import ReplayProgress
 from pipelines.kafka import EmbeddedBroker, ensure_topics
+from pipelines.settings import load_settings
 from pipelines.stopping import StopDeadline, on_stop_signals, run_until_stopped
 
 __all__ = ["register"]
@@ -94,6 +96,21 @@ def up_settings(settings: SluiceSettings, flush_interval: float | None) -> Sluic
     return SluiceSettings.model_validate({**settings.model_dump(), **update})
 
 
+UP_DAGSTER_DEFAULTS = {"idle_close_s": 30.0, "automation_interval_s": 10}
+"""A replay ends by standing still: `up` closes its last hours after 30 s, not 5 minutes, and
+ticks every 10 s, so the day's one correction run starts soon after the replay's end."""
+
+
+def up_dagster_env() -> dict[str, str]:
+    """``SLUICE_*`` for `up`'s Dagster: :data:`UP_DAGSTER_DEFAULTS` where the user set nothing."""
+    chosen = load_settings(DagsterSettings).model_fields_set
+    return {
+        f"SLUICE_{name.upper()}": str(value)
+        for name, value in UP_DAGSTER_DEFAULTS.items()
+        if name not in chosen
+    }
+
+
 PROGRESS_FILE = "replay-progress.json"
 
 
@@ -148,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
             if keeper is not None and not started.keep("spark", keeper):
                 return
         if not args.no_dagster:
-            dagster = _start_dagster(settings, children, console)
+            dagster = _start_dagster(settings, {**children, **up_dagster_env()}, console)
             if dagster is not None and not started.keep("dagster", dagster):
                 return
         generator = _generator(args, {**os.environ, **children}, state_dir, progress_file)
