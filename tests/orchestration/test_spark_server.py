@@ -1,19 +1,16 @@
 """The warm Spark Connect server: started with the project's Spark settings, its health and
-memory shown, restarted by its keeper after a SIGKILL, stopped by PID without leftovers."""
+memory shown, stopped by PID without leftovers."""
 
 from __future__ import annotations
 
 import itertools
 import json
-import os
-import signal
 
 import pytest
 
 from orchestration.spark_server import CONNECT_SERVER_CLASS, server_command
 from pipelines.batch import SparkSettings, spark_conf
 from pipelines.kafka.embedded import pid_alive
-from tests.fixtures.processes import wait_until
 from tests.fixtures.spark_connect import sluice_spark, warm_spark_server
 
 pytestmark = pytest.mark.spark
@@ -31,7 +28,9 @@ def test_the_server_gets_the_sessions_settings_on_loopback() -> None:
     assert "spark.connect.grpc.binding.port=15123" in confs
 
 
-def test_start_status_restart_after_sigkill_and_stop(tmp_path) -> None:
+def test_start_status_and_stop_by_pid(tmp_path) -> None:
+    """Its restart after a SIGKILL, under a correction, is in the Dagster e2e
+    (test_a_correction_survives_the_warm_server_killed_under_it)."""
     state = tmp_path / "state"
     assert sluice_spark(state, "status").returncode == 3  # nothing yet
     with warm_spark_server(state) as server:
@@ -40,14 +39,10 @@ def test_start_status_restart_after_sigkill_and_stop(tmp_path) -> None:
         health = json.loads(status.stdout)
         assert health["running"] and health["url"].startswith("sc://127.0.0.1:")
         assert health["rss_mb"] > 50 and health["restarts"] == 0
-        first = health["pid"]
-
-        os.kill(first, signal.SIGKILL)  # the JVM dies; the keeper brings it back
-        assert not server.health().running
-        back = wait_until(lambda: (h := server.health()).running and h, 120, "the server restarted")
-        assert back.pid != first and back.restarts == 1 and back.url == health["url"]
-        assert "1 restart(s)" in sluice_spark(state, "status").stdout
-        keeper = back.keeper_pid
-    assert not pid_alive(keeper) and not pid_alive(back.pid)
+        again = sluice_spark(state, "start", "--json")  # one per state dir: the same again
+        assert json.loads(again.stdout)["pid"] == health["pid"]
+        info = server.info()
+        assert info is not None and info.pid == health["pid"]
+    assert not pid_alive(info.keeper_pid) and not pid_alive(info.pid)
     assert not (state / "spark-connect.json").exists()
     assert sluice_spark(state, "status").returncode == 3
