@@ -8,7 +8,10 @@ partition-hour, 1% duplicates, 2% late events) into a temporary directory, runs
 with DuckDB (same dedup rule, same top-k JSON), checks that both agree and prints the
 timings (the fastest of ``--repeat`` alternating runs of each engine, after one untimed
 first correction in the fresh JVM), the Spark/DuckDB ratio and how each grows with the input. Spark settings come
-from ``SLUICE_SPARK_*`` (default ``local[2]``). The temporary directory is removed at the end.
+from ``SLUICE_SPARK_*`` (default ``local[2]``). Then (unless ``--launch-events 0``) one closed
+hour of the main job's stream is corrected by Dagster, from the run's launch to its success,
+through the warm Spark Connect server and through spark-submit (``benchmarks/batch_launch.py``).
+The temporary directory is removed at the end.
 """
 
 from __future__ import annotations
@@ -440,6 +443,13 @@ def main(argv: list[str] | None = None) -> int:
         "warm JVM still settles over the first runs of a new input size)",
     )
     parser.add_argument("--views", default=str(PROJECT_ROOT / "data" / "views.yaml"))
+    parser.add_argument(
+        "--launch-events",
+        type=int,
+        default=12000,
+        help="then one closed hour of the main job's stream through Dagster, warm server vs "
+        "spark-submit (benchmarks/batch_launch.py); 0 skips it",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -462,6 +472,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         results = compare(spark, workdir, sizes, args.hours, args.repeat, views)
         spark.stop()
+        if args.launch_events:
+            from batch_launch import measure
+
+            measure(workdir / "launch", args.launch_events, args.repeat)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return 0 if all(r.agree for r in results) else 1

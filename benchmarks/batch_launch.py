@@ -93,16 +93,17 @@ def measure(workdir: Path, events: int, repeat: int) -> dict[str, list[float]]:
     views = load_views(PROJECT_ROOT / "data" / "views.yaml")
     options = GeneratorOptions(max_events=events, peak_rate=3000.0, speedup=480.0)
     stream = run_stream(settings.resolved_storage_root, views, trace="nyc_taxi", options=options)
-    hour = stream.event_hours()[0]
-    partition = time.strftime("%Y-%m-%d-%H:%M", time.gmtime(hour / 1000))
     frame = stream.events_frame(dedupe=True)
-    n = int(((frame["event_time"] >= hour) & (frame["event_time"] < hour + 3_600_000)).sum())
+    per_hour = (frame["event_time"] - frame["event_time"] % 3_600_000).value_counts()
+    hour, n = int(per_hour.idxmax()), int(per_hour.max())  # the fullest hour streamed
+    partition = time.strftime("%Y-%m-%d-%H:%M", time.gmtime(hour / 1000))
     print(f"\none closed hour through Dagster: {partition}, {n:,} events in it")
     server = SparkConnectServer(state)
     times: dict[str, list[float]] = {"warm Spark Connect server": [], "spark-submit": []}
-    _sluice_spark(state, "start")
-    handle = start_dagster(settings, extra_env={"SLUICE_ENV": "local"}, timeout_s=300)
+    handle = None
     try:
+        _sluice_spark(state, "start")
+        handle = start_dagster(settings, extra_env={"SLUICE_ENV": "local"}, timeout_s=300)
         for label in times:
             if label == "spark-submit":
                 _sluice_spark(state, "stop")
@@ -114,7 +115,8 @@ def measure(workdir: Path, events: int, repeat: int) -> dict[str, list[float]]:
                 health = server.health()
                 print(f"  (server after the runs: {health.line()})")
     finally:
-        handle.stop()
+        if handle is not None:
+            handle.stop()
         server.stop()
     for label, runs in times.items():
         print(
