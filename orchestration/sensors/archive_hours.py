@@ -14,8 +14,8 @@ every task has caught up and the watermark has not moved for ``idle_close_s``, t
 closes the hours up to the watermark's hour as well.
 
 One run per closed stretch: while the fleet's watermark trails the wall clock (a replay, a
-backlog), the hours it closes are held and recorded together when the stretch ends, at most a
-day at a time (:func:`catching_up`), so the automation corrects them in one run (one backfill,
+backlog), the hours it closes are held and recorded together when the stretch ends, at most
+two days at a time (:func:`catching_up`), so the automation corrects them in one run (one backfill,
 single-run policy) instead of one per tick.
 """
 
@@ -61,8 +61,9 @@ def closed_until(
     return watermark - closing_ms
 
 
-MAX_STRETCH_HOURS = 24
-"""Most hours held back for one run while a fleet catches up: a day, as a replay gives."""
+MAX_STRETCH_HOURS = 48
+"""Most hours held back for one run while a fleet catches up: two days, so a replayed day and
+the empty hours of the day before (its first late events close that day too) stay one run."""
 
 
 def catching_up(now_s: float, watermark: float | None, closing_ms: int, held: int) -> bool:
