@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dagster as dg
 
+from orchestration.settings import get_dagster_settings
+
 __all__ = [
     "CORRECTED_PREFIX",
     "EVENTS_KEY",
@@ -32,9 +34,14 @@ SPARK_POOL = "spark"
 """The concurrency pool of Spark corrections: the instance's limit (1 in the dagster.yaml Sluice
 writes) keeps two corrections, e.g. two backfills of the same hours, from running at once."""
 
-SPARK_RETRIES = dg.RetryPolicy(max_retries=2, delay=30, backoff=dg.Backoff.EXPONENTIAL)
-"""A launch that failed (the JVM died, EMR had no capacity) is retried twice, 30 s then 60 s
-later; a broken segment rule is not retried."""
+SPARK_RETRIES = dg.RetryPolicy(
+    max_retries=2,
+    delay=get_dagster_settings().correction_retry_delay_s,
+    backoff=dg.Backoff.EXPONENTIAL,
+)
+"""A launch that failed (the JVM or the warm Spark Connect server died, EMR had no capacity) is
+retried twice, 30 s then 60 s later (``SLUICE_CORRECTION_RETRY_DELAY_S``); a broken segment
+rule is not retried."""
 
 EVENTS_KEY = dg.AssetKey("events")
 RAW_ARCHIVE_KEY = dg.AssetKey("raw_archive")

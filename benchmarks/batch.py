@@ -8,7 +8,10 @@ partition-hour, 1% duplicates, 2% late events) into a temporary directory, runs
 with DuckDB (same dedup rule, same top-k JSON), checks that both agree and prints the
 timings (the fastest of ``--repeat`` alternating runs of each engine, after one untimed
 first correction in the fresh JVM), the Spark/DuckDB ratio and how each grows with the input. Spark settings come
-from ``SLUICE_SPARK_*`` (default ``local[2]``). The temporary directory is removed at the end.
+from ``SLUICE_SPARK_*`` (default ``local[2]``). Then (unless ``--launch-events 0``) one closed
+hour of the main job's stream is corrected by Dagster, from the run's launch to its success,
+through the warm Spark Connect server and through spark-submit (``benchmarks/batch_launch.py``).
+The temporary directory is removed at the end.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ import shutil
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import duckdb
@@ -38,6 +43,13 @@ from pipelines.segments import HOUR_MS, archive_events_key, parse_hour_label
 from pipelines.serving import query_view
 from pipelines.storage import LocalObjectStore
 from pipelines.views import WINDOW_START, View, load_views
+from pipelines.views.model import (
+    EVENT_COUNT,
+    KEPT_DROPPED,
+    KEPT_EVENTS,
+    SESSION_END,
+    SESSION_START,
+)
 
 log = logging.getLogger("benchmarks.batch")
 
@@ -166,13 +178,22 @@ def _duck_columns(view: View) -> tuple[list[str], list[str]]:
 
 
 def duckdb_view(con: duckdb.DuckDBPyConnection, view: View) -> pa.Table:
+    if view.is_session:
+        return duckdb_sessions(con, view)
     keys = [WINDOW_START, *view.grouping_cols]
-    key_list = ", ".join(keys)
     exprs, topk = _duck_columns(view)
     rows = (
         f"(SELECT *, event_time - event_time % {view.interval_ms} AS {WINDOW_START} "
         f"FROM ev WHERE topic = '{view.topic}')"
     )
+    return _aggregate(con, rows, keys, exprs, topk)
+
+
+def _aggregate(
+    con: duckdb.DuckDBPyConnection, rows: str, keys: list[str], exprs: list[str], topk: list
+) -> pa.Table:
+    """``exprs`` per group of ``keys`` over the subquery ``rows``, each top_k joined on."""
+    key_list = ", ".join(keys)
     sql = f"SELECT {key_list}, {', '.join(exprs) or 'count(*) AS __n'} FROM {rows} GROUP BY ALL"
     for i, agg in enumerate(topk):
         ranked = (
@@ -186,6 +207,52 @@ def duckdb_view(con: duckdb.DuckDBPyConnection, view: View) -> pa.Table:
         )
         sql = f"SELECT * FROM ({sql}) JOIN ({top}) t{i} USING ({key_list})"
     return con.sql(f"SELECT * FROM ({sql}) ORDER BY {key_list}").to_arrow_table()
+
+
+def duckdb_sessions(con: duckdb.DuckDBPyConnection, view: View) -> pa.Table:
+    """The session view in SQL, written apart from the Spark code: per key, in (time, id)
+    order, a pause of at least ``gap`` starts a run; inside a run a session starts at its
+    first event and again at the first event ``max_duration`` or more after the current
+    session's start (a recursive chain of starts); each event joins the latest start before
+    it (ASOF join). Every hour is read, so no session is cut by the range's edge."""
+    spec = view.session
+    assert spec is not None
+    key = spec.key
+    con.execute(
+        f"""CREATE OR REPLACE TEMP TABLE runs AS
+        SELECT *, sum(brk) OVER (PARTITION BY {key} ORDER BY event_time, event_id
+                                 ROWS UNBOUNDED PRECEDING) AS run
+        FROM (SELECT *, CASE WHEN event_time - lag(event_time) OVER (
+                  PARTITION BY {key} ORDER BY event_time, event_id) >= {spec.gap_ms}
+                THEN 1 ELSE 0 END AS brk
+              FROM ev WHERE topic = '{view.topic}')"""
+    )
+    con.execute(
+        f"""CREATE OR REPLACE TEMP TABLE starts AS
+        WITH RECURSIVE chain(k, run, s) AS (
+            SELECT {key}, run, min(event_time) FROM runs GROUP BY ALL
+            UNION ALL
+            SELECT c.k, c.run, min(r.event_time) FROM chain c JOIN runs r
+              ON r.{key} = c.k AND r.run = c.run AND r.event_time >= c.s + {spec.max_duration_ms}
+            GROUP BY c.k, c.run)
+        SELECT * FROM chain"""
+    )
+    rows = (
+        f"(SELECT r.*, s.s AS {SESSION_START} FROM runs r ASOF JOIN starts s "
+        f"ON r.{key} = s.k AND r.run = s.run AND r.event_time >= s.s)"
+    )
+    exprs, topk = _duck_columns(view)
+    kept = ", ".join(f"{c} := {c}" for c in ("event_time", *spec.kept_fields))
+    exprs = [
+        f"count(*) AS {EVENT_COUNT}",
+        f"max(event_time) AS {SESSION_END}",
+        f"to_json(list(struct_pack({kept}) ORDER BY event_time, event_id)"
+        f"[1:{spec.max_kept_events}]) AS {KEPT_EVENTS}",
+        f"greatest(count(*) - {spec.max_kept_events}, 0) AS {KEPT_DROPPED}",
+        *exprs,
+    ]
+    table = _aggregate(con, rows, [key, SESSION_START], exprs, topk)
+    return table.sort_by([(SESSION_START, "ascending"), (key, "ascending")])
 
 
 def run_duckdb(files: list[str], views: list[View]) -> dict[str, pa.Table]:
@@ -206,8 +273,33 @@ def run_duckdb(files: list[str], views: list[View]) -> dict[str, pa.Table]:
 # --- comparison and report -------------------------------------------------------------------
 
 
+def _plain(value: object) -> object:
+    """Timestamps as epoch ms (queries return them as datetimes, DuckDB as numbers)."""
+    if isinstance(value, datetime):
+        return int(value.timestamp() * 1000)
+    return value
+
+
+def _same(x: object, y: object) -> bool:
+    x, y = _plain(x), _plain(y)
+    if isinstance(x, float) or isinstance(y, float):
+        return x is not None and y is not None and abs(x - y) <= 1e-9 * max(abs(x), abs(y), 1.0)
+    if isinstance(y, str) and y.startswith("["):
+        return json.loads(x) == json.loads(y)
+    return x == y
+
+
+def compared_columns(view: View) -> list[str]:
+    """The keys and values of a view's rows that Spark and DuckDB must agree on."""
+    if view.is_session:
+        assert view.session is not None
+        own = [SESSION_END, EVENT_COUNT, KEPT_EVENTS, KEPT_DROPPED]
+        return [view.session.key, SESSION_START, *own, *view.metric_columns]
+    return [WINDOW_START, *view.grouping_cols, *view.metric_columns]
+
+
 def agree(store: LocalObjectStore, views: list[View], hours: list[int], duck: dict) -> bool:
-    """Spark's published values equal DuckDB's (floats to 1e-9 relative)."""
+    """Spark's published values equal DuckDB's (floats to 1e-9 relative), row by row."""
     ok = True
     for view in views:
         spark_rows = query_view(store, view, hours[0], hours[-1] + HOUR_MS).to_pylist()
@@ -219,20 +311,12 @@ def agree(store: LocalObjectStore, views: list[View], hours: list[int], duck: di
             ok = False
             continue
         for a, b in zip(spark_rows, duck_rows, strict=True):
-            for name in view.metric_columns:
-                x, y = a[name], b[name]
-                if isinstance(x, float) and isinstance(y, float):
-                    same = abs(x - y) <= 1e-9 * max(abs(x), abs(y), 1.0)
-                elif isinstance(y, str) and y.startswith("["):
-                    same = json.loads(x) == json.loads(y)
-                else:
-                    same = x == y
-                if not same:
-                    log.error(
-                        "%s %s %s: Spark %r, DuckDB %r", view.name, a[WINDOW_START], name, x, y
-                    )
-                    ok = False
-                    break
+            wrong = [c for c in compared_columns(view) if not _same(a[c], b[c])]
+            if wrong:
+                c = wrong[0]
+                log.error("%s row %s: %s Spark %r, DuckDB %r", view.name, b, c, a[c], b[c])
+                ok = False
+                break
     return ok
 
 
@@ -264,6 +348,87 @@ class Timer:
         return f"{self.wall:.1f} s wall, {self.cpu:.1f} s CPU"
 
 
+@dataclass
+class SizeResult:
+    """One input size: the fastest run of each engine and whether their values agreed."""
+
+    events: int
+    spark: Timer
+    duckdb: Timer
+    agree: bool
+    published: int
+
+
+def compare(
+    spark,
+    workdir: Path,
+    sizes: list[int],
+    hours: int,
+    repeat: int,
+    views: list[View],
+    *,
+    first_run: bool = True,
+) -> list[SizeResult]:
+    """Spark against DuckDB on a synthetic archive of each size, printed as it goes;
+    ``first_run`` times an untimed-for-comparison first correction in the fresh JVM."""
+    out = []
+    for i, n in enumerate(sizes):
+        root = workdir / f"n{n}"
+        started = time.perf_counter()
+        events = make_events(n, hours)
+        archived = write_archive(root, events)
+        del events
+        store = LocalObjectStore(root)
+        files = [str(p) for p in sorted((root / "archive" / "events").rglob("*.parquet"))]
+        size_mb = sum(Path(f).stat().st_size for f in files) / 1e6
+        print(
+            f"\n{n:,} events: {len(files)} files, {size_mb:.0f} MB, {len(archived)} hours "
+            f"(written in {time.perf_counter() - started:.1f} s)"
+        )
+        if i == 0 and first_run:
+            # The first job of a JVM pays for class loading and JIT: report it apart.
+            with Timer(spark) as first:
+                correct_hours(spark, store, views, archived)
+            print(f"  Spark, first job in a fresh JVM: {first}")
+        spark_runs, duck_runs = [], []
+        for _ in range(repeat):
+            # Alternate, so a burst of load on a shared machine hits both engines.
+            with Timer(spark) as spark_t:
+                results = correct_hours(spark, store, views, archived)
+            with Timer(spark) as duck_t:
+                duck = run_duckdb(files, views)
+            spark_runs.append(spark_t)
+            duck_runs.append(duck_t)
+        spark_t = min(spark_runs, key=lambda t: t.wall)
+        duck_t = min(duck_runs, key=lambda t: t.wall)
+        same = agree(store, views, archived, duck)
+        published = sum(not r.skipped for r in results)
+        print(
+            f"  Spark correction: {spark_t} ({published} segments published); "
+            f"runs: {', '.join(f'{t.wall:.1f}' for t in spark_runs)} s wall"
+        )
+        print(
+            f"  DuckDB, same aggregates: {duck_t}; runs: "
+            f"{', '.join(f'{t.wall:.1f}' for t in duck_runs)} s wall; "
+            f"results agree: {'yes' if same else 'NO'}"
+        )
+        print(
+            f"  Spark / DuckDB: {spark_t.wall / duck_t.wall:.1f}x wall, "
+            f"{spark_t.cpu / duck_t.cpu:.1f}x CPU; load average {os.getloadavg()[0]:.1f}"
+        )
+        out.append(SizeResult(n, spark_t, duck_t, same, published))
+        shutil.rmtree(root)
+    if len(out) > 1:
+        a, b = out[0], out[-1]
+        print(
+            f"\n{a.events:,} -> {b.events:,} events ({b.events / a.events:.0f}x): Spark "
+            f"{b.spark.wall / a.spark.wall:.2f}x wall ({b.spark.cpu / a.spark.cpu:.2f}x CPU), "
+            f"DuckDB {b.duckdb.wall / a.duckdb.wall:.2f}x wall "
+            f"({b.duckdb.cpu / a.duckdb.cpu:.2f}x CPU)"
+        )
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -278,6 +443,13 @@ def main(argv: list[str] | None = None) -> int:
         "warm JVM still settles over the first runs of a new input size)",
     )
     parser.add_argument("--views", default=str(PROJECT_ROOT / "data" / "views.yaml"))
+    parser.add_argument(
+        "--launch-events",
+        type=int,
+        default=12000,
+        help="then one closed hour of the main job's stream through Dagster, warm server vs "
+        "spark-submit (benchmarks/batch_launch.py); 0 skips it",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -298,64 +470,15 @@ def main(argv: list[str] | None = None) -> int:
             f"Spark session start: {time.perf_counter() - started:.1f} s wall, "
             f"{_cpu_s(spark) - cpu:.1f} s CPU"
         )
-        rows = []
-        for i, n in enumerate(sizes):
-            root = workdir / f"n{n}"
-            started = time.perf_counter()
-            events = make_events(n, args.hours)
-            hours = write_archive(root, events)
-            del events
-            store = LocalObjectStore(root)
-            files = [str(p) for p in sorted((root / "archive" / "events").rglob("*.parquet"))]
-            size_mb = sum(Path(f).stat().st_size for f in files) / 1e6
-            print(
-                f"\n{n:,} events: {len(files)} files, {size_mb:.0f} MB, {len(hours)} hours "
-                f"(written in {time.perf_counter() - started:.1f} s)"
-            )
-            if i == 0:
-                # The first job of a JVM pays for class loading and JIT: report it apart.
-                with Timer(spark) as first:
-                    correct_hours(spark, store, views, hours)
-                print(f"  Spark, first job in a fresh JVM: {first}")
-            spark_runs, duck_runs = [], []
-            for _ in range(args.repeat):
-                # Alternate, so a burst of load on a shared machine hits both engines.
-                with Timer(spark) as spark_t:
-                    results = correct_hours(spark, store, views, hours)
-                with Timer(spark) as duck_t:
-                    duck = run_duckdb(files, views)
-                spark_runs.append(spark_t)
-                duck_runs.append(duck_t)
-            spark_t = min(spark_runs, key=lambda t: t.wall)
-            duck_t = min(duck_runs, key=lambda t: t.wall)
-            same = agree(store, views, hours, duck)
-            published = sum(not r.skipped for r in results)
-            print(
-                f"  Spark correction: {spark_t} ({published} segments published); "
-                f"runs: {', '.join(f'{t.wall:.1f}' for t in spark_runs)} s wall"
-            )
-            print(
-                f"  DuckDB, same aggregates: {duck_t}; runs: "
-                f"{', '.join(f'{t.wall:.1f}' for t in duck_runs)} s wall; "
-                f"results agree: {'yes' if same else 'NO'}"
-            )
-            print(
-                f"  Spark / DuckDB: {spark_t.wall / duck_t.wall:.1f}x wall, "
-                f"{spark_t.cpu / duck_t.cpu:.1f}x CPU; load average {os.getloadavg()[0]:.1f}"
-            )
-            rows.append((n, spark_t, duck_t))
-            shutil.rmtree(root)
-        if len(rows) > 1:
-            (n0, s0, d0), (n1, s1, d1) = rows[0], rows[-1]
-            print(
-                f"\n{n0:,} -> {n1:,} events ({n1 / n0:.0f}x): Spark {s1.wall / s0.wall:.2f}x wall "
-                f"({s1.cpu / s0.cpu:.2f}x CPU), DuckDB {d1.wall / d0.wall:.2f}x wall "
-                f"({d1.cpu / d0.cpu:.2f}x CPU)"
-            )
+        results = compare(spark, workdir, sizes, args.hours, args.repeat, views)
         spark.stop()
+        if args.launch_events:
+            from batch_launch import measure
+
+            measure(workdir / "launch", args.launch_events, args.repeat)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    return 0
+    return 0 if all(r.agree for r in results) else 1
 
 
 if __name__ == "__main__":

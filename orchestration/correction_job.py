@@ -18,6 +18,7 @@ is the command for that.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import time
@@ -34,7 +35,7 @@ from dagster_pipes import (
     PipesParamsLoader,
 )
 
-__all__ = ["SEGMENT_RULES_CHECK", "CorrectionRequest", "main", "run_correction"]
+__all__ = ["SEGMENT_RULES_CHECK", "CorrectionRequest", "ServerLost", "main", "run_correction"]
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +89,7 @@ def _segment(result: Any) -> dict[str, Any]:
     }
 
 
-def _materialization(results: Sequence[Any], seconds: float) -> dict[str, Any]:
+def _materialization(results: Sequence[Any], seconds: float, where: str) -> dict[str, Any]:
     skipped = sum(r.skipped for r in results)
     rows = sum(r.rows for r in results)
     return {
@@ -99,6 +100,7 @@ def _materialization(results: Sequence[Any], seconds: float) -> dict[str, Any]:
         "events": sum(r.events for r in results),
         "duplicates_dropped": sum(r.duplicates_dropped for r in results),
         "spark_seconds": round(seconds, 3),
+        "spark_session": where,
         "segments": {"raw_value": [_segment(r) for r in results], "type": "json"},
     }
 
@@ -119,9 +121,11 @@ def run_correction(pipes: PipesContext, spark: Any = None) -> None:
     settings = get_settings()
     spark_settings = SparkSettings()
     started = time.monotonic()
+    remote = spark_settings.remote if spark is None else None
     if spark is None:
         spark = build_spark(spark_settings, s3_endpoint_url=settings.s3_endpoint_url)
-    pipes.log.info(f"Spark ready in {time.monotonic() - started:.1f} s")
+    where = f"Spark Connect {remote}" if remote else "own JVM"
+    pipes.log.info(f"Spark ready in {time.monotonic() - started:.1f} s ({where})")
     store = open_store(request.storage_root, settings.s3_endpoint_url)
 
     def validate(frame: Any, view: Any) -> None:
@@ -156,6 +160,20 @@ def run_correction(pipes: PipesContext, spark: Any = None) -> None:
             asset_key=request.asset_keys[broken.view],
         )
         return
+    except Exception as exc:
+        if remote and _lost_server(exc):
+            lost = ServerLost(
+                f"lost the Spark Connect server at {remote} during the correction "
+                f"({type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}); nothing "
+                "of the unfinished views was published, and the run's retry corrects them again"
+            )
+            pipes.log.error(str(lost))
+            raise lost from exc
+        raise
+    finally:
+        if remote:
+            with contextlib.suppress(Exception):
+                spark.stop()  # releases this run's session; the server keeps running
     seconds = time.monotonic() - started
     for view in views:
         mine = [r for r in results if r.view == view.name]
@@ -169,7 +187,22 @@ def run_correction(pipes: PipesContext, spark: Any = None) -> None:
             },
             asset_key=key,
         )
-        pipes.report_asset_materialization(metadata=_materialization(mine, seconds), asset_key=key)
+        pipes.report_asset_materialization(
+            metadata=_materialization(mine, seconds, where), asset_key=key
+        )
+
+
+class ServerLost(RuntimeError):
+    """The Spark Connect server went away under a correction (killed, restarted, crashed)."""
+
+
+def _lost_server(exc: BaseException) -> bool:
+    """A gRPC failure to reach the server, or a server that no longer knows the session."""
+    text = f"{type(exc).__name__} {exc}"
+    signs = ("UNAVAILABLE", "Connection refused", "SESSION_NOT_FOUND", "OPERATION_NOT_FOUND")
+    signs += ("Socket closed", "RetriesExceeded", "GrpcException", "CANCELLED", "INVALID_HANDLE")
+    signs += ("NO_ACTIVE_SESSION",)
+    return any(sign in text for sign in signs)
 
 
 def _message_writer(loader: PipesParamsLoader) -> PipesMessageWriter:

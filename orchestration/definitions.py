@@ -36,6 +36,7 @@ from orchestration.sensors import (
     make_spot_interruption_sensor,
 )
 from orchestration.settings import DagsterSettings
+from orchestration.spark_jobs import check_spark
 from pipelines.config import get_settings
 from pipelines.settings import load_settings
 
@@ -71,7 +72,7 @@ defs = dg.Definitions(
         build_nothing_lost_check(),
         build_archive_schema_check(),
     ],
-    jobs=[correction_job, report_job, scale_stream_workers, *RECOVERY_JOBS],
+    jobs=[correction_job, report_job, scale_stream_workers, *RECOVERY_JOBS, check_spark],
     # Wall-clock schedules stay available (turn them on in the UI) but are off: the
     # automation above follows event time, which also corrects replayed days.
     schedules=[

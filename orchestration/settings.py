@@ -55,6 +55,13 @@ class DagsterSettings(SluiceBaseSettings):
         description="Minutes past an hour's end, beyond the views' allowed lateness, before "
         "it is complete and corrected (event time; wall time for the hourly schedule).",
     )
+    correction_retry_delay_s: float = Field(
+        default=30.0,
+        ge=1,
+        le=3600,
+        description="Seconds before a failed correction launch is retried (twice, the second "
+        "after twice as long): time for a restarted Spark Connect server to come back.",
+    )
     idle_close_s: float = Field(
         default=300.0,
         gt=0,
@@ -214,6 +221,24 @@ class EmrServerlessSettings(SluiceBaseSettings):
     )
     messages_bucket: str | None = Field(
         default=None, description="Bucket the job writes its Dagster Pipes messages to."
+    )
+    warm_application_id: str | None = Field(
+        default=None,
+        description="EMR Serverless application with pre-initialized capacity "
+        "(initialCapacity) that corrections of up to warm_max_hours run on, with no wait for "
+        "workers; unset = every run on application_id (docs/batch.md: cost, when to use).",
+    )
+    warm_max_hours: int = Field(
+        default=24,
+        ge=1,
+        description="Corrections of more hours than this (large backfills) run on "
+        "application_id (on-demand capacity) instead of the warm application.",
+    )
+    warm_start_timeout_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="How long a run waits for a stopped warm application to start (its "
+        "pre-initialized workers) before it runs on application_id instead.",
     )
     spark_submit_parameters: str = Field(
         default="", description="Extra spark-submit parameters, e.g. --conf spark.executor.cores=4."

@@ -39,6 +39,7 @@ SUBCOMMANDS = (
     "status",
     "views",
     "batch",
+    "spark",
     "report",
     "autoscale",
     "config",

@@ -34,6 +34,7 @@ from orchestration.lag import (
     worst,
 )
 from orchestration.runtime import Runtime
+from orchestration.spark_server import SparkConnectServer
 from pipelines.control import AgentRecord, Assignment
 from pipelines.exceptions import SluiceError
 from pipelines.stopping import StopDeadline, on_stop_signals, run_until_stopped
@@ -409,6 +410,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _spark_line(runtime: Runtime) -> Text:
+    """The warm Spark Connect server corrections use: health, memory, restarts."""
+    health = SparkConnectServer(runtime.settings.resolved_state_dir).health()
+    return Text(health.line(), style="green" if health.running else "dim")
+
+
 def show(runtime: Runtime, args: argparse.Namespace, stop: threading.Event) -> None:
     """What `sluice status` prints: once (``--once``, ``--json``) or live until ``stop``."""
     if args.json:
@@ -422,6 +429,7 @@ def show(runtime: Runtime, args: argparse.Namespace, stop: threading.Event) -> N
         lags = collect_task_lags(runtime, args.stale_after)
         tracker = LagTracker(stale_after_s=args.stale_after)
         console.print(render(lags, tracker.update(lags), job_view(runtime), console.width))
+        console.print(_spark_line(runtime))
         return
     console.print(render_views(_views(runtime)))
     tracker = LagTracker(stale_after_s=args.stale_after)
@@ -429,7 +437,8 @@ def show(runtime: Runtime, args: argparse.Namespace, stop: threading.Event) -> N
 
     def frame() -> Group:
         lags = collect_task_lags(runtime, args.stale_after, probe)
-        return render(lags, tracker.update(lags), job_view(runtime), console.width)
+        table = render(lags, tracker.update(lags), job_view(runtime), console.width)
+        return Group(table, _spark_line(runtime))
 
     try:
         with Live(frame(), console=console, auto_refresh=False) as live:

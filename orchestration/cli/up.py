@@ -31,9 +31,13 @@ from orchestration.fleet import LocalFleet, Supervisor, child_environment, start
 from orchestration.fleet.processes import start_process, stop_process
 from orchestration.lag import LagTracker
 from orchestration.runtime import Runtime
+from orchestration.settings import DagsterSettings
+from orchestration.spark_server import SparkConnectServer
+from pipelines.batch.config import SparkSettings
 from pipelines.config import SluiceSettings
 from pipelines.generator.progress import ReplayProgress
 from pipelines.kafka import EmbeddedBroker, ensure_topics
+from pipelines.settings import load_settings
 from pipelines.stopping import StopDeadline, on_stop_signals, run_until_stopped
 
 __all__ = ["register"]
@@ -98,6 +102,21 @@ def up_settings(settings: SluiceSettings, flush_interval: float | None) -> Sluic
     return SluiceSettings.model_validate({**settings.model_dump(), **update})
 
 
+UP_DAGSTER_DEFAULTS = {"idle_close_s": 30.0, "automation_interval_s": 10}
+"""A replay ends by standing still: `up` closes its last hours after 30 s, not 5 minutes, and
+ticks every 10 s, so the day's one correction run starts soon after the replay's end."""
+
+
+def up_dagster_env() -> dict[str, str]:
+    """``SLUICE_*`` for `up`'s Dagster: :data:`UP_DAGSTER_DEFAULTS` where the user set nothing."""
+    chosen = load_settings(DagsterSettings).model_fields_set
+    return {
+        f"SLUICE_{name.upper()}": str(value)
+        for name, value in UP_DAGSTER_DEFAULTS.items()
+        if name not in chosen
+    }
+
+
 PROGRESS_FILE = "replay-progress.json"
 HOUR_S = 3600
 DAY_S = 24 * HOUR_S
@@ -133,8 +152,9 @@ passes in minutes (a variable set by the user wins)."""
 
 
 def dagster_environment(args: argparse.Namespace, children: dict[str, str]) -> dict[str, str]:
-    """What Dagster gets besides the children's settings: the replay's partitions and the
-    autoscaler (unless ``--no-autoscale``), each unless the user set it."""
+    """What Dagster gets besides the children's settings: the replay's partitions, the
+    autoscaler (unless ``--no-autoscale``) and :func:`up_dagster_env`, each unless the user
+    set it."""
     env = dict(children)
     start, end = replay_span(args.trace, args.duration)
     wanted = {"SLUICE_PARTITIONS_START": start, "SLUICE_PARTITIONS_END": end}
@@ -145,6 +165,7 @@ def dagster_environment(args: argparse.Namespace, children: dict[str, str]) -> d
     for name, value in wanted.items():
         if name not in os.environ or (name == "SLUICE_AUTOSCALE_SENSOR" and args.no_autoscale):
             env[name] = value
+    env.update(up_dagster_env())
     return env
 
 
@@ -193,6 +214,11 @@ def run(args: argparse.Namespace) -> int:
         fleet = start_fleet(runtime, args.agents, args.views, None, started.fleets.append)
         console.print(f"{len(fleet.agents)} stream agents: {', '.join(fleet.agents)}")
         children = child_environment(runtime)
+        if not args.no_dagster and SparkSettings().connect:
+            started.spark_server = SparkConnectServer(state_dir)
+            keeper = _start_spark_server({**os.environ, **children}, state_dir, console)
+            if keeper is not None and not started.keep("spark", keeper):
+                return
         if not args.no_dagster:
             dagster = _start_dagster(settings, dagster_environment(args, children), console)
             if dagster is not None and not started.keep("dagster", dagster):
@@ -221,7 +247,7 @@ def run(args: argparse.Namespace) -> int:
         run_until_stopped(body, stop, "supervisor")
     finally:
         deadline.arm()  # a second Ctrl-C gives up at once, killing every child by PID
-        console.print("stopping: generator, agents (checkpointing), Dagster, broker...")
+        console.print("stopping: generator, agents (checkpointing), Dagster, Spark, broker...")
         started.stop(settings.stop_timeout_s + 1)
         console.print("stopped")
     return 130 if signal.SIGINT in signals else 0
@@ -235,6 +261,8 @@ class Started:
         self.broker: EmbeddedBroker | None = None
         self.fleets: list[LocalFleet] = []
         self.generator: subprocess.Popen | None = None
+        self.spark: subprocess.Popen | None = None
+        self.spark_server: SparkConnectServer | None = None
         self.dagster = None
         self.watch: Watch | None = None
         self.closed = False
@@ -247,7 +275,7 @@ class Started:
             if not self.closed:
                 setattr(self, kind, thing)
                 return True
-        if kind == "generator":
+        if kind in ("generator", "spark"):
             stop_process(thing, timeout_s=2)
         elif kind == "dagster":
             thing.stop(interrupt_timeout_s=2, term_timeout_s=2)
@@ -264,6 +292,7 @@ class Started:
         if self.watch is not None:
             self.watch.close()
         stops = [lambda: stop_process(self.generator, timeout_s)]
+        stops.append(lambda: stop_process(self.spark, min(timeout_s, 10)))
         stops += [lambda fleet=fleet: fleet.close(timeout_s) for fleet in self.fleets]
         if self.dagster is not None:
             stops.append(lambda: self.dagster.stop(timeout_s - 4, 2))
@@ -281,7 +310,12 @@ class Started:
             self.closed = True
         for fleet in self.fleets:
             fleet.kill()
-        groups = [p.pid for p in (self.generator,) if p is not None and p.poll() is None]
+        running = [p for p in (self.generator, self.spark) if p is not None and p.poll() is None]
+        groups = [p.pid for p in running]
+        if self.spark_server is not None:  # its JVM is a process group of its own
+            info = self.spark_server.info()
+            if info is not None:
+                groups.append(info.pid)
         if self.dagster is not None:
             groups.append(self.dagster.pgid)
         for pgid in groups:
@@ -291,6 +325,22 @@ class Started:
         if info is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(info.pid, signal.SIGKILL)
+
+
+def _start_spark_server(
+    env: dict[str, str], state_dir: Path, console: Console
+) -> subprocess.Popen | None:
+    """The keeper of the warm Spark Connect server corrections use (`sluice spark serve`),
+    unless one runs already (`sluice spark start`: used, left running). It opens its port in
+    the background (~5-15 s) while the rest starts; a correction before that uses spark-submit."""
+    running = SparkConnectServer(state_dir).info()
+    if running is not None:
+        console.print(f"using the running Spark Connect server at {running.url}")
+        return None
+    command = [sys.executable, "-m", "orchestration.cli", "spark", "serve"]
+    keeper = start_process(command, env, state_dir / "logs" / "spark-keeper.log")
+    console.print(f"Spark Connect server for corrections: keeper pid {keeper.pid}")
+    return keeper
 
 
 def _start_dagster(settings: SluiceSettings, env: dict[str, str], console: Console):

@@ -12,6 +12,11 @@ lies years in the past, closes as the replay goes, which a wall-clock schedule n
 A stream that stops (the end of a replay) never moves its watermark past its last hour. When
 every task has caught up and the watermark has not moved for ``idle_close_s``, the sensor
 closes the hours up to the watermark's hour as well.
+
+One run per closed stretch: while the fleet's watermark trails the wall clock (a replay, a
+backlog), the hours it closes are held and recorded together when the stretch ends, at most
+two days at a time (:func:`catching_up`), so the automation corrects them in one run (one backfill,
+single-run policy) instead of one per tick.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from pipelines.segments import HOUR_MS, hours_with_events
 from pipelines.views import View
 from quality.completeness import archive_completeness
 
-__all__ = ["closed_until", "make_archive_hours_sensor"]
+__all__ = ["MAX_STRETCH_HOURS", "catching_up", "closed_until", "make_archive_hours_sensor"]
 
 DAY_MS = 24 * HOUR_MS
 
@@ -53,6 +58,23 @@ def closed_until(
     if idle:
         return watermark - watermark % HOUR_MS + HOUR_MS
     return watermark - closing_ms
+
+
+MAX_STRETCH_HOURS = 48
+"""Most hours held back for one run while a fleet catches up: two days, so a replayed day and
+the empty hours of the day before (its first late events close that day too) stay one run."""
+
+
+def catching_up(now_s: float, watermark: float | None, closing_ms: int, held: int) -> bool:
+    """Whether hours that closed now belong to a stretch that is still closing: the fleet's
+    watermark trails the wall clock by more than an hour beyond the closing time (a replay
+    of past event time, or a backlog being read), and fewer than :data:`MAX_STRETCH_HOURS`
+    are waiting. Such hours are recorded together when the stretch ends (the fleet idles or
+    reaches the present), so automation corrects them in one run instead of one per tick;
+    a live stream's hours close one by one as before."""
+    if watermark is None or held >= MAX_STRETCH_HOURS:
+        return False
+    return now_s * 1000 - watermark > closing_ms + HOUR_MS
 
 
 def make_archive_hours_sensor(
@@ -119,6 +141,16 @@ def make_archive_hours_sensor(
                 first = done + HOUR_MS
             # hours past the partitions' end (a replay's last late or future events) wait
             due = [h for h in range(first, until - HOUR_MS + 1, HOUR_MS) if in_partitions(h)]
+            if due and not idle and catching_up(now, watermark, lateness[topic], len(due)):
+                context.log.info(
+                    "%s: %d archive hour(s) closed while the fleet catches up (a replay or "
+                    "a backlog), through %s; held until the stretch ends, to be corrected in "
+                    "one run",
+                    topic,
+                    len(due),
+                    partition_key_for(due[-1]),
+                )
+                continue
             for hour in archive_completeness(store, due, topic):
                 events.append(
                     dg.AssetMaterialization(

@@ -53,6 +53,24 @@ class SparkSettings(SluiceBaseSettings):
         default="s3a",
         description="Scheme Spark reads s3:// storage roots with: s3a (hadoop-aws) or s3 (EMRFS).",
     )
+    remote: str | None = Field(
+        default=None,
+        description="Spark Connect URL (sc://host:port) the correction runs on instead of "
+        "starting Spark; the Dagster launch sets it to the warm server of `sluice up` / "
+        "`sluice spark start` when that runs.",
+    )
+    connect: bool = Field(
+        default=True,
+        description="Corrections launched by Dagster use the warm Spark Connect server when "
+        "it runs (else spark-submit), and `sluice up` starts one.",
+    )
+    connect_port: int | None = Field(
+        default=None,
+        ge=1,
+        le=65535,
+        description="Port of the Spark Connect server `sluice up` / `sluice spark start` run on "
+        "127.0.0.1; unset = a free port (recorded in <state_dir>/spark-connect.json).",
+    )
     conf: dict[str, str] = Field(
         default_factory=dict,
         description='Extra Spark configuration, JSON in the environment: {"spark.executor.memory": "4g"}.',

@@ -24,6 +24,7 @@ and the allowed lateness.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -246,7 +247,9 @@ def correct_session_hours(
             .collect()
         )
     finally:
-        events.unpersist()
+        # Not to hide why the run failed: a lost Spark Connect server fails this too.
+        with contextlib.suppress(Exception):
+            events.unpersist()
     counts = {row[HOUR]: (row["n"], row["copies"] - row["n"]) for row in stats}
     share = (time.monotonic() - started) / len(todo)
     starts = table.column(SESSION_START).to_numpy()

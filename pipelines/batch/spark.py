@@ -101,7 +101,8 @@ def spark_conf(
 def build_spark(
     settings: SparkSettings | None = None, s3_endpoint_url: str | None = None
 ) -> SparkSession:
-    """The session for the batch job; reuses a running one (``getOrCreate``).
+    """The session for the batch job; reuses a running one (``getOrCreate``), or connects to
+    ``settings.remote`` (Spark Connect) when set.
 
     ``PYSPARK_PYTHON`` is set to the configured interpreter when unset, so Python workers
     (if any) run in the same environment, with pyarrow. Under spark-submit the submitted
@@ -110,6 +111,12 @@ def build_spark(
     from pyspark.sql import SparkSession
 
     settings = settings or SparkSettings()
+    if settings.remote:
+        # A Spark Connect server: started with the project's configuration (orchestration's
+        # spark_server), so this session only connects; nothing here starts a JVM.
+        spark = SparkSession.builder.remote(settings.remote).getOrCreate()
+        log.info("Spark %s session through Spark Connect at %s", spark.version, settings.remote)
+        return spark
     under_submit = submitted()
     if not under_submit:
         os.environ.setdefault("PYSPARK_PYTHON", settings.python)

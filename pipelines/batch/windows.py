@@ -6,6 +6,7 @@ Views that share a window and grouping are aggregated in one pass (plus one two-
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections import defaultdict
@@ -234,7 +235,9 @@ def correct_window_hours(
             for view, table in zip(members, tables, strict=True):
                 _publish_view(store, view, segments, table, share, files, counts, emit)
     finally:
-        events.unpersist()
+        # Not to hide why the run failed: a lost Spark Connect server fails this too.
+        with contextlib.suppress(Exception):
+            events.unpersist()
 
 
 def _publish_view(

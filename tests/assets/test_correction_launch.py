@@ -138,10 +138,15 @@ def test_a_correction_runs_as_an_emr_serverless_job_run(
     application_id = emr.create_application(name="sluice", releaseLabel="emr-7.5.0", type="SPARK")[
         "applicationId"
     ]
+    warm = emr.create_application(
+        name="sluice-warm", releaseLabel="emr-7.5.0", type="SPARK", initialCapacity=CAPACITY
+    )["applicationId"]
+    emr.stop_application(applicationId=warm)  # its auto-stop ran: the launch starts it
     # an hour the archive does not hold: the job answers at once and says it skipped it
     empty = hours[0] - HOUR_MS
     errors: list[BaseException] = []
-    player = threading.Thread(target=_play_emr, args=(moto_endpoint, application_id, errors))
+    # an hour's correction runs on the warm application, which the launch starts first
+    player = threading.Thread(target=_play_emr, args=(moto_endpoint, warm, errors))
     player.start()
     resource = EmrServerlessSparkResource(
         application_id=application_id,
@@ -149,7 +154,9 @@ def test_a_correction_runs_as_an_emr_serverless_job_run(
         entry_point="s3://sluice-code/correction_job.py",
         messages_bucket="sluice-pipes",
         region="us-east-1",
+        warm_application_id=warm,
     )
+    assert not resource.check().passed  # not started: the first run would wait for workers
     result = dg.materialize(
         corrected_assets,
         selection=dg.AssetSelection.assets(corrected_key(VIEW.name)),
@@ -165,6 +172,22 @@ def test_a_correction_runs_as_an_emr_serverless_job_run(
     assert metadata["skipped"] is True and metadata["reason"]
     (check,) = result.get_asset_check_evaluations()
     assert check.check_name == SEGMENT_RULES_CHECK and check.passed
+    with pytest.raises(emr.exceptions.ResourceNotFoundException):  # moto: no run there yet
+        emr.list_job_runs(applicationId=application_id)
+    assert len(emr.list_job_runs(applicationId=warm)["jobRuns"]) == 1
+    warm_check = resource.check()
+    assert warm_check.passed and warm_check.metadata["state"] == "STARTED"
+    assert warm_check.metadata["capacity"] == "Driver 1 x 2 vCPU/4 GB, Executor 2 x 4 vCPU/8 GB"
+    # a backfill larger than SLUICE_EMR_WARM_MAX_HOURS goes to the on-demand application
+    monkeypatch.setenv("SLUICE_EMR_WARM_MAX_HOURS", "2")
+    assert resource.application_for(3) == application_id
+    assert resource.application_for(2) == warm
+
+
+CAPACITY = {
+    "Driver": {"workerCount": 1, "workerConfiguration": {"cpu": "2 vCPU", "memory": "4 GB"}},
+    "Executor": {"workerCount": 2, "workerConfiguration": {"cpu": "4 vCPU", "memory": "8 GB"}},
+}
 
 
 def test_a_request_travels_whole_and_an_incomplete_one_is_named() -> None:
@@ -187,3 +210,37 @@ def test_emr_settings_come_from_the_resource_over_the_environment(monkeypatch) -
     )
     emr = resource.settings()
     assert (emr.application_id, emr.messages_bucket) == ("from-env", "pipes")
+
+
+def test_without_the_warm_server_the_run_uses_spark_submit_and_says_why(
+    archive, tmp_path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    """The fallback path, real: no Spark Connect server in the state directory, so the run
+    starts Spark with spark-submit (a JVM of its own) and its log says why."""
+    root, hours = archive
+    monkeypatch.setenv("SLUICE_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv(
+        "SLUICE_SPARK_CONF", '{"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"}'
+    )
+    get_settings.cache_clear()
+    request.addfinalizer(get_settings.cache_clear)
+    local = LocalSparkResource(
+        master="local[1]", driver_memory="768m", shuffle_partitions=2, connect=True
+    )
+    assert not local.check().passed and "no keeper" in local.check().description
+    instance = dg.DagsterInstance.ephemeral()
+    result = dg.materialize(
+        corrected_assets,
+        selection=dg.AssetSelection.assets(corrected_key(VIEW.name)),
+        resources={"storage": LocalStorageResource(root=str(root)), "spark": local},
+        tags=_one_hour(hours[0] - HOUR_MS),  # not archived: the job answers at once
+        instance=instance,
+        raise_on_error=False,
+    )
+    assert result.success, result.all_events
+    messages = [e.user_message for e in instance.all_logs(result.run_id)]
+    fallback = [m for m in messages if m.startswith("Spark Connect server not used")]
+    assert fallback and "spark-submit" in fallback[0] and "no keeper" in fallback[0], messages
+    assert any("Spark ready" in m and "(own JVM)" in m for m in messages), messages
+    (event,) = result.get_asset_materialization_events()
+    assert event.materialization.metadata["spark_session"].value == "own JVM"

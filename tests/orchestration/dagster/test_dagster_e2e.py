@@ -8,6 +8,9 @@ leave no process behind.
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -24,15 +27,19 @@ from assets.constants import (
 from assets.partitions import partition_key_for
 from assets.views.checks import CORRECTION_CHECK
 from orchestration.dagster_service import DagsterHandle, start_dagster
+from orchestration.spark_server import SparkConnectServer
 from pipelines.config import SluiceSettings
 from pipelines.control import ControlStore
 from pipelines.segments import HOUR_MS
 from pipelines.serving.query import query_view
 from pipelines.storage import LocalObjectStore
+from pipelines.testing import StreamRun
 from tests.fixtures.browser import chromium_page
 from tests.fixtures.dagster_fixture import build_archive, example_views
 from tests.fixtures.processes import wait_until
+from tests.fixtures.spark_connect import TEST_SPARK_ENV, warm_spark_server
 from tests.fixtures.webhook import Webhook, webhook_server
+from tests.pipelines.batch.test_batch_correct import assert_rows_equal, oracle, served
 
 pytestmark = pytest.mark.e2e
 
@@ -58,6 +65,10 @@ query Poll($id: String!) {
 """
 
 
+STREAMED: dict[str, StreamRun] = {}
+"""The module's replayed archive (its events are the oracle's input)."""
+
+
 @pytest.fixture(scope="module")
 def alert_hook() -> Iterator[Webhook]:
     """The webhook the module's Dagster posts its alerts to."""
@@ -72,31 +83,82 @@ def dagster(
     state = tmp_path_factory.mktemp("dagster-e2e") / "state"
     settings = SluiceSettings(state_dir=state)
     run = build_archive(Path(settings.resolved_storage_root))
+    STREAMED["run"] = run
     control = ControlStore(settings.resolved_control_store_url)
     control.report_tasks(run.task_statuses())  # the fleet finished the replay and caught up
     control.close()
-    handle = start_dagster(
-        settings,
-        extra_env={
-            "SLUICE_ENV": "local",
-            "SLUICE_SPARK_SHUFFLE_PARTITIONS": "2",
-            "SLUICE_SPARK_DRIVER_MEMORY": "1g",
-            # short-lived correction JVMs: C2 compilation costs more than it saves here
-            "SLUICE_SPARK_CONF": '{"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"}',
-            "SLUICE_AUTOMATION_INTERVAL_S": "5",
-            "SLUICE_IDLE_CLOSE_S": "5",
-            # the day's end, as `up` sets it to its replay's; the start comes from the archive
-            "SLUICE_PARTITIONS_END": "2015-02-27-00:00",
-            "SLUICE_ALERT_WEBHOOK_URL": alert_hook.url,
-        },
-        timeout_s=240,
-    )
-    try:
-        yield handle, settings, run.event_hours()
-    finally:
-        handle.stop()
-        assert not handle.pids, f"Dagster left processes behind: {handle.pids}"
-        assert handle.process.poll() is not None
+    # The warm Spark every correction here runs on, as `sluice up` would start it; its JVM
+    # starts while Dagster loads.
+    with warm_spark_server(state):
+        handle = start_dagster(
+            settings,
+            extra_env={
+                "SLUICE_ENV": "local",
+                **TEST_SPARK_ENV,
+                "SLUICE_AUTOMATION_INTERVAL_S": "5",
+                "SLUICE_IDLE_CLOSE_S": "5",
+                "SLUICE_CORRECTION_RETRY_DELAY_S": "5",
+                # the day's end, as `up` sets it to its replay's; the start comes from the archive
+                "SLUICE_PARTITIONS_END": "2015-02-27-00:00",
+                "SLUICE_ALERT_WEBHOOK_URL": alert_hook.url,
+            },
+            timeout_s=240,
+        )
+        try:
+            yield handle, settings, run.event_hours()
+        finally:
+            handle.stop()
+            assert not handle.pids, f"Dagster left processes behind: {handle.pids}"
+            assert handle.process.poll() is not None
+
+
+def _descendants(pid: int) -> dict[int, str]:
+    """Every live process under ``pid`` with its command line."""
+    children: dict[int, list[int]] = {}
+    lines: dict[int, str] = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            lines[int(proc.name)] = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(parent, []).append(int(proc.name))
+    found, todo = {}, [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found[child] = lines.get(child, "")
+            todo.append(child)
+    return found
+
+
+class ProcessTree:
+    """Samples Dagster's process tree while a test waits: what ran under it."""
+
+    def __init__(self, handle: DagsterHandle) -> None:
+        self.handle = handle
+        self.seen: set[str] = set()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self.stop.wait(0.2):
+            self.seen.update(_descendants(self.handle.process.pid).values())
+
+    def __enter__(self) -> ProcessTree:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(5)
+
+    def spark_submits(self) -> list[str]:
+        return [c for c in self.seen if "spark-submit" in c or "deploy.SparkSubmit" in c]
+
+    def correction_jobs(self) -> list[str]:
+        return [c for c in self.seen if "correction_job.py" in c]
 
 
 PARTITION_KEYS = """
@@ -318,6 +380,7 @@ query Hour($path: [String!]!, $partition: String!) {
           ... on IntMetadataEntry { intValue }
           ... on FloatMetadataEntry { floatValue }
           ... on BoolMetadataEntry { boolValue }
+          ... on TextMetadataEntry { text }
         }
       }
     }
@@ -332,7 +395,7 @@ def _hour_metadata(handle: DagsterHandle, key, hour: int) -> dict:
     (event,) = answer["assetMaterializations"]
     values = {}
     for entry in event["metadataEntries"]:
-        found = [entry.get(k) for k in ("intValue", "floatValue", "boolValue") if k in entry]
+        found = [entry[k] for k in ("intValue", "floatValue", "boolValue", "text") if k in entry]
         values[entry["label"]] = found[0] if found else None
     return values
 
@@ -374,7 +437,7 @@ RUNS = """
 query Runs {
   runsOrError(limit: 50) {
     __typename
-    ... on Runs { results { runId status jobName tags { key value } } }
+    ... on Runs { results { runId status jobName tags { key value } assetSelection { path } } }
   }
 }
 """
@@ -402,7 +465,12 @@ def test_a_replayed_day_corrects_and_reports_itself(dagster, artifacts_dir: Path
         found = latest["assetOrError"].get("assetMaterializations") or []
         return found[0] if found else None
 
-    latest = wait_until(reported, 420, "the day's report, by automation", every_s=2.0)
+    with ProcessTree(handle) as tree:
+        latest = wait_until(reported, 420, "the day's report, by automation", every_s=2.0)
+    # every correction ran on the warm Spark Connect server: the job was a plain Python
+    # process under Dagster, and no spark-submit (a JVM of its own) ever ran there
+    assert tree.correction_jobs(), tree.seen
+    assert tree.spark_submits() == [], tree.spark_submits()
     assert latest["partition"] == day
     entries = {e["label"]: e for e in latest["metadataEntries"]}
     summary = next(e for e in entries.values() if e["__typename"] == "MarkdownMetadataEntry")
@@ -438,6 +506,7 @@ def test_a_replayed_day_corrects_and_reports_itself(dagster, artifacts_dir: Path
     assert reported["version"] == 1 and reported["skipped"] is False, reported
     assert reported["dagster/row_count"] == reported["rows"] == published > 0, reported
     assert reported["events"] > 0 and reported["spark_seconds"] > 0, reported
+    assert reported["spark_session"].startswith("Spark Connect sc://127.0.0.1:"), reported
 
     runs = [  # the asset runs; the spot test's evacuation run is its own job
         r for r in handle.graphql(RUNS)["runsOrError"]["results"] if r["jobName"] == "__ASSET_JOB"
@@ -446,6 +515,13 @@ def test_a_replayed_day_corrects_and_reports_itself(dagster, artifacts_dir: Path
     for run in runs:  # every one came from the automation sensor, none from a person
         tags = {t["key"]: t["value"] for t in run["tags"]}
         assert tags.get("dagster/sensor_name") == "sluice_automation", tags
+    # the replayed day closed as one stretch: one correction run for all its hours and views
+    corrections = [
+        r
+        for r in runs
+        if any(a["path"][-1].startswith("corrected_") for a in r["assetSelection"] or [])
+    ]
+    assert len(corrections) == 1, corrections
 
     key = corrected_key(views[0].name)
     wait_until(
@@ -501,3 +577,81 @@ def test_a_backfill_recorrects_an_hour_as_a_new_version(dagster) -> None:
     assert set(served.column("source").to_pylist()) == {"batch v2"}
     others = query_view(store, view, hours[0], hours[0] + HOUR_MS)
     assert set(others.column("source").to_pylist()) == {"batch v1"}
+
+
+RUN_LOGS = """
+query Logs($id: ID!) {
+  logsForRun(runId: $id) {
+    __typename
+    ... on EventConnection {
+      events {
+        __typename
+        ... on MessageEvent { message }
+        ... on ExecutionStepFailureEvent { error { message causes { message } } }
+        ... on ExecutionStepUpForRetryEvent { error { message causes { message } } }
+      }
+    }
+  }
+}
+"""
+
+
+def _run_messages(handle: DagsterHandle, run_id: str) -> list[str]:
+    answer = handle.graphql(RUN_LOGS, {"id": run_id})["logsForRun"]
+    messages = []
+    for event in answer.get("events", []):
+        messages.append(event.get("message") or "")
+        error = event.get("error") or {}
+        messages += [error.get("message") or ""]
+        messages += [c.get("message") or "" for c in error.get("causes") or []]
+    return messages
+
+
+def test_a_correction_survives_the_warm_server_killed_under_it(dagster) -> None:
+    """The server is SIGKILLed while a correction runs on it: the step fails with a message
+    that names the server, the keeper restarts it, the retry policy runs the step again on
+    the new server, and the published hours equal the oracle computed from the archive."""
+    handle, settings, hours = dagster
+    view = next(v for v in example_views() if v.name == "traffic_by_org")
+    hour = hours[-1]  # its corrections are versions 1 (automation) and 2 (this run)
+    server = SparkConnectServer(settings.resolved_state_dir)
+    before = server.wait_running(60)
+    assert before.running, before.reason
+    params = {
+        "partitionNames": [partition_key_for(hour)],
+        "assetSelection": [{"path": corrected_key(view.name).path}],
+        "fromFailure": False,
+        "title": "e2e: the server dies",
+    }
+    launched = handle.graphql(LAUNCH, {"params": params})["launchPartitionBackfill"]
+    assert launched["__typename"] == "LaunchBackfillSuccess", launched
+
+    def poll() -> dict:
+        return handle.graphql(POLL, {"id": launched["backfillId"]})["partitionBackfillOrError"]
+
+    run_id = wait_until(lambda: [r["id"] for r in poll()["runs"]], 120, "the backfill's run")[0]
+    wait_until(
+        lambda: any("Spark ready" in m for m in _run_messages(handle, run_id)),
+        180,
+        "the correction job connected to the server",
+        every_s=0.1,
+    )
+    os.kill(before.pid, signal.SIGKILL)
+
+    done = wait_until(lambda: (b := poll())["status"] in TERMINAL and b, 300, "the backfill")
+    assert [r["status"] for r in done["runs"]] == ["SUCCESS"], done
+    messages = _run_messages(handle, run_id)
+    lost = [m for m in messages if f"Spark Connect server {before.url} (pid {before.pid})" in m]
+    assert lost and "stopped during the correction" in lost[0], messages
+    assert any("lost the Spark Connect server" in m for m in messages), messages
+    after = server.health()
+    assert after.running and after.pid != before.pid and after.restarts >= 1
+    retried = [m for m in messages if m.startswith("correcting through the warm Spark Connect")]
+    assert len(retried) == 2 and f"(pid {after.pid}," in retried[1], retried
+
+    store = LocalObjectStore(settings.resolved_storage_root)
+    table = query_view(store, view, hour, hour + HOUR_MS)
+    assert all(s.startswith("batch v") for s in table.column("source").to_pylist())
+    events = STREAMED["run"].events_frame(dedupe=True)
+    events = events[(events["event_time"] >= hour) & (events["event_time"] < hour + HOUR_MS)]
+    assert_rows_equal(served(table), oracle(view, events), view)

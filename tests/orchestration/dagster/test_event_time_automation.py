@@ -22,6 +22,7 @@ from orchestration.resources import (
     LocalStorageResource,
 )
 from orchestration.sensors import make_archive_hours_sensor
+from orchestration.sensors.archive_hours import MAX_STRETCH_HOURS, catching_up
 from pipelines.control import ControlStore, TaskStatus
 from pipelines.segments import HOUR_MS
 from tests.fixtures.dagster_fixture import build_archive, example_views
@@ -96,6 +97,59 @@ def test_hours_close_as_the_watermark_passes_them_and_the_last_when_the_stream_s
     clock["now"] += 200
     assert tick() == [partition_key_for(H23)]
     assert json.loads(cursor)["events"]["closed"] == H23
+
+
+def test_a_replayed_stretch_closes_in_one_tick_and_is_requested_at_once(
+    storage_root: Path, tmp_path: Path
+) -> None:
+    """Event time years behind the wall clock (a replay): hours the watermark passes are held,
+    and when the fleet idles the whole day closes in one tick, which automation requests
+    in one evaluation (one backfill, one run by the single-run policy), not one per tick."""
+    url = f"sqlite:///{tmp_path / 'control.db'}"
+    clock = {"now": datetime(2026, 11, 25, tzinfo=UTC).timestamp()}
+    sensor = make_archive_hours_sensor(VIEWS, 15, idle_close_s=300, clock=lambda: clock["now"])
+    resources = {
+        "control_store": LocalControlStoreResource(sqlite_url=url),
+        "storage": LocalStorageResource(root=str(storage_root)),
+    }
+    cursor = None
+
+    def tick() -> list[str]:
+        nonlocal cursor
+        with dg.build_sensor_context(resources=resources, cursor=cursor) as context:
+            result = sensor.evaluate_tick(context)
+        cursor = result.cursor
+        return [e.partition for e in result.asset_events]
+
+    _report(url, H22 + CLOSING_MS, backlog=500)  # 21:00 and the day's empty hours closed
+    assert tick() == []  # held: the replay goes on
+    _report(url, H23 + 50 * 60_000, backlog=500)
+    clock["now"] += 10
+    assert tick() == []
+    _report(url, H23 + 50 * 60_000, backlog=0)  # the replay is over, the fleet caught up
+    clock["now"] += 301
+    day_start = H21 - 21 * HOUR_MS
+    day = [partition_key_for(day_start + h * HOUR_MS) for h in range(24)]
+    closed = tick()
+    assert closed == day  # the whole stretch, in one tick
+
+    defs, instance = _defs(tmp_path / "defs"), dg.DagsterInstance.ephemeral()
+    for partition in closed:
+        instance.report_runless_asset_event(
+            dg.AssetMaterialization(asset_key=RAW_ARCHIVE_KEY, partition=partition)
+        )
+    first = dg.evaluate_automation_conditions(defs=defs, instance=instance)
+    for view in VIEWS:
+        assert first.get_requested_partitions(corrected_key(view.name)) == set(day)
+
+
+def test_catching_up_holds_at_most_a_day_and_never_a_live_stream() -> None:
+    now = datetime(2026, 11, 25, 12, tzinfo=UTC).timestamp()
+    live = now * 1000 - CLOSING_MS - 30 * 60_000
+    assert not catching_up(now, live, CLOSING_MS, 1)
+    assert catching_up(now, H21, CLOSING_MS, 1)
+    assert not catching_up(now, H21, CLOSING_MS, MAX_STRETCH_HOURS)
+    assert not catching_up(now, None, CLOSING_MS, 1)
 
 
 def _defs(tmp_path: Path) -> dg.Definitions:

@@ -1,0 +1,163 @@
+"""One closed hour corrected by Dagster: launch to success, through the warm Spark Connect server
+and through spark-submit, in the same session (called by ``benchmarks/batch.py``).
+
+    .venv/bin/python benchmarks/batch_launch.py [--events 12000] [--repeat 2]
+
+Streams ``--events`` messages of the main job's trace (``nyc_taxi``, as ``sluice up`` replays it:
+about 8,800 events an hour) through real stream tasks into a temporary state directory,
+starts the warm server (``sluice spark start``, the default Spark settings) and Dagster
+(``start_dagster``), then launches the ``correct_views`` job for the first hour with GraphQL and
+times it from the launch to the run's success (as seen by polling), ``--repeat`` times with the
+server running and ``--repeat`` times after ``sluice spark stop`` (every run then starts
+``spark-submit``). Everything it started is stopped by PID at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from orchestration.dagster_service import DagsterHandle, start_dagster
+from orchestration.spark_server import SparkConnectServer
+from pipelines.config import PROJECT_ROOT, SluiceSettings
+from pipelines.generator import GeneratorOptions
+from pipelines.testing import run_stream
+from pipelines.views import load_views
+
+LAUNCH = """
+mutation Launch($params: ExecutionParams!) {
+  launchRun(executionParams: $params) {
+    __typename
+    ... on LaunchRunSuccess { run { runId } }
+    ... on PythonError { message }
+  }
+}
+"""
+STATUS = """
+query Status($id: ID!) {
+  runOrError(runId: $id) {
+    ... on Run { status startTime endTime stepStats { stepKey startTime endTime } }
+  }
+}
+"""
+
+
+def _sluice_spark(state: Path, *args: str) -> dict:
+    env = {**os.environ, "SLUICE_STATE_DIR": str(state)}
+    done = subprocess.run(
+        [sys.executable, "-m", "orchestration.cli", "spark", *args, "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    return json.loads(done.stdout)
+
+
+def correct_one_hour(
+    handle: DagsterHandle, partition: str, timeout_s: float = 900
+) -> tuple[float, float]:
+    """Seconds from ``launchRun`` of ``correct_views`` for ``partition`` to its SUCCESS, and
+    of its ``corrected_views`` step alone (the launch and the Spark job, without the checks
+    and the run worker's start)."""
+    params = {
+        "selector": {
+            "repositoryLocationName": "sluice",
+            "repositoryName": "__repository__",
+            "jobName": "correct_views",
+        },
+        "executionMetadata": {"tags": [{"key": "dagster/partition", "value": partition}]},
+    }
+    started = time.perf_counter()
+    launched = handle.graphql(LAUNCH, {"params": params})["launchRun"]
+    if launched["__typename"] != "LaunchRunSuccess":
+        raise RuntimeError(f"launch failed: {launched}")
+    run_id = launched["run"]["runId"]
+    while time.perf_counter() - started < timeout_s:
+        run = handle.graphql(STATUS, {"id": run_id})["runOrError"]
+        status = run["status"]
+        if status == "SUCCESS":
+            took = time.perf_counter() - started
+            step = next(s for s in run["stepStats"] if s["stepKey"] == "corrected_views")
+            return took, step["endTime"] - step["startTime"]
+        if status in ("FAILURE", "CANCELED"):
+            raise RuntimeError(f"run {run_id} ended {status}")
+        time.sleep(0.2)
+    raise TimeoutError(f"run {run_id} not done after {timeout_s:.0f} s")
+
+
+def measure(workdir: Path, events: int, repeat: int) -> dict[str, list[tuple[float, float]]]:
+    """Launch-to-success seconds of one hour's correction, warm server then spark-submit."""
+    state = workdir / "state"
+    settings = SluiceSettings(state_dir=state)
+    views = load_views(PROJECT_ROOT / "data" / "views.yaml")
+    options = GeneratorOptions(max_events=events, peak_rate=3000.0, speedup=480.0)
+    stream = run_stream(settings.resolved_storage_root, views, trace="nyc_taxi", options=options)
+    frame = stream.events_frame(dedupe=True)
+    per_hour = (frame["event_time"] - frame["event_time"] % 3_600_000).value_counts()
+    hour, n = int(per_hour.idxmax()), int(per_hour.max())  # the fullest hour streamed
+    partition = time.strftime("%Y-%m-%d-%H:%M", time.gmtime(hour / 1000))
+    print(f"\none closed hour through Dagster: {partition}, {n:,} events in it")
+    server = SparkConnectServer(state)
+    times: dict[str, list[tuple[float, float]]] = {
+        "warm Spark Connect server": [],
+        "spark-submit": [],
+    }
+    handle = None
+    try:
+        _sluice_spark(state, "start")
+        handle = start_dagster(settings, extra_env={"SLUICE_ENV": "local"}, timeout_s=300)
+        for label in times:
+            if label == "spark-submit":
+                _sluice_spark(state, "stop")
+            for _ in range(repeat):
+                seconds, step = correct_one_hour(handle, partition)
+                times[label].append((seconds, step))
+                print(
+                    f"  {label}: {seconds:.1f} s from launch to success, of which the "
+                    f"corrected_views step {step:.1f} s; load average {os.getloadavg()[0]:.1f}"
+                )
+            if label != "spark-submit":
+                health = server.health()
+                print(f"  (server after the runs: {health.line()})")
+    finally:
+        if handle is not None:
+            handle.stop()
+        server.stop()
+    for label, runs in times.items():
+        print(
+            f"  {label}: best {min(r[0] for r in runs):.1f} s launch -> success (runs "
+            f"{', '.join(f'{r[0]:.1f}' for r in runs)}), correction step best "
+            f"{min(r[1] for r in runs):.1f} s (correct_views: raw_archive, every view, checks)"
+        )
+    return times
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=12000)
+    parser.add_argument("--repeat", type=int, default=2)
+    args = parser.parse_args(argv)
+    print(
+        f"machine: {os.cpu_count()} cores, {platform.platform()}, Python "
+        f"{platform.python_version()}; load average {os.getloadavg()[0]:.1f}"
+    )
+    workdir = Path(tempfile.mkdtemp(prefix="sluice-launch-"))
+    try:
+        measure(workdir, args.events, args.repeat)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""The warm Spark Connect server: started with the project's Spark settings, its health and
+memory shown, stopped by PID without leftovers."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+
+from orchestration.spark_server import CONNECT_SERVER_CLASS, server_command
+from pipelines.batch import SparkSettings, spark_conf
+from pipelines.kafka.embedded import pid_alive
+from tests.fixtures.spark_connect import sluice_spark, warm_spark_server
+
+pytestmark = pytest.mark.spark
+
+
+def test_the_server_gets_the_sessions_settings_on_loopback() -> None:
+    settings = SparkSettings(master="local[1]", shuffle_partitions=3, conf={"spark.x.y": "z"})
+    command = server_command(settings, 15123)
+    assert command[1:3] == ["--class", CONNECT_SERVER_CLASS]
+    assert command[command.index("--master") + 1] == "local[1]"
+    confs = {c for flag, c in itertools.pairwise(command) if flag == "--conf"}
+    wanted = {f"{k}={v}" for k, v in spark_conf(settings).items() if k != "spark.app.name"}
+    assert wanted - {"spark.master=local[1]"} <= confs
+    assert {"spark.connect.grpc.binding.address=127.0.0.1"} <= confs
+    assert "spark.connect.grpc.binding.port=15123" in confs
+
+
+def test_start_status_and_stop_by_pid(tmp_path) -> None:
+    """Its restart after a SIGKILL, under a correction, is in the Dagster e2e
+    (test_a_correction_survives_the_warm_server_killed_under_it)."""
+    state = tmp_path / "state"
+    assert sluice_spark(state, "status").returncode == 3  # nothing yet
+    with warm_spark_server(state) as server:
+        status = sluice_spark(state, "status", "--json")
+        assert status.returncode == 0, status.stdout + status.stderr
+        health = json.loads(status.stdout)
+        assert health["running"] and health["url"].startswith("sc://127.0.0.1:")
+        assert health["rss_mb"] > 50 and health["restarts"] == 0
+        again = sluice_spark(state, "start", "--json")  # one per state dir: the same again
+        assert json.loads(again.stdout)["pid"] == health["pid"]
+        info = server.info()
+        assert info is not None and info.pid == health["pid"]
+    assert not pid_alive(info.keeper_pid) and not pid_alive(info.pid)
+    assert not (state / "spark-connect.json").exists()
+    assert sluice_spark(state, "status").returncode == 3
