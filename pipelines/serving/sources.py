@@ -13,9 +13,10 @@ from pipelines.segments import (
     view_prefix,
 )
 from pipelines.storage import ObjectStore
+from pipelines.tables import AsOf, ViewTables, tables_for
 from pipelines.views.model import View
 
-__all__ = ["MAX_PROBED_SEGMENTS", "SOURCE", "SegmentSource", "segment_sources"]
+__all__ = ["MAX_PROBED_SEGMENTS", "SOURCE", "SegmentSource", "segment_sources", "table_source"]
 
 SOURCE = "source"
 """The output column saying where a row came from: ``realtime`` or ``batch v<N>``."""
@@ -33,6 +34,22 @@ class SegmentSource:
     @property
     def label(self) -> str:
         return "realtime" if self.kind == "realtime" else f"batch v{self.version}"
+
+
+def table_source(store: ObjectStore, prefer: str, as_of: AsOf | None) -> ViewTables | None:
+    """The tables to read for ``prefer``, or None to read the segments (an older store, or
+    ``realtime``: the stream's partial states)."""
+    if prefer not in ("newest", "realtime", "batch"):
+        raise QueryError(f"prefer must be newest, realtime or batch, got {prefer!r}")
+    tables = tables_for(store)
+    if as_of is not None and (tables is None or prefer == "realtime"):
+        raise QueryError(
+            "--as-of reads a snapshot of a view's Iceberg table; this store has none (run "
+            "`sluice tables migrate`)"
+            if tables is None
+            else "realtime partials have no snapshots"
+        )
+    return None if prefer == "realtime" else tables
 
 
 def segment_sources(
