@@ -7,16 +7,25 @@ from dataclasses import dataclass
 
 from pipelines.exceptions import QueryError
 from pipelines.segments import (
+    HOUR_MS,
     parse_hour_label,
     read_manifest,
+    read_parquet,
     realtime_prefix,
     view_prefix,
 )
 from pipelines.storage import ObjectStore
-from pipelines.tables import AsOf, ViewTables, tables_for
+from pipelines.tables import AsOf, ViewTables, batch_hours, tables_for
 from pipelines.views.model import View
 
-__all__ = ["MAX_PROBED_SEGMENTS", "SOURCE", "SegmentSource", "segment_sources", "table_source"]
+__all__ = [
+    "MAX_PROBED_SEGMENTS",
+    "SOURCE",
+    "SegmentSource",
+    "corrected_segments",
+    "segment_sources",
+    "table_source",
+]
 
 SOURCE = "source"
 """The output column saying where a row came from: ``realtime`` or ``batch v<N>``."""
@@ -78,3 +87,30 @@ def _segments_in_range(store: ObjectStore, view: View, start_ms: int, end_ms: in
     labels = {key.split("/")[2] for key in store.list(view_prefix(view.name))}
     starts = sorted(parse_hour_label(label) for label in labels)
     return [s for s in starts if first <= s < end_ms]
+
+
+def corrected_segments(store: ObjectStore, view: View, segments: list[int]) -> dict[int, int]:
+    """Segment -> rows of its newest correction, for the ``segments`` that have one (from the
+    view's table, or the older layout's manifests)."""
+    tables = tables_for(store)
+    if tables is not None:
+        table = tables.find(view.name)
+        if table is None or not segments:
+            return {}
+        hours = [h for s in segments for h in range(s, s + view.segment_ms, HOUR_MS)]
+        found = batch_hours(table, view, hours, count=True)
+        out: dict[int, int] = {}
+        for hour, rows in found.items():
+            segment = view.segment_start(hour)
+            out[segment] = out.get(segment, 0) + rows
+        return out
+    out = {}
+    for segment in segments:
+        manifest = read_manifest(store, view.name, segment)
+        if manifest is None:
+            continue
+        if manifest.rows is not None:
+            out[segment] = manifest.rows
+        else:
+            out[segment] = sum(read_parquet(store.get(k)).num_rows for k in manifest.files)
+    return out

@@ -97,8 +97,11 @@ def hours_filter(view: View, hours: Iterable[int]) -> BooleanExpression:
     return expr
 
 
-def batch_hours(table: Table, view: View, hours: Iterable[int] | None = None) -> dict[int, int]:
-    """Hour -> batch version of the hours that hold batch rows in the table's current snapshot."""
+def batch_hours(
+    table: Table, view: View, hours: Iterable[int] | None = None, *, count: bool = False
+) -> dict[int, int]:
+    """Hour -> batch version (``count``: batch rows) of the hours that hold batch rows in the
+    table's current snapshot."""
     if table.current_snapshot() is None:
         return {}
     row_filter: BooleanExpression = EqualTo(SOURCE, BATCH)
@@ -116,7 +119,7 @@ def batch_hours(table: Table, view: View, hours: Iterable[int] | None = None) ->
     out: dict[int, int] = {}
     for t, v in zip(ms, versions, strict=True):
         h = int(t) - int(t) % HOUR_MS
-        out[h] = max(out.get(h, 0), int(v))
+        out[h] = out.get(h, 0) + 1 if count else max(out.get(h, 0), int(v))
     return out
 
 

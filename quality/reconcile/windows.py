@@ -30,8 +30,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipelines.segments import HOUR_MS, hour_label, read_manifest
-from pipelines.serving import query_view
+from pipelines.segments import HOUR_MS, hour_label
+from pipelines.serving import corrected_segments, query_view
 from pipelines.storage import ObjectStore
 from pipelines.views.model import View
 from quality.causes import GroupCauses, HourArchive, read_hour_archive, view_causes
@@ -111,7 +111,8 @@ def _metrics(
 
 
 def _has_correction(store: ObjectStore, view: View, hour_ms: int) -> bool:
-    return read_manifest(store, view.name, view.segment_start(hour_ms)) is not None
+    segment = view.segment_start(hour_ms)
+    return segment in corrected_segments(store, view, [segment])
 
 
 def reconcile_hour(

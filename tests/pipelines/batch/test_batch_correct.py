@@ -24,6 +24,7 @@ from pipelines.config import PROJECT_ROOT
 from pipelines.generator import GeneratorOptions
 from pipelines.segments import HOUR_MS, batch_prefix, hour_label, parse_hour_label, published_key
 from pipelines.serving import query_view
+from pipelines.tables import TablesConfig, ViewTables
 from pipelines.testing import StreamRun, run_stream
 from pipelines.views import WINDOW_START, View, parse_views
 
@@ -207,10 +208,7 @@ def assert_rows_equal(actual: list[dict], expected: list[dict], view: View) -> N
 
 
 def served(table) -> list[dict]:
-    rows = table.to_pylist()
-    for row in rows:
-        row[WINDOW_START] = int(row[WINDOW_START].timestamp() * 1000)
-    return rows
+    return served_rows(table.to_pylist())
 
 
 # --- tests -----------------------------------------------------------------------------------
@@ -239,6 +237,41 @@ def test_every_view_equals_the_exact_oracle(streamed, corrected):
         rows = served(table)
         assert {r["source"] for r in rows} == {"batch v1"}, view.name
         assert_rows_equal(rows, oracle(view, events), view)
+
+
+def test_a_correction_into_tables_equals_the_exact_oracle_through_duckdb(
+    spark, streamed, corrected, tmp_path
+):
+    """The same correction committed to Iceberg tables (SQLite catalog): DuckDB reading each
+    table through pyiceberg, not Sluice's reader, sees the oracle's values, one snapshot per
+    segment with its version, and no _published.json of the tables' making."""
+    tables = ViewTables(
+        TablesConfig(warehouse=streamed.store.root, catalog_url=f"sqlite:///{tmp_path / 'c.db'}")
+    )
+    events = streamed.events_frame(dedupe=True)
+    try:
+        results = correct_hours(
+            spark, streamed.store, streamed.views, archive_hours(streamed.store),
+            tables=tables, run_id="t1",
+        )  # fmt: skip
+        for view in streamed.views:
+            table = tables.find(view.name)
+            con = table.scan().to_duckdb("v")
+            keys = ", ".join([WINDOW_START, *view.grouping_cols])
+            got = con.sql(f"SELECT * FROM v ORDER BY {keys}").to_arrow_table().to_pylist()
+            assert {(r["source"], r["batch_version"]) for r in got} == {("batch", 1)}
+            assert_rows_equal(served_rows(got), oracle(view, events), view)
+            mine = [r for r in results if r.view == view.name and not r.skipped]
+            assert len(table.snapshots()) == len(mine)
+            assert {s.summary["sluice.run-id"] for s in table.snapshots()} == {"t1"}
+    finally:
+        tables.close()
+
+
+def served_rows(rows: list[dict]) -> list[dict]:
+    for row in rows:
+        row[WINDOW_START] = int(row[WINDOW_START].timestamp() * 1000)
+    return rows
 
 
 def test_results_count_events_after_dedup_per_segment(streamed, corrected):
