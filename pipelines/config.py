@@ -255,8 +255,16 @@ class SluiceSettings(SluiceBaseSettings):
     tables_snapshot_retention_h: float = Field(
         default=72.0,
         gt=0,
-        description="Table snapshots older than this are expired by the tables_maintenance job "
-        "(time travel reaches back this far); files no snapshot references are then removed.",
+        description="Table snapshots older than this are expired (time travel reaches back this "
+        "far); the tables_maintenance job then removes the files no snapshot references.",
+    )
+    tables_realtime_snapshot_retention_m: float = Field(
+        default=60.0,
+        gt=0,
+        description="Realtime publishes older than this are expired by the publisher itself "
+        "(every 10 minutes), except the last of each hour and those a correction replaced: a "
+        "publish every 30 s would otherwise keep 2,880 snapshots a day, and every commit "
+        "copies them all.",
     )
     tables_maintenance_cron: str = Field(
         default="17 * * * *",

@@ -116,7 +116,7 @@ class Agent:
             runtime.store,
             lambda: runtime.tables,
             lambda: self.views,
-            self.settings.publish_interval_s,
+            self.settings,
         )
         """Commits the views' realtime hours to their tables while this agent leads."""
         self.worker = StreamWorker(

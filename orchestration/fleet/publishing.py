@@ -13,6 +13,8 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 
+from pipelines.config import SluiceSettings
+from pipelines.segments import HOUR_MS
 from pipelines.serving.publisher import PublishPass, RealtimePublisher
 from pipelines.storage import ObjectStore
 from pipelines.tables import ViewTables
@@ -29,9 +31,16 @@ class PublisherRunner:
         store: ObjectStore,
         tables: Callable[[], ViewTables],
         views: Callable[[], Sequence[View]],
-        interval_s: float,
+        settings: SluiceSettings,
     ) -> None:
-        self._open = lambda: RealtimePublisher(store, tables(), views, interval_s)
+        self._open = lambda: RealtimePublisher(
+            store,
+            tables(),
+            views,
+            settings.publish_interval_s,
+            retention_ms=int(settings.tables_snapshot_retention_h * HOUR_MS),
+            realtime_retention_ms=int(settings.tables_realtime_snapshot_retention_m * 60_000),
+        )
         self.publisher: RealtimePublisher | None = None
         self.thread: threading.Thread | None = None
         self.last: PublishPass | None = None

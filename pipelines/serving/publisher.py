@@ -29,6 +29,7 @@ from pipelines.serving.query import realtime_rows
 from pipelines.serving.sessions import realtime_session_rows
 from pipelines.storage import ObjectStore
 from pipelines.tables import REALTIME, ViewTables, replace_hours, table_rows
+from pipelines.tables.maintenance import expire_snapshots
 from pipelines.views.model import WINDOW_END, View
 
 __all__ = ["PublishPass", "RealtimePublisher"]
@@ -36,6 +37,7 @@ __all__ = ["PublishPass", "RealtimePublisher"]
 log = logging.getLogger(__name__)
 
 DEFAULT_LOOKBACK_MS = 3 * HOUR_MS
+EXPIRE_EVERY_S = 600.0
 
 
 @dataclass
@@ -47,6 +49,7 @@ class PublishPass:
     skipped: dict[str, list[int]] = field(default_factory=dict)
     """View -> hours left alone because the batch corrected them."""
     snapshots: dict[str, int] = field(default_factory=dict)
+    expired: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
     cpu_seconds: float = 0.0
 
@@ -59,6 +62,9 @@ class RealtimePublisher:
         views: Callable[[], Sequence[View]] | Sequence[View],
         interval_s: float = 30.0,
         lookback_ms: int = DEFAULT_LOOKBACK_MS,
+        retention_ms: int = 72 * HOUR_MS,
+        realtime_retention_ms: int = HOUR_MS,
+        expire_every_s: float = EXPIRE_EVERY_S,
     ) -> None:
         self.store = store
         self.tables = tables
@@ -69,6 +75,10 @@ class RealtimePublisher:
         """(view, fingerprint, segment) -> digest of the realtime files last committed."""
         self.corrected: set[tuple[str, int]] = set()
         self.next_pass = 0.0
+        self.retention_ms = retention_ms
+        self.realtime_retention_ms = realtime_retention_ms
+        self.expire_every_s = expire_every_s
+        self.next_expiry = time.monotonic() + expire_every_s
 
     def due(self, now: float | None = None) -> bool:
         return (time.monotonic() if now is None else now) >= self.next_pass
@@ -90,6 +100,9 @@ class RealtimePublisher:
                 self._publish_view(view, result)
             except Exception:  # one view's failure must not stop the others' publishing
                 log.exception("publishing %s's realtime hours failed; retried next pass", view.name)
+        if time.monotonic() >= self.next_expiry:
+            self.next_expiry = time.monotonic() + self.expire_every_s
+            self._expire(result)
         result.seconds = time.monotonic() - started
         result.cpu_seconds = time.process_time() - cpu
         if result.committed:
@@ -99,6 +112,20 @@ class RealtimePublisher:
                 result.seconds,
             )
         return result
+
+    def _expire(self, result: PublishPass) -> None:
+        """Drop the realtime snapshots past their retention (metadata only; the maintenance
+        job removes the files)."""
+        now_ms = int(time.time() * 1000)
+        for view in self.views():
+            if view.disabled or self.tables.find(view.name) is None:
+                continue
+            try:
+                result.expired[view.name] = expire_snapshots(
+                    self.tables, view, now_ms, self.retention_ms, self.realtime_retention_ms
+                )
+            except Exception:
+                log.exception("expiring %s's snapshots failed; retried later", view.name)
 
     def _segments(self, view: View) -> dict[int, list[str]]:
         """Segment start -> its realtime files, for the segments worth looking at."""

@@ -42,6 +42,9 @@ TABLE_PROPERTIES = {
     "commit.retry.num-retries": "0",
     "write.parquet.compression-codec": "zstd",
     "format-version": "2",
+    # one metadata file per commit: keep the last few, delete older ones as they fall out
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.metadata.previous-versions-max": "20",
 }
 
 

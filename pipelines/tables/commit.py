@@ -17,6 +17,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -30,8 +31,8 @@ from pyiceberg.expressions import (
     Or,
 )
 from pyiceberg.io.pyarrow import parquet_file_to_data_file
-from pyiceberg.manifest import DataFile
-from pyiceberg.table import Table
+from pyiceberg.manifest import DataFile, ManifestFile
+from pyiceberg.table import Table, Transaction
 from sqlalchemy.exc import OperationalError
 
 from pipelines.segments import HOUR_MS, hour_label
@@ -166,7 +167,7 @@ def replace_hours(
         try:
             old = hour_files(table, view, todo)
             tx = table.transaction()
-            with tx.update_snapshot(snapshot_properties=props).overwrite() as overwrite:
+            with _overwrite(tx, props) as overwrite:
                 for data_file in old:
                     overwrite.delete_data_file(data_file)
                 for path in files:
@@ -197,6 +198,24 @@ def replace_hours(
         f"{view.name}: {MAX_ATTEMPTS} commits of {source} rows for "
         f"{', '.join(hour_label(h) for h in wanted)} met concurrent commits; nothing replaced"
     )
+
+
+def _overwrite(tx: Transaction, props: dict[str, str]) -> Any:
+    """An ``overwrite`` snapshot producer that drops manifests without a live file.
+
+    pyiceberg 0.12 carries every manifest that holds only DELETED entries of earlier commits
+    into each new snapshot: one more manifest per commit, so a table published every 30 s
+    grew by 2,880 manifests a day and each commit read them all (0.7 s after 100 commits,
+    2 s after 400). Java Iceberg drops them, as this does.
+    """
+    producer = tx.update_snapshot(snapshot_properties=props).overwrite()
+    carried = producer._existing_manifests
+
+    def live_manifests() -> list[ManifestFile]:
+        return [m for m in carried() if m.has_added_files() or m.has_existing_files()]
+
+    producer._existing_manifests = live_manifests  # type: ignore[method-assign]
+    return producer
 
 
 def hour_files(table: Table, view: View, hours: Iterable[int]) -> list[DataFile]:
