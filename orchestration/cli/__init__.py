@@ -40,6 +40,7 @@ SUBCOMMANDS = (
     "views",
     "batch",
     "report",
+    "tables",
     "autoscale",
     "config",
 )

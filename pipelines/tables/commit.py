@@ -132,6 +132,7 @@ def replace_hours(
     *,
     source: str,
     summary: Mapping[str, str] | None = None,
+    force_version: int | None = None,
 ) -> CommitOutcome:
     """Replace ``hours`` of ``view``'s table with ``rows`` in one snapshot, retrying conflicts.
 
@@ -139,7 +140,8 @@ def replace_hours(
     function of the version being committed (version = highest batch version of the hours
     + 1, decided on each attempt's snapshot). The rows are written as one Parquet file per
     hour; the commit is one ``overwrite`` snapshot removing the hours' files and adding these.
-    A realtime commit leaves out the hours that hold batch rows.
+    A realtime commit leaves out the hours that hold batch rows. ``force_version`` sets the
+    batch version if it is above the hours' (a migration keeps the older layout's numbers).
     """
     if source not in (BATCH, REALTIME):
         raise ValueError(f"source must be {BATCH} or {REALTIME}")
@@ -153,7 +155,10 @@ def replace_hours(
             version = 0
         else:
             todo, skipped = wanted, ()
-            version = max(corrected.values(), default=0) + 1
+            newest = max(corrected.values(), default=0)
+            version = newest + 1
+            if force_version is not None and force_version > newest:
+                version = force_version
         if not todo:
             return CommitOutcome(None, (), skipped, version, attempt)
         data = rows(version) if callable(rows) else rows

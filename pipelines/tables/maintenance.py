@@ -36,6 +36,7 @@ __all__ = [
     "expire_snapshots",
     "files_per_hour",
     "maintain",
+    "referenced_files",
     "remove_orphan_files",
     "table_files",
 ]

@@ -47,8 +47,14 @@ TIMESTAMP = pa.timestamp("us", tz="UTC")
 
 
 def iso_time(ms: int) -> str:
-    """Epoch ms as the ISO timestamp pyiceberg's filters compare timestamptz columns with."""
+    """Epoch ms as the ISO timestamp pyiceberg's filters compare timestamptz columns with
+    (clamped to the years 1-9999: "everything" ranges such as [0, 2**62) stay valid)."""
+    ms = min(max(ms, _FIRST_MS), _LAST_MS)
     return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat()
+
+
+_FIRST_MS = int(datetime(1, 1, 2, tzinfo=UTC).timestamp() * 1000)
+_LAST_MS = int(datetime(9999, 12, 31, tzinfo=UTC).timestamp() * 1000)
 
 
 def partition_field(view: View) -> str:
