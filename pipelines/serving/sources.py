@@ -3,12 +3,14 @@ realtime partials of every task (Druid's overshadowing, per segment as a whole).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from pipelines.exceptions import QueryError
 from pipelines.segments import (
     HOUR_MS,
     parse_hour_label,
+    published_key,
     read_manifest,
     read_parquet,
     realtime_prefix,
@@ -26,6 +28,8 @@ __all__ = [
     "segment_sources",
     "table_source",
 ]
+
+log = logging.getLogger(__name__)
 
 SOURCE = "source"
 """The output column saying where a row came from: ``realtime`` or ``batch v<N>``."""
@@ -96,6 +100,7 @@ def corrected_segments(store: ObjectStore, view: View, segments: list[int]) -> d
     if tables is not None:
         table = tables.find(view.name)
         if table is None or not segments:
+            _warn_if_older_layout(store, view, segments)
             return {}
         hours = [h for s in segments for h in range(s, s + view.segment_ms, HOUR_MS)]
         found = batch_hours(table, view, hours, count=True)
@@ -103,6 +108,7 @@ def corrected_segments(store: ObjectStore, view: View, segments: list[int]) -> d
         for hour, rows in found.items():
             segment = view.segment_start(hour)
             out[segment] = out.get(segment, 0) + rows
+        _warn_if_older_layout(store, view, [s for s in segments if s not in out])
         return out
     out = {}
     for segment in segments:
@@ -114,3 +120,21 @@ def corrected_segments(store: ObjectStore, view: View, segments: list[int]) -> d
         else:
             out[segment] = sum(read_parquet(store.get(k)).num_rows for k in manifest.files)
     return out
+
+
+_warned: set[tuple[str, str]] = set()
+
+
+def _warn_if_older_layout(store: ObjectStore, view: View, segments: list[int]) -> None:
+    """Say once per view when corrections of the older layout are left unread."""
+    if (store.root, view.name) in _warned:
+        return
+    for segment in segments[:3]:
+        if store.exists(published_key(view.name, segment)):
+            _warned.add((store.root, view.name))
+            log.warning(
+                "%s: corrections of the older layout (_published.json) are not read once the "
+                "views are Iceberg tables; run `sluice tables migrate` (docs/serving.md)",
+                view.name,
+            )
+            return

@@ -12,7 +12,7 @@ May import: ``pipelines.segments``, ``pipelines.storage``, ``pipelines.views``,
 stream's partial states, is :mod:`pipelines.serving.publisher`.)
 """
 
-from pipelines.tables.catalog import CATALOG_KINDS, TablesConfig, ViewTables
+from pipelines.tables.catalog import CATALOG_KINDS, TableLocationError, TablesConfig, ViewTables
 from pipelines.tables.commit import (
     SUMMARY_PREFIX,
     CommitOutcome,
@@ -47,6 +47,7 @@ __all__ = [
     "AsOf",
     "CommitOutcome",
     "TableConflictError",
+    "TableLocationError",
     "TablesConfig",
     "ViewTables",
     "arrow_schema",

@@ -12,6 +12,7 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pyiceberg.catalog import Catalog
@@ -27,7 +28,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from pipelines.tables.schema import arrow_schema, iceberg_schema, partition_field
 from pipelines.views.model import View
 
-__all__ = ["CATALOG_KINDS", "TablesConfig", "ViewTables"]
+__all__ = ["CATALOG_KINDS", "TableLocationError", "TablesConfig", "ViewTables"]
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +77,10 @@ class TablesConfig:
         )
 
     def table_location(self, view: str) -> str:
-        return f"{self.warehouse.rstrip('/')}/tables/{view}"
+        root = self.warehouse
+        if "://" not in root:
+            root = str(Path(root).expanduser().resolve())
+        return f"{root.rstrip('/')}/tables/{view}"
 
     def catalog_properties(self) -> dict[str, str]:
         props: dict[str, str] = {}
@@ -116,6 +120,23 @@ def _sql_catalog(props: dict[str, str]) -> Catalog:
     raise AssertionError("unreachable")
 
 
+class TableLocationError(ValueError):
+    """The catalog's table of a view lives under another storage root."""
+
+
+def _check_location(table: Table, expected: str) -> None:
+    """One catalog may serve several storage roots only under different namespaces: a table
+    found at another root's location would mix two roots' data."""
+    if table.location().rstrip("/") != expected.rstrip("/"):
+        name = ".".join(table.name())
+        raise TableLocationError(
+            f"the catalog's table {name} lives at {table.location()}, not under this storage "
+            f"root ({expected}): this catalog (SLUICE_TABLES_CATALOG_URL, default the control "
+            "store) already serves another storage root; give this one its own "
+            "SLUICE_TABLES_NAMESPACE or catalog"
+        )
+
+
 class ViewTables:
     """The table of every view, created on first use and evolved with the view's columns."""
 
@@ -146,6 +167,7 @@ class ViewTables:
             table = self.catalog.load_table(ident)
         except NoSuchTableError:
             table = self._create(view)
+        _check_location(table, self.config.table_location(view.name))
         if table.properties.get(FINGERPRINT) != view.fingerprint:
             table = self._evolve(table, view)
         self._ready.add((view.name, view.fingerprint))
