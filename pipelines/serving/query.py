@@ -22,7 +22,7 @@ import pyarrow as pa
 from pipelines.exceptions import QueryError
 from pipelines.segments import read_parquet, state_column, written_for
 from pipelines.serving.sessions import query_sessions
-from pipelines.serving.sources import SOURCE, segment_sources, table_source
+from pipelines.serving.sources import SOURCE, require_table, segment_sources, table_source
 from pipelines.storage import ObjectStore
 from pipelines.tables import AsOf, read_rows
 from pipelines.views.model import WINDOW_END, WINDOW_START, View
@@ -95,6 +95,8 @@ def query_view(
     schema = view.output_schema().append(pa.field(SOURCE, pa.string()))
     tables = table_source(store, prefer, as_of)
     if tables is not None:
+        if prefer == "newest":  # batch: no table = no correction
+            require_table(store, tables, view)
         found = read_rows(tables, view, start_ms, end_ms, batch_only=prefer == "batch", as_of=as_of)
         keys = [WINDOW_START, *view.grouping_cols]
         return found.sort_by([(k, "ascending") for k in keys]) if found.num_rows else found

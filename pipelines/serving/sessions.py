@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from pipelines.exceptions import QueryError
 from pipelines.segments import read_parquet, state_column, written_for
-from pipelines.serving.sources import SOURCE, segment_sources, table_source
+from pipelines.serving.sources import SOURCE, require_table, segment_sources, table_source
 from pipelines.storage import ObjectStore
 from pipelines.tables import AsOf, read_rows
 from pipelines.views.model import (
@@ -116,6 +116,8 @@ def query_sessions(
     tables = table_source(store, prefer, as_of)
     sources = [] if tables is not None else segment_sources(store, view, first, end_ms, prefer)
     if tables is not None:
+        if prefer == "newest":  # batch: no table = no correction
+            require_table(store, tables, view)
         found = read_rows(tables, view, first, end_ms, batch_only=prefer == "batch", as_of=as_of)
         rows = [_as_ms(row) for row in found.to_pylist()]
     for source in sources:

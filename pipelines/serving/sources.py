@@ -25,6 +25,7 @@ __all__ = [
     "SOURCE",
     "SegmentSource",
     "corrected_segments",
+    "require_table",
     "segment_sources",
     "table_source",
 ]
@@ -63,6 +64,24 @@ def table_source(store: ObjectStore, prefer: str, as_of: AsOf | None) -> ViewTab
             else "realtime partials have no snapshots"
         )
     return None if prefer == "realtime" else tables
+
+
+def require_table(store: ObjectStore, tables: ViewTables, view: View) -> None:
+    """A view without a table yet: say why, or that the storage root cannot be read."""
+    if tables.find(view.name) is not None:
+        return
+    written = bool(store.list(view_prefix(view.name)))  # also: is the root reachable at all
+    raise QueryError(
+        f"{view.name} has no Iceberg table yet"
+        + (
+            " but the storage root holds its segments: the fleet's publisher creates it within "
+            "SLUICE_PUBLISH_INTERVAL_S of a running stream's first flush, and a store written "
+            "before the tables needs `sluice tables migrate`; --prefer realtime reads the "
+            "stream's partial states now"
+            if written
+            else " (nothing published or corrected)"
+        )
+    )
 
 
 def segment_sources(
