@@ -23,6 +23,7 @@ from pipelines.control import ControlStore
 from pipelines.segments import HOUR_MS
 from pipelines.serving.query import query_view
 from pipelines.storage import LocalObjectStore
+from pipelines.tables import TablesConfig, ViewTables, register_tables
 from tests.fixtures.browser import chromium_page
 from tests.fixtures.dagster_fixture import build_archive, example_views
 from tests.fixtures.processes import wait_until
@@ -219,6 +220,7 @@ query Hour($path: [String!]!, $partition: String!) {
           ... on IntMetadataEntry { intValue }
           ... on FloatMetadataEntry { floatValue }
           ... on BoolMetadataEntry { boolValue }
+          ... on TextMetadataEntry { text }
         }
       }
     }
@@ -233,7 +235,9 @@ def _hour_metadata(handle: DagsterHandle, key, hour: int) -> dict:
     (event,) = answer["assetMaterializations"]
     values = {}
     for entry in event["metadataEntries"]:
-        found = [entry.get(k) for k in ("intValue", "floatValue", "boolValue") if k in entry]
+        found = [
+            entry.get(k) for k in ("intValue", "floatValue", "boolValue", "text") if k in entry
+        ]
         values[entry["label"]] = found[0] if found else None
     return values
 
@@ -301,7 +305,7 @@ def test_a_replayed_day_corrects_and_reports_itself(dagster, artifacts_dir: Path
             for c in node["assetChecksOrError"]["checks"]
         }
         assert checks[CORRECTION_CHECK] == "SUCCEEDED", (view.name, checks)
-    store = LocalObjectStore(settings.resolved_storage_root)
+    store = _store_with_tables(settings)
     served = query_view(store, views[0], hours[0], hours[-1] + HOUR_MS)
     assert set(served.column("source").to_pylist()) == {"batch v1"}
     # what the spark-submitted job reported through Pipes, per hour, agrees with the store
@@ -311,6 +315,8 @@ def test_a_replayed_day_corrects_and_reports_itself(dagster, artifacts_dir: Path
     assert reported["version"] == 1 and reported["skipped"] is False, reported
     assert reported["dagster/row_count"] == reported["rows"] == published > 0, reported
     assert reported["events"] > 0 and reported["spark_seconds"] > 0, reported
+    assert reported["dagster/table_name"] == f"sluice.{views[0].name}", reported
+    assert reported["table_rows"] == published and reported["snapshot_id"], reported
 
     runs = [  # the asset runs; the spot test's evacuation run is its own job
         r for r in handle.graphql(RUNS)["runsOrError"]["results"] if r["jobName"] == "__ASSET_JOB"
@@ -337,6 +343,13 @@ def test_a_replayed_day_corrects_and_reports_itself(dagster, artifacts_dir: Path
         page.get_by_text("Checks", exact=True).first.click()
         expect(page.get_by_text(CORRECTION_CHECK).first).to_be_visible(timeout=60_000)
     assert overview.stat().st_size > 10_000 and shot.stat().st_size > 10_000
+
+
+def _store_with_tables(settings) -> LocalObjectStore:
+    """The storage root as Dagster's processes see it: its views are Iceberg tables."""
+    store = LocalObjectStore(settings.resolved_storage_root)
+    register_tables(store.root, ViewTables(TablesConfig.from_settings(settings, store.root)))
+    return store
 
 
 def test_the_report_summary_shows_on_the_asset_page(dagster, artifacts_dir: Path) -> None:
@@ -368,7 +381,7 @@ def test_a_backfill_recorrects_an_hour_as_a_new_version(dagster) -> None:
     assert backfill["status"] in ("COMPLETED_SUCCESS", "COMPLETED"), backfill
     assert backfill["numPartitions"] == 1
     assert [r["status"] for r in backfill["runs"]] == ["SUCCESS"]
-    store = LocalObjectStore(settings.resolved_storage_root)
+    store = _store_with_tables(settings)
     served = query_view(store, view, hour, hour + HOUR_MS)
     assert served.num_rows > 0
     assert set(served.column("source").to_pylist()) == {"batch v2"}
