@@ -22,6 +22,7 @@ Prints, with the machine:
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import platform
 import sys
@@ -239,6 +240,8 @@ def _iso(ms: int) -> str:
 def day_of_publishes(args: argparse.Namespace, tmp: Path) -> dict:
     view = next(v for v in load_views(VIEWS) if v.name == args.view)
     tables = tables_in(tmp)
+    refused = _Counter()
+    logging.getLogger("pipelines.tables.commit").addHandler(refused)
     first_hour = 1_404_172_800_000
     commits = args.publishes
     per_hour = 120  # 30 s publishes
@@ -287,7 +290,19 @@ def day_of_publishes(args: argparse.Namespace, tmp: Path) -> dict:
         "commit_first_100_p50": pct(times[:100], 0.5),
         "commit_last_100_p50": pct(times[-100:], 0.5),
         "commit_p95": pct(times, 0.95),
+        "by_filter": refused.count,
     }
+
+
+class _Counter(logging.Handler):
+    """Counts the commits pyiceberg's overwrite refused (then made by the hours' filter)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.count += "overwrite refused" in record.getMessage()
 
 
 def main() -> int:
@@ -339,7 +354,8 @@ def main() -> int:
                 f"-> {d['files_after_maintenance']} after maintenance "
                 f"({d['snapshots_after_maintenance']} snapshots); commit p50 "
                 f"{d['commit_first_100_p50'] * 1000:.0f} ms (first 100) -> "
-                f"{d['commit_last_100_p50'] * 1000:.0f} ms (last 100), p95 {d['commit_p95'] * 1000:.0f} ms"
+                f"{d['commit_last_100_p50'] * 1000:.0f} ms (last 100), p95 {d['commit_p95'] * 1000:.0f} ms; "
+                f"{d['by_filter']} commit(s) refused by pyiceberg's overwrite, made by filter"
             )
     print(f"load average {os.getloadavg()[0]:.1f} at the end")
     return 0
