@@ -112,6 +112,7 @@ def run_correction(pipes: PipesContext, spark: Any = None) -> None:
     from pipelines.batch.spark import build_spark
     from pipelines.config import get_settings
     from pipelines.storage import open_store
+    from pipelines.tables import TablesConfig, ViewTables
     from pipelines.views import parse_views
     from quality.exceptions import SchemaViolation
     from quality.schemas import validate_spark_segment
@@ -148,6 +149,8 @@ def run_correction(pipes: PipesContext, spark: Any = None) -> None:
             s3_scheme=spark_settings.s3_scheme,
             on_result=progress,
             validate_segment=validate,
+            tables=ViewTables(TablesConfig.from_settings(settings, request.storage_root)),
+            run_id=str(getattr(pipes, "run_id", "") or ""),
         )
     except _RulesBroken as broken:
         # nothing of the view was published; the orchestrator fails the run with this check

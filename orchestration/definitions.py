@@ -23,6 +23,7 @@ from assets.views.checks import build_correction_checks
 from assets.views.expectation_checks import build_expectation_checks
 from assets.views.lag_check import build_lag_checks
 from orchestration.jobs import build_correction_job, build_report_job, scale_stream_workers
+from orchestration.maintenance_jobs import build_tables_maintenance_schedule, tables_maintenance
 from orchestration.recovery_jobs import RECOVERY_JOBS, evacuate_spot_instance
 from orchestration.resources import get_resources
 from orchestration.runtime import Runtime
@@ -72,12 +73,20 @@ defs = dg.Definitions(
         build_nothing_lost_check(),
         build_archive_schema_check(),
     ],
-    jobs=[correction_job, report_job, scale_stream_workers, *RECOVERY_JOBS, check_spark],
+    jobs=[
+        correction_job,
+        report_job,
+        scale_stream_workers,
+        tables_maintenance,
+        *RECOVERY_JOBS,
+        check_spark,
+    ],
     # Wall-clock schedules stay available (turn them on in the UI) but are off: the
     # automation above follows event time, which also corrects replayed days.
     schedules=[
         build_correction_schedule(correction_job, default_status=dg.DefaultScheduleStatus.STOPPED),
         build_report_schedule(report_job, default_status=dg.DefaultScheduleStatus.STOPPED),
+        build_tables_maintenance_schedule(),  # wall-clock on purpose: it ages snapshots
     ],
     sensors=[
         make_archive_hours_sensor(

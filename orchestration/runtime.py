@@ -20,6 +20,7 @@ from pipelines.control import ControlStore
 from pipelines.exceptions import QueryError
 from pipelines.kafka import resolve_bootstrap
 from pipelines.storage import ObjectStore, open_store
+from pipelines.tables import TablesConfig, ViewTables, register_tables
 from pipelines.views import ResolvedView, View, load_views, resolve_views_file, views_in_force
 
 __all__ = ["Runtime"]
@@ -41,10 +42,18 @@ class Runtime:
 
     @cached_property
     def store(self) -> ObjectStore:
+        """The storage root; its views publish to and are read from :attr:`tables`."""
         settings = self.settings
-        return open_store(
+        store = open_store(
             settings.resolved_storage_root, settings.s3_endpoint_url, settings.storage_timeout_s
         )
+        register_tables(store.root, lambda: self.tables)
+        return store
+
+    @cached_property
+    def tables(self) -> ViewTables:
+        """The views' Iceberg tables (catalog from the settings, warehouse the storage root)."""
+        return ViewTables(TablesConfig.from_settings(self.settings, self.store.root))
 
     @cached_property
     def control(self) -> ControlStore:

@@ -229,6 +229,47 @@ class SluiceSettings(SluiceBaseSettings):
         "--key-field). A split gives a view grouped by it each child's own groups; other views' "
         "state stays with the first child. Results are exact either way.",
     )
+    tables_catalog: Literal["sql", "glue"] = Field(
+        default="sql",
+        description="The Iceberg catalog of the views' tables (docs/serving.md): sql = pyiceberg's "
+        "SQL catalog in SLUICE_TABLES_CATALOG_URL's database; glue = AWS Glue (for Athena).",
+    )
+    tables_catalog_url: str | None = Field(
+        default=None,
+        description="SQLAlchemy URL of the SQL catalog. Default: the control store's "
+        "(SLUICE_CONTROL_STORE_URL), so a fleet on PostgreSQL shares one catalog.",
+    )
+    tables_namespace: str = Field(
+        default="sluice", description="Iceberg namespace (Glue database) of the views' tables."
+    )
+    tables_catalog_properties: str = Field(
+        default="{}",
+        description='Extra pyiceberg catalog properties as JSON, e.g. {"glue.region": "eu-west-1"}.',
+    )
+    publish_interval_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="How often the realtime publisher (run by the agent holding the coordinator "
+        "lease) commits the hours whose realtime partial states changed to the views' tables.",
+    )
+    tables_snapshot_retention_h: float = Field(
+        default=72.0,
+        gt=0,
+        description="Table snapshots older than this are expired (time travel reaches back this "
+        "far); the tables_maintenance job then removes the files no snapshot references.",
+    )
+    tables_realtime_snapshot_retention_m: float = Field(
+        default=60.0,
+        gt=0,
+        description="Realtime publishes older than this are expired by the publisher itself "
+        "(every 10 minutes), except the last of each hour and those a correction replaced: a "
+        "publish every 30 s would otherwise keep 2,880 snapshots a day, and every commit "
+        "copies them all.",
+    )
+    tables_maintenance_cron: str = Field(
+        default="17 * * * *",
+        description="When the tables_maintenance Dagster job runs (cron, UTC); on by default.",
+    )
 
     @property
     def resolved_state_dir(self) -> Path:

@@ -21,7 +21,6 @@ great-expectations takes ~13 s, so it happens on first use, never at import of t
 
 from __future__ import annotations
 
-import io
 import itertools
 import json
 import logging
@@ -36,17 +35,14 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from pipelines.exceptions import QueryError
 from pipelines.segments import (
     HOUR_MS,
-    PublishedManifest,
     hour_label,
     hours_with_events,
-    read_manifest,
 )
-from pipelines.serving import query_view
+from pipelines.serving import corrected_segments, query_view
 from pipelines.storage import ObjectStore
 from pipelines.views.model import WINDOW_START, View
 from quality.config import ExpectationSettings
@@ -153,13 +149,6 @@ class RowBounds:
         }
 
 
-def _published_rows(store: ObjectStore, manifest: PublishedManifest) -> int:
-    """Rows of a published version: the manifest's count if it has one, else Parquet footers."""
-    if manifest.rows is not None:
-        return manifest.rows
-    return sum(pq.ParquetFile(io.BytesIO(store.get(k))).metadata.num_rows for k in manifest.files)
-
-
 def learn_row_bounds(
     store: ObjectStore,
     view: View,
@@ -178,11 +167,8 @@ def learn_row_bounds(
     first, end = checked_range(view, start_ms, end_ms)
     segments = (end - first) // view.segment_ms if checked is None else checked
     since = view.segment_start(first - settings.rows_history_hours * HOUR_MS)
-    history: dict[str, int] = {}
-    for segment in range(since, first, view.segment_ms):
-        manifest = read_manifest(store, view.name, segment)
-        if manifest is not None:
-            history[hour_label(segment)] = _published_rows(store, manifest)
+    published = corrected_segments(store, view, list(range(since, first, view.segment_ms)))
+    history = {hour_label(segment): rows for segment, rows in sorted(published.items())}
     if len(history) < settings.rows_min_history:
         reason = (
             f"{len(history)} published segment(s) in the {settings.rows_history_hours} h before "

@@ -31,6 +31,44 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerInfo]:
         embedded.stop()
 
 
+_session_state_dir: str | None = None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def isolated_state_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Tests that do not name a state directory get one of the session's, not the checkout's
+    ``.sluice``: its control store is also the views' tables' catalog, which must not name
+    the tables of one test's storage root to the next."""
+    if "SLUICE_STATE_DIR" in os.environ:
+        yield
+        return
+    global _session_state_dir
+    _session_state_dir = str(tmp_path_factory.mktemp("default-state"))
+    os.environ["SLUICE_STATE_DIR"] = _session_state_dir
+    from pipelines.config import get_settings
+
+    get_settings.cache_clear()
+    try:
+        yield
+    finally:
+        os.environ.pop("SLUICE_STATE_DIR", None)
+        get_settings.cache_clear()
+
+
+@pytest.fixture(autouse=True)
+def own_state_dir(isolated_state_dir, tmp_path_factory, monkeypatch) -> Iterator[None]:
+    """And each test its own (a test or fixture that sets SLUICE_STATE_DIR keeps its own)."""
+    from pipelines.config import get_settings
+
+    if os.environ.get("SLUICE_STATE_DIR") != _session_state_dir:
+        yield
+        return
+    monkeypatch.setenv("SLUICE_STATE_DIR", str(tmp_path_factory.mktemp("state")))
+    get_settings.cache_clear()
+    yield
+    get_settings.cache_clear()
+
+
 @pytest.fixture
 def topic_name() -> str:
     return f"events-{uuid.uuid4().hex[:8]}"

@@ -29,7 +29,10 @@ from assets.constants import (
 from assets.partitions import HOURLY, partition_key_for
 from orchestration.correction_job import SEGMENT_RULES_CHECK, CorrectionRequest
 from orchestration.resources import ControlStoreResource, SparkResource, StorageResource
+from pipelines.config import get_settings
 from pipelines.segments import hours_in_window
+from pipelines.storage import ObjectStore
+from pipelines.tables import batch_hours, tables_for
 from pipelines.views import SESSION_COLUMNS, View, format_duration, parse_views
 
 __all__ = ["build_corrected_assets", "build_realtime_asset", "build_view_assets"]
@@ -135,6 +138,34 @@ def _segment_metadata(segment: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _table_metadata(view: View) -> dict[str, Any]:
+    """Where any engine reads the view: its Iceberg table (docs/serving.md)."""
+    settings = get_settings()
+    return {
+        "dagster/table_name": f"{settings.tables_namespace}.{view.name}",
+        "dagster/uri": f"{settings.resolved_storage_root.rstrip('/')}/tables/{view.name}",
+    }
+
+
+def _table_state(store: ObjectStore, view: View, hours: Sequence[int]) -> dict[int, dict[str, Any]]:
+    """Per hour of the run, the table after the correction: its snapshot and the hour's rows."""
+    tables = tables_for(store)
+    table = tables.find(view.name) if tables is not None else None
+    if tables is None or table is None or table.current_snapshot() is None:
+        return {}
+    per_hour = batch_hours(table, view, hours, count=True)
+    snapshot = str(table.current_snapshot().snapshot_id)
+    return {
+        h: {
+            "dagster/table_name": tables.name(view.name),
+            "dagster/uri": table.location(),
+            "snapshot_id": snapshot,
+            "table_rows": per_hour.get(h, 0),
+        }
+        for h in hours
+    }
+
+
 def build_corrected_assets(
     views: Sequence[View], definitions: Mapping[str, Mapping[str, Any]]
 ) -> dg.AssetsDefinition:
@@ -152,7 +183,7 @@ def build_corrected_assets(
             kinds={"spark", "parquet"},
             description=f"{view.name} recomputed exactly from the raw archive per hour and "
             "published as a batch segment version that overshadows the realtime values.",
-            metadata=_view_metadata(view),
+            metadata={**_view_metadata(view), **_table_metadata(view)},
         )
         for key, view in by_key.items()
     ]
@@ -215,7 +246,12 @@ def build_corrected_assets(
         yield from (
             c for c in checks if dg.AssetCheckKey(c.asset_key, c.check_name) in selected_checks
         )
+        store = storage.open()
         for result in done:
+            for hour, metadata in _table_state(store, by_key[result.asset_key], hours).items():
+                context.add_asset_metadata(
+                    metadata, asset_key=result.asset_key, partition_key=partition_key_for(hour)
+                )
             segments = result.metadata.get("segments") if result.metadata else None
             for segment in getattr(segments, "value", segments) or []:
                 hour = partition_key_for(segment["segment_start_ms"])

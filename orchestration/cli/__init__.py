@@ -41,6 +41,7 @@ SUBCOMMANDS = (
     "batch",
     "spark",
     "report",
+    "tables",
     "autoscale",
     "config",
 )

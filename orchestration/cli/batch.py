@@ -8,6 +8,7 @@ version, which queries then serve instead of the realtime values. Spark is confi
 from __future__ import annotations
 
 import argparse
+import uuid
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -117,6 +118,8 @@ def run_correct(args: argparse.Namespace) -> int:
                     task, advance=1, description=f"{r.view} {r.segment}"
                 ),
                 validate_segment=validate_spark_segment,
+                tables=runtime.tables,
+                run_id=f"cli-{uuid.uuid4().hex[:12]}",
             )
     finally:
         if owns_session:

@@ -16,9 +16,10 @@ from rich.table import Table
 from orchestration.runtime import Runtime
 from pipelines.exceptions import QueryError
 from pipelines.serving import ACTIVE, STARTED, query_sessions, query_view, rollup_view
+from pipelines.tables import AsOf
 from pipelines.views import parse_duration
 
-__all__ = ["parse_instant", "register"]
+__all__ = ["parse_as_of", "parse_instant", "register"]
 
 
 def parse_instant(text: str, flag: str) -> int:
@@ -58,7 +59,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="merge windows into coarser ones through their states, e.g. 1d (a multiple of "
         "the view's interval that divides a day)",
     )
+    parser.add_argument(
+        "--as-of",
+        default=None,
+        help="read the view's table as it was: a time (ISO 8601, UTC) or a snapshot id "
+        "(`sluice tables history VIEW` lists them)",
+    )
+    parser.add_argument(
+        "--prefer",
+        choices=["newest", "batch", "realtime"],
+        default="newest",
+        help="newest: the view's table (corrected hours, published realtime ones); batch: "
+        "corrected rows only; realtime: merge the stream's partial states now (not yet published)",
+    )
     parser.set_defaults(func=run)
+
+
+def parse_as_of(text: str | None) -> AsOf | None:
+    """A snapshot id (more digits than epoch ms have) or a time."""
+    if text is None:
+        return None
+    if text.lstrip("-").isdigit() and len(text.lstrip("-")) > 13:
+        return AsOf(snapshot_id=int(text))
+    return AsOf(time_ms=parse_instant(text, "--as-of"))
 
 
 def _plain(value):
@@ -72,16 +95,25 @@ def run(args: argparse.Namespace) -> int:
     view = runtime.view(args.view, args.views)
     start = parse_instant(args.start, "--start")
     end = parse_instant(args.end, "--end")
+    as_of = parse_as_of(getattr(args, "as_of", None))
+    prefer = getattr(args, "prefer", "newest")
     if view.is_session:
         match = ACTIVE if args.active else STARTED
-        table = query_sessions(runtime.store, view, start, end, match=match)
+        table = query_sessions(runtime.store, view, start, end, prefer, match=match, as_of=as_of)
     elif args.active:
         raise QueryError(f"--active is for session views; {view.name} is a windowed view")
     elif args.granularity:
         granularity = parse_duration(args.granularity, "--granularity")
         table = rollup_view(runtime.store, view, start, end, granularity)
     else:
-        table = query_view(runtime.store, view, start, end)
+        table = query_view(runtime.store, view, start, end, prefer, as_of=as_of)
+    if table.num_rows == 0 and prefer == "newest" and as_of is None:
+        print(
+            f"no rows in {view.name}'s table for the range: realtime hours appear once the "
+            "fleet's publisher commits them (every SLUICE_PUBLISH_INTERVAL_S while agents run); "
+            "--prefer realtime merges the stream's partial states now",
+            file=sys.stderr,
+        )
     write_result(table, args.format, args.limit)
     return 0
 

@@ -48,6 +48,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from orchestration.fleet.coordinator import COORDINATOR_LEASE, Coordinator
 from orchestration.fleet.imds import InstanceMetadata, Notice
+from orchestration.fleet.publishing import PublisherRunner
 from orchestration.fleet.rebucketing import Rebucketer
 from orchestration.fleet.rescales import RescaleMeter
 from orchestration.runtime import Runtime
@@ -111,6 +112,13 @@ class Agent:
             ),
             self.settings.task_waiting_max_s,
         )
+        self.publisher = PublisherRunner(
+            runtime.store,
+            lambda: runtime.tables,
+            lambda: self.views,
+            self.settings,
+        )
+        """Commits the views' realtime hours to their tables while this agent leads."""
         self.worker = StreamWorker(
             agent_id,
             [],
@@ -163,6 +171,7 @@ class Agent:
             self.worker.stop_event.set()
             worker.join(self.settings.stop_timeout_s)
             control.join(timeout=1.0)
+            self.publisher.join(timeout_s=1.0)
             try:
                 self.jobs.release_lease(COORDINATOR_LEASE, self.agent_id)
                 self.jobs.set_agent_state(self.agent_id, "stopped", "stopped gracefully")
@@ -237,10 +246,14 @@ class Agent:
             state = "running"
         changes: list[str] = []
         ttl = self.settings.agent_loss_after_s
-        if state == "running" and self.jobs.acquire_lease(COORDINATOR_LEASE, self.agent_id, ttl):
+        leader = state == "running" and self.jobs.acquire_lease(
+            COORDINATOR_LEASE, self.agent_id, ttl
+        )
+        if leader:
             changes = self.coordinator.reconcile()
         elif state != "running":
             self.jobs.release_lease(COORDINATOR_LEASE, self.agent_id)
+        self.publisher.tick(leader)
         self.reload_views()
         self.sync()
         return changes

@@ -14,8 +14,17 @@ from pydantic import Field
 
 from pipelines.config import get_settings
 from pipelines.storage import ObjectStore, open_store
+from pipelines.tables import TablesConfig, ViewTables, register_tables, tables_for
 
 __all__ = ["LocalStorageResource", "S3StorageResource", "StorageResource"]
+
+
+def _with_tables(store: ObjectStore) -> ObjectStore:
+    """The root's views publish to and are read from their Iceberg tables (docs/serving.md)."""
+    if tables_for(store) is None:
+        root = store.root
+        register_tables(root, lambda: ViewTables(TablesConfig.from_settings(get_settings(), root)))
+    return store
 
 
 class StorageResource(dg.ConfigurableResource):
@@ -39,7 +48,9 @@ class LocalStorageResource(StorageResource):
 
     def open(self) -> ObjectStore:
         settings = get_settings()
-        return open_store(self.location(), settings.s3_endpoint_url, settings.storage_timeout_s)
+        return _with_tables(
+            open_store(self.location(), settings.s3_endpoint_url, settings.storage_timeout_s)
+        )
 
     def location(self) -> str:
         return self.root or get_settings().resolved_storage_root
@@ -56,7 +67,7 @@ class S3StorageResource(StorageResource):
 
         store = S3ObjectStore(self.root, endpoint_url=self.s3.endpoint_url)
         store.client = self.s3.get_client()  # the resource's credentials, region and retries
-        return store
+        return _with_tables(store)
 
     def location(self) -> str:
         return self.root

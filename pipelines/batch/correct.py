@@ -31,10 +31,11 @@ from collections.abc import Callable, Sequence
 from pyspark.sql import DataFrame, SparkSession
 
 from pipelines.batch.archive import archive_hours, check_hours
-from pipelines.batch.publish import CorrectionResult
+from pipelines.batch.publish import CorrectionResult, TableTarget, publishing_to
 from pipelines.batch.sessions import correct_session_hours
 from pipelines.batch.windows import batch_schema, correct_window_hours, segment_hours
 from pipelines.storage import ObjectStore
+from pipelines.tables import ViewTables
 from pipelines.views.model import View
 
 __all__ = [
@@ -55,6 +56,8 @@ def correct_hours(
     s3_scheme: str = "s3a",
     on_result: Callable[[CorrectionResult], None] | None = None,
     validate_segment: Callable[[DataFrame, View], None] | None = None,
+    tables: ViewTables | None = None,
+    run_id: str = "",
 ) -> list[CorrectionResult]:
     """Correct every segment of every view that covers one of ``hours`` (epoch-ms hour starts).
 
@@ -63,6 +66,9 @@ def correct_hours(
     called as each result is ready (progress display). ``validate_segment(frame, view)`` checks
     each view's rows before they are published and raises to stop the correction (the data
     plane stays free of the quality layer: callers pass ``quality.schemas``' validator).
+
+    With ``tables``, each segment is one commit to its view's Iceberg table (``run_id`` in
+    the snapshot summary); without, the older ``batch/v<N>/`` + ``_published.json`` layout.
 
     Session views are corrected by :func:`pipelines.batch.sessions.correct_session_hours`
     (their segments are the hours sessions started in; ``validate_segment`` is not applied).
@@ -76,18 +82,18 @@ def correct_hours(
         if on_result is not None:
             on_result(result)
 
-    correct_window_hours(
-        spark,
-        store,
-        [v for v in views if not v.is_session],
-        wanted,
-        s3_scheme,
-        emit,
-        validate_segment,
-    )
-    session_views = [v for v in views if v.is_session]
-    if session_views:
-        for view in session_views:
+    target = TableTarget(tables, run_id) if tables is not None else None
+    with publishing_to(target):
+        correct_window_hours(
+            spark,
+            store,
+            [v for v in views if not v.is_session],
+            wanted,
+            s3_scheme,
+            emit,
+            validate_segment,
+        )
+        for view in [v for v in views if v.is_session]:
             segments = sorted({view.segment_start(h) for h in wanted})
             correct_session_hours(spark, store, view, segments, s3_scheme=s3_scheme, emit=emit)
     results.sort(key=lambda r: (order[r.view], r.segment_start_ms))

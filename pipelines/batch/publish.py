@@ -1,14 +1,26 @@
-"""Publishing a correction: the next batch version of a segment, file first, manifest last."""
+"""Publishing a correction: the next batch version of a segment.
+
+Into the view's Iceberg table when the correction runs :func:`publishing_to` a
+:class:`~pipelines.tables.ViewTables` (the CLI, Dagster): the segment's rows are written as
+Parquet, one file per hour, and one commit deletes the segment's hours and adds the files, with
+the batch version, the run id and the archive hours read in the snapshot summary
+(:func:`pipelines.tables.replace_hours`, retried on conflicts). Without tables (library calls),
+the older layout: ``batch/v<N>/`` file first, ``_published.json`` last.
+"""
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pyarrow as pa
 
 from pipelines.segments import (
+    HOUR_MS,
     PublishedManifest,
     batch_prefix,
     hour_label,
@@ -17,9 +29,17 @@ from pipelines.segments import (
     write_manifest,
 )
 from pipelines.storage import ObjectStore
+from pipelines.tables import BATCH, ViewTables, batch_hours, replace_hours, table_rows
 from pipelines.views.model import View
 
-__all__ = ["PART_FILE", "CorrectionResult", "publish_version"]
+__all__ = [
+    "PART_FILE",
+    "CorrectionResult",
+    "TableTarget",
+    "is_corrected",
+    "publish_version",
+    "publishing_to",
+]
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +81,40 @@ class CorrectionResult:
         return hour_label(self.segment_start_ms)
 
 
+@dataclass(frozen=True)
+class TableTarget:
+    """Where a correction publishes: the views' tables, and the run to name in snapshots."""
+
+    tables: ViewTables
+    run_id: str = ""
+
+
+_target: contextvars.ContextVar[TableTarget | None] = contextvars.ContextVar(
+    "sluice_publish_target", default=None
+)
+
+
+@contextmanager
+def publishing_to(target: TableTarget | None) -> Iterator[None]:
+    """Publish the corrections made inside the block to ``target`` (None: the older layout)."""
+    token = _target.set(target)
+    try:
+        yield
+    finally:
+        _target.reset(token)
+
+
+def is_corrected(store: ObjectStore, view: View, segment: int) -> bool:
+    """Whether a correction of ``segment`` was published where this one publishes (the
+    view's table, or the older layout's manifest)."""
+    target = _target.get()
+    if target is None:
+        return read_manifest(store, view.name, segment) is not None
+    table = target.tables.find(view.name)
+    hours = range(segment, segment + view.segment_ms, HOUR_MS)
+    return table is not None and bool(batch_hours(table, view, hours))
+
+
 def publish_version(
     store: ObjectStore,
     view: View,
@@ -70,7 +124,10 @@ def publish_version(
     duplicates: int,
     hours: list[str],
 ) -> tuple[int, list[str]]:
-    """Write the next version's file, then, last, its manifest; returns (version, files)."""
+    """Publish the segment's rows as its next batch version; returns (version, files)."""
+    target = _target.get()
+    if target is not None:
+        return _commit_version(target, view, segment, table, events, duplicates, hours)
     current = read_manifest(store, view.name, segment)
     version = current.version + 1 if current else 1
     key = f"{batch_prefix(view.name, segment, version)}{PART_FILE}"
@@ -85,3 +142,29 @@ def publish_version(
     )
     write_manifest(store, view.name, segment, manifest)
     return version, [key]
+
+
+def _commit_version(
+    target: TableTarget,
+    view: View,
+    segment: int,
+    table: pa.Table,
+    events: int,
+    duplicates: int,
+    hours: list[str],
+) -> tuple[int, list[str]]:
+    """One commit replacing the segment's hours with ``table``'s rows (one file per hour)."""
+    outcome = replace_hours(
+        target.tables,
+        view,
+        range(segment, segment + view.segment_ms, HOUR_MS),
+        lambda version: table_rows(view, table, BATCH, version),
+        source=BATCH,
+        summary={
+            "run-id": target.run_id,
+            "events": str(events),
+            "duplicates-dropped": str(duplicates),
+            "archive-hours": ",".join(hours),
+        },
+    )
+    return outcome.version, list(outcome.files)

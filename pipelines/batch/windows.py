@@ -24,8 +24,8 @@ from pipelines.batch.archive import (
     read_hours,
 )
 from pipelines.batch.frames import join_on_keys, spark_frame_of
-from pipelines.batch.publish import CorrectionResult, publish_version
-from pipelines.segments import HOUR_MS, hour_label, read_manifest, segment_schema, state_column
+from pipelines.batch.publish import CorrectionResult, is_corrected, publish_version
+from pipelines.segments import HOUR_MS, hour_label, segment_schema, state_column
 from pipelines.storage import ObjectStore
 from pipelines.views.model import WINDOW_START, View
 
@@ -61,7 +61,7 @@ def _segments_to_correct(store: ObjectStore, view: View, wanted: list[int]) -> l
     archive held then); a segment never corrected stays so."""
     own = {view.segment_start(h) for h in wanted}
     reaching = {s for h in wanted for s in segments_of_hour(view, h)} - own
-    return sorted(own | {s for s in reaching if read_manifest(store, view.name, s) is not None})
+    return sorted(own | {s for s in reaching if is_corrected(store, view, s)})
 
 
 def batch_schema(view: View) -> pa.Schema:

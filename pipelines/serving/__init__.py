@@ -1,18 +1,20 @@
 """The serving query over realtime and corrected segments.
 
-May import: ``pipelines.views``, ``pipelines.segments``, ``pipelines.storage``.
+May import: ``pipelines.views``, ``pipelines.segments``, ``pipelines.storage``,
+``pipelines.tables``.
 """
 
 from pipelines.serving.query import merge_realtime, query_view
 from pipelines.serving.rollup import rollup_view, window_states
 from pipelines.serving.sessions import ACTIVE, STARTED, merge_realtime_sessions, query_sessions
-from pipelines.serving.sources import SOURCE, SegmentSource, segment_sources
+from pipelines.serving.sources import SOURCE, SegmentSource, corrected_segments, segment_sources
 
 __all__ = [
     "ACTIVE",
     "SOURCE",
     "STARTED",
     "SegmentSource",
+    "corrected_segments",
     "merge_realtime",
     "merge_realtime_sessions",
     "query_sessions",

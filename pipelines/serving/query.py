@@ -1,9 +1,14 @@
 """Serve a view: final values per window and group, from the newest version of each segment.
 
-As in Druid, a published batch correction overshadows the realtime partials of its segment
-as a whole (:mod:`.sources`); segments without one are served from the realtime partials of
-every task, merged with the view's aggregators. Session views are served by
-:mod:`.sessions`; :func:`query_view` answers for both kinds.
+A store whose root publishes to Iceberg tables (:func:`pipelines.tables.tables_for`) is
+served from the view's table: batch rows of corrected hours, realtime rows the publisher
+committed (:mod:`.publisher`), as of the newest snapshot or an earlier one. ``prefer="realtime"``
+still merges the stream's partial states (the reconciliation compares them with the batch).
+
+A store without tables (the older layout): as in Druid, a published batch correction
+overshadows the realtime partials of its segment as a whole (:mod:`.sources`); segments without
+one are served from the realtime partials of every task, merged with the view's aggregators.
+Session views are served by :mod:`.sessions`; :func:`query_view` answers for both kinds.
 """
 
 from __future__ import annotations
@@ -17,11 +22,12 @@ import pyarrow as pa
 from pipelines.exceptions import QueryError
 from pipelines.segments import read_parquet, state_column, written_for
 from pipelines.serving.sessions import query_sessions
-from pipelines.serving.sources import SOURCE, segment_sources
+from pipelines.serving.sources import SOURCE, require_table, segment_sources, table_source
 from pipelines.storage import ObjectStore
+from pipelines.tables import AsOf, read_rows
 from pipelines.views.model import WINDOW_END, WINDOW_START, View
 
-__all__ = ["merge_realtime", "query_view"]
+__all__ = ["merge_realtime", "query_view", "realtime_rows"]
 
 log = logging.getLogger(__name__)
 
@@ -55,19 +61,45 @@ def merge_realtime(view: View, tables: Iterable[pa.Table]) -> dict[tuple, list[A
     return merged
 
 
+def realtime_rows(view: View, tables: Iterable[pa.Table]) -> list[dict[str, Any]]:
+    """Final values of every (window, group) of a windowed view's partial-state files."""
+    rows = []
+    for key, states in merge_realtime(view, tables).items():
+        row = {WINDOW_START: key[0]}
+        row.update(zip(view.grouping_cols, key[1:], strict=True))
+        for agg, state in zip(view.aggregators, states, strict=True):
+            row.update(agg.result(state))
+        rows.append(row)
+    return rows
+
+
 def query_view(
-    store: ObjectStore, view: View, start_ms: int, end_ms: int, prefer: str = "newest"
+    store: ObjectStore,
+    view: View,
+    start_ms: int,
+    end_ms: int,
+    prefer: str = "newest",
+    *,
+    as_of: AsOf | None = None,
 ) -> pa.Table:
     """Windows starting in ``[start_ms, end_ms)``, sorted by window and group (for a session
     view: sessions starting in it, see :func:`pipelines.serving.sessions.query_sessions`).
 
-    ``prefer="realtime"`` ignores corrections (to compare), ``"batch"`` serves only them.
+    ``prefer="realtime"`` ignores corrections (to compare), ``"batch"`` serves only them;
+    ``as_of`` reads an earlier snapshot of the view's table.
     """
     if view.is_session:
-        return query_sessions(store, view, start_ms, end_ms, prefer)
+        return query_sessions(store, view, start_ms, end_ms, prefer, as_of=as_of)
     if end_ms <= start_ms:
         raise QueryError(f"empty range: end {end_ms} is not after start {start_ms}")
     schema = view.output_schema().append(pa.field(SOURCE, pa.string()))
+    tables = table_source(store, prefer, as_of)
+    if tables is not None:
+        if prefer == "newest":  # batch: no table = no correction
+            require_table(store, tables, view)
+        found = read_rows(tables, view, start_ms, end_ms, batch_only=prefer == "batch", as_of=as_of)
+        keys = [WINDOW_START, *view.grouping_cols]
+        return found.sort_by([(k, "ascending") for k in keys]) if found.num_rows else found
     rows: list[dict[str, Any]] = []
     for source in segment_sources(store, view, start_ms, end_ms, prefer):
         if source.kind == "batch":
@@ -76,12 +108,7 @@ def query_view(
                     row[SOURCE] = source.label
                     rows.append(row)
             continue
-        merged = merge_realtime(view, (_read(store, key) for key in source.files))
-        for key, states in merged.items():
-            row = {WINDOW_START: key[0]}
-            row.update(zip(view.grouping_cols, key[1:], strict=True))
-            for agg, state in zip(view.aggregators, states, strict=True):
-                row.update(agg.result(state))
+        for row in realtime_rows(view, (_read(store, key) for key in source.files)):
             row[SOURCE] = source.label
             rows.append(row)
     rows = [r for r in rows if start_ms <= r[WINDOW_START] < end_ms]

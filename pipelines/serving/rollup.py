@@ -20,6 +20,7 @@ from pipelines.segments import read_parquet, state_column
 from pipelines.serving.query import merge_realtime
 from pipelines.serving.sources import SOURCE, segment_sources
 from pipelines.storage import ObjectStore
+from pipelines.tables import read_rows, tables_for
 from pipelines.views.model import WINDOW_END, WINDOW_START, View, format_duration
 
 __all__ = ["rollup_view", "window_states"]
@@ -34,6 +35,21 @@ def window_states(
     from and one state per aggregation (None where a correction holds no state for it)."""
     out: dict[tuple, tuple[str, list[Any]]] = {}
     aggs = view.aggregators
+    tables = None if prefer == "realtime" else tables_for(store)
+    if tables is not None:
+        # corrected windows from the view's table (their states are columns of it), the
+        # stream's partial states for the segments no correction holds
+        corrected = _table_states(tables, view, start_ms, end_ms)
+        out.update(corrected)
+        done = {view.segment_start(key[0]) for key in corrected}
+        if prefer != "batch":
+            for source in segment_sources(store, view, start_ms, end_ms, "realtime"):
+                if source.segment_start_ms in done:
+                    continue
+                tables_of = (read_parquet(store.get(key)) for key in source.files)
+                for key, states in merge_realtime(view, tables_of).items():
+                    out[key] = (source.label, states)
+        return {k: v for k, v in out.items() if start_ms <= k[0] < end_ms}
     for source in segment_sources(store, view, start_ms, end_ms, prefer):
         if source.kind == "realtime":
             tables = (read_parquet(store.get(key)) for key in source.files)
@@ -57,6 +73,26 @@ def window_states(
                 ]
                 out[key] = (source.label, states)
     return {k: v for k, v in out.items() if start_ms <= k[0] < end_ms}
+
+
+def _table_states(
+    tables: Any, view: View, start_ms: int, end_ms: int
+) -> dict[tuple, tuple[str, list[Any]]]:
+    rows = read_rows(tables, view, start_ms, end_ms, batch_only=True, states=True)
+    out: dict[tuple, tuple[str, list[Any]]] = {}
+    names = [state_column(a.out) for a in view.aggregators]
+    for row in rows.to_pylist():
+        start = row[WINDOW_START]
+        key = (
+            int(start.timestamp() * 1000) if hasattr(start, "timestamp") else start,
+            *(row[c] for c in view.grouping_cols),
+        )
+        states = [
+            None if row[name] is None else agg.deserialize(row[name])
+            for name, agg in zip(names, view.aggregators, strict=True)
+        ]
+        out[key] = (row[SOURCE], states)
+    return out
 
 
 def rollup_view(

@@ -17,8 +17,9 @@ import pyarrow as pa
 
 from pipelines.exceptions import QueryError
 from pipelines.segments import read_parquet, state_column, written_for
-from pipelines.serving.sources import SOURCE, segment_sources
+from pipelines.serving.sources import SOURCE, require_table, segment_sources, table_source
 from pipelines.storage import ObjectStore
+from pipelines.tables import AsOf, read_rows
 from pipelines.views.model import (
     EVENT_COUNT,
     KEPT_DROPPED,
@@ -29,7 +30,13 @@ from pipelines.views.model import (
     View,
 )
 
-__all__ = ["ACTIVE", "STARTED", "merge_realtime_sessions", "query_sessions"]
+__all__ = [
+    "ACTIVE",
+    "STARTED",
+    "merge_realtime_sessions",
+    "query_sessions",
+    "realtime_session_rows",
+]
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +81,17 @@ def merge_realtime_sessions(view: View, tables: Iterable[pa.Table]) -> dict[tupl
     return merged
 
 
+def realtime_session_rows(view: View, tables: Iterable[pa.Table]) -> list[dict[str, Any]]:
+    """Final rows of every session in a session view's realtime files."""
+    rows = []
+    for row in merge_realtime_sessions(view, tables).values():
+        for agg, state in zip(view.aggregators, row.pop("states"), strict=True):
+            row.update(agg.result(state))
+        row[KEPT_EVENTS] = orjson.dumps(row[KEPT_EVENTS]).decode()
+        rows.append(row)
+    return rows
+
+
 def query_sessions(
     store: ObjectStore,
     view: View,
@@ -82,6 +100,7 @@ def query_sessions(
     prefer: str = "newest",
     *,
     match: str = STARTED,
+    as_of: AsOf | None = None,
 ) -> pa.Table:
     """Sessions that ``started`` in ``[start_ms, end_ms)``, or were ``active`` in it (started
     before its end and had an event at or after its start), sorted by start and key."""
@@ -94,18 +113,22 @@ def query_sessions(
     key_col = view.session.key
     first = start_ms - view.session.max_duration_ms if match == ACTIVE else start_ms
     rows: list[dict[str, Any]] = []
-    for source in segment_sources(store, view, first, end_ms, prefer):
-        tables = [read_parquet(store.get(key)) for key in source.files]
+    tables = table_source(store, prefer, as_of)
+    sources = [] if tables is not None else segment_sources(store, view, first, end_ms, prefer)
+    if tables is not None:
+        if prefer == "newest":  # batch: no table = no correction
+            require_table(store, tables, view)
+        found = read_rows(tables, view, first, end_ms, batch_only=prefer == "batch", as_of=as_of)
+        rows = [_as_ms(row) for row in found.to_pylist()]
+    for source in sources:
+        files = [read_parquet(store.get(key)) for key in source.files]
         if source.kind == "batch":
-            for table in tables:
+            for table in files:
                 for row in table.to_pylist():
                     row[SOURCE] = source.label
                     rows.append(row)
             continue
-        for row in merge_realtime_sessions(view, tables).values():
-            for agg, state in zip(view.aggregators, row.pop("states"), strict=True):
-                row.update(agg.result(state))
-            row[KEPT_EVENTS] = orjson.dumps(row[KEPT_EVENTS]).decode()
+        for row in realtime_session_rows(view, files):
             row[SOURCE] = source.label
             rows.append(row)
     if match == STARTED:
@@ -115,3 +138,11 @@ def query_sessions(
     rows.sort(key=lambda r: (r[SESSION_START], r[key_col]))
     schema = view.output_schema().append(pa.field(SOURCE, pa.string()))
     return pa.Table.from_pylist(rows, schema=schema)
+
+
+def _as_ms(row: dict[str, Any]) -> dict[str, Any]:
+    """A table row's session bounds in epoch ms, as the segments hold them."""
+    for col in (SESSION_START, SESSION_END):
+        if row[col] is not None:
+            row[col] = int(row[col].timestamp() * 1000)
+    return row

@@ -33,8 +33,8 @@ from pipelines.segments import (
     RangeRecord,
     hour_label,
     parse_checkpoint_key,
-    read_manifest,
 )
+from pipelines.serving import corrected_segments
 from pipelines.serving.sessions import query_sessions
 from pipelines.storage import ObjectStore
 from pipelines.stream.checkpoint import load_checkpoint
@@ -171,7 +171,7 @@ def reconcile_session_hour(
     tolerance = tolerance or Tolerance.from_env()
     assert view.session is not None
     key_col = view.session.key
-    if read_manifest(store, view.name, hour_ms) is None:
+    if hour_ms not in corrected_segments(store, view, [hour_ms]):
         return Reconciliation(view.name, hour_ms, False, None, Causes())
     causes = SessionCauses(view, archive_rows(reader or store, view, hour_ms, ranges))
     end = hour_ms + HOUR_MS

@@ -38,8 +38,8 @@ import bisect
 from datetime import UTC, datetime
 from typing import Any
 
-from pipelines.segments import HOUR_MS, hour_label, read_manifest
-from pipelines.serving import query_view, window_states
+from pipelines.segments import HOUR_MS, hour_label
+from pipelines.serving import corrected_segments, query_view, window_states
 from pipelines.storage import ObjectStore
 from pipelines.views.model import View
 from quality.causes import (
@@ -213,7 +213,8 @@ def _utc(ms: int) -> datetime:
 
 
 def _has_correction(store: ObjectStore, view: View, hour_ms: int) -> bool:
-    return read_manifest(store, view.name, view.segment_start(hour_ms)) is not None
+    segment = view.segment_start(hour_ms)
+    return segment in corrected_segments(store, view, [segment])
 
 
 def reconcile_hour(

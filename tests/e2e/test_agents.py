@@ -12,6 +12,7 @@ import time
 import pytest
 
 from pipelines.stream.checkpoint import load_checkpoint, save_checkpoint
+from pipelines.tables import TablesConfig, ViewTables
 from tests.fixtures.agents import (
     EVENTS,
     LOSS_AFTER_S,
@@ -22,7 +23,7 @@ from tests.fixtures.agents import (
 )
 from tests.fixtures.imds import FakeImds
 from tests.fixtures.processes import wait_until
-from tests.fixtures.stream import check_against_oracle, make_stream
+from tests.fixtures.stream import check_against_oracle, make_stream, table_problems
 
 pytestmark = [pytest.mark.e2e, pytest.mark.broker]
 
@@ -31,10 +32,12 @@ def test_chaos_sigkills_lose_nothing_and_every_task_ends_running(
     agents_factory, pg_url, agents_stream
 ):
     """Three agents on PostgreSQL; eleven SIGKILLs (the same agent three times in a row,
-    some victims restarted only after the next kill); the views equal the oracle."""
+    some victims restarted only after the next kill); the views equal the oracle, and so do
+    the views' Iceberg tables that the leader's publisher commits (read by DuckDB through
+    pyiceberg, in the PostgreSQL catalog), whichever agent led when."""
     rng = random.Random(20261123)
     # a rate cap per agent keeps the replay long enough to kill agents throughout it
-    agents = agents_factory(pg_url, SLUICE_WORKER_MAX_RATE="2500")
+    agents = agents_factory(pg_url, SLUICE_WORKER_MAX_RATE="2500", SLUICE_PUBLISH_INTERVAL_S="2")
     for agent_id in ("a0", "a1", "a2"):
         agents.start(agent_id)
     wait_until(agents.all_running, 60, "every task Running")
@@ -76,6 +79,19 @@ def test_chaos_sigkills_lose_nothing_and_every_task_ends_running(
     assert not agents.jobs.view_states()
     losses = [e for e in agents.jobs.events() if e.state == "Waiting" and "lost" in e.reason]
     assert losses, "no task was ever moved off a lost agent"
+    tables = ViewTables(TablesConfig(warehouse=agents.store.root, catalog_url=pg_url))
+    problems: list[str] = []
+
+    def tables_agree() -> bool:
+        problems[:] = table_problems(agents_stream, tables)
+        return not problems
+
+    try:
+        wait_until(tables_agree, 120, "the tables equal the oracle", every_s=2)
+    except AssertionError:
+        raise AssertionError("\n".join(problems[:20])) from None
+    finally:
+        tables.close()
     assert agents.stop_all() == {"a0": 0, "a1": 0, "a2": 0}
     check_against_oracle(agents_stream, agents.store, agents.control)
 

@@ -8,7 +8,7 @@ import json
 import pytest
 import yaml
 
-from orchestration.cli import query
+from orchestration.cli import main, query
 from pipelines.config import get_settings
 from pipelines.serving import query_sessions
 from pipelines.testing import run_stream
@@ -50,8 +50,9 @@ def test_started_and_active_sessions(tmp_path, monkeypatch, capsys):
     longest = max(everything, key=lambda r: r["session_end"] - r["session_start"])
     start_ms = int(longest["session_start"].timestamp() * 1000) + 1
     end_ms = start_ms + 10 * 60_000
-    started = _query(capsys, views_file, "--start", str(start_ms), "--end", str(end_ms))
-    active = _query(capsys, views_file, "--start", str(start_ms), "--end", str(end_ms), "--active")
+    span = ("--start", str(start_ms), "--end", str(end_ms))
+    started = _query(capsys, views_file, *span, "--prefer", "realtime")  # the partial states
+    active = _query(capsys, views_file, *span, "--active", "--prefer", "realtime")
 
     def ms(text):
         from datetime import datetime
@@ -75,6 +76,10 @@ def test_started_and_active_sessions(tmp_path, monkeypatch, capsys):
         (r["client"], int(r["session_start"].timestamp() * 1000)) for r in want_active
     }
     assert all(r["source"] == "realtime" for r in active)
+    # published into the view's table, the query of the table says the same
+    assert main(["tables", "migrate", "--views", str(views_file)]) == 0
+    assert _query(capsys, views_file, *span) == started
+    assert _query(capsys, views_file, *span, "--active") == active
     get_settings.cache_clear()
 
 

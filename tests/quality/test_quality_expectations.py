@@ -26,11 +26,14 @@ from assets.views.factory import build_corrected_assets
 from orchestration.correction_job import SEGMENT_RULES_CHECK
 from orchestration.resources import LocalStorageResource
 from pipelines.batch import archive_hours, correct_hours
+from pipelines.config import get_settings
 from pipelines.exceptions import ConfigError, QueryError
 from pipelines.generator import GeneratorOptions
 from pipelines.segments import HOUR_MS
+from pipelines.serving.migrate import migrate_store
 from pipelines.serving.query import query_view
 from pipelines.storage import LocalObjectStore, ObjectStore
+from pipelines.tables import TablesConfig, ViewTables
 from pipelines.testing import StreamRun, run_stream
 from pipelines.views import View, parse_views
 from quality.config import ExpectationSettings
@@ -352,6 +355,10 @@ def test_the_check_runs_after_the_correction_and_records_the_suite(
 ) -> None:
     view = VIEWS["clients_5m"]
     root = copy_storage(Path(corrected.store.root), tmp_path / "storage")
+    # the copied store holds earlier corrections in the older layout: into the tables first
+    tables = ViewTables(TablesConfig.from_settings(get_settings(), str(root)))
+    migrate_store(LocalObjectStore(str(root)), tables, [view])
+    tables.close()
     result = dg.materialize(
         [
             build_corrected_assets([view], {d["name"]: d for d in TEST_VIEWS}),

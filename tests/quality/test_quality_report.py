@@ -32,6 +32,7 @@ from pipelines.control import ControlStore, TaskStatus
 from pipelines.exceptions import ConfigError
 from pipelines.generator import GeneratorOptions
 from pipelines.segments import HOUR_MS
+from pipelines.tables import TablesConfig, ViewTables, register_tables
 from pipelines.testing import StreamRun, run_stream
 from quality.report import InvalidReportDay, parse_day, publish_report, report_keys
 from tests.fixtures.browser import chromium_page
@@ -116,8 +117,12 @@ def day(tmp_path_factory, spark) -> Day:  # noqa: F811  (the session fixture imp
     ]
     assert len(hours) == 3
     corrected = hours[1:]
-    correct_hours(spark, run.store, run.views, corrected)
     built = Day(root, run, corrected)
+    # corrected into the views' tables, in the catalog the CLI and Dagster open (the control
+    # store's); in-process readers of the root read them too
+    tables = ViewTables(TablesConfig(warehouse=run.store.root, catalog_url=built.control_url))
+    register_tables(run.store.root, tables)
+    correct_hours(spark, run.store, run.views, corrected, tables=tables)
     _record_samples(root, built.control_url, hours)
     return built
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from orchestration.cli import main
@@ -12,6 +10,7 @@ from pipelines.batch import InvalidHour, UnknownView
 from pipelines.config import PROJECT_ROOT, get_settings
 from pipelines.generator import GeneratorOptions
 from pipelines.segments import hour_label, parse_hour_label, published_key
+from pipelines.tables import TablesConfig, ViewTables
 from pipelines.testing import StreamRun, run_stream
 from pipelines.views import load_views
 
@@ -97,9 +96,15 @@ def test_correct_publishes_and_prints_a_table(spark, env, capsys):
     assert code == 0
     assert "traffic_by_org" in out and "sessions_by_org" in out and "v1" in out
     assert "2 segment(s) published, 0 skipped" in out
-    for name in ("traffic_by_org", "sessions_by_org"):
-        manifest = json.loads(env.store.get(published_key(name, hour)))
-        assert manifest["version"] == 1 and manifest["hours"] == [hour_label(hour)]
+    tables = ViewTables(TablesConfig.from_settings(get_settings(), env.store.root))
+    for name in ("traffic_by_org", "sessions_by_org"):  # one snapshot each, in its table
+        assert not env.store.exists(published_key(name, hour))
+        (snapshot,) = tables.find(name).snapshots()
+        summary = snapshot.summary
+        assert summary["sluice.batch-version"] == "1" and summary["sluice.source"] == "batch"
+        assert summary["sluice.archive-hours"] == hour_label(hour)
+        assert summary["sluice.run-id"].startswith("cli-")
+    tables.close()
     # The CLI reused the test session and left it running.
     assert spark.sparkContext._jsc is not None
     assert spark.range(1).count() == 1

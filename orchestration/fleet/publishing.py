@@ -1,0 +1,72 @@
+"""The fleet's realtime publisher, run by whoever holds the coordinator lease.
+
+One publisher per fleet: the leader's control tick starts a pass of
+:class:`pipelines.serving.publisher.RealtimePublisher` in a thread of its own when
+``SLUICE_PUBLISH_INTERVAL_S`` has passed since the last one, so a slow commit never delays a
+heartbeat. A leader that loses the lease starts no more passes; a pass under way finishes (a
+realtime commit never replaces a corrected hour, so two publishers at a hand-over are harmless).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+
+from pipelines.config import SluiceSettings
+from pipelines.segments import HOUR_MS
+from pipelines.serving.publisher import PublishPass, RealtimePublisher
+from pipelines.storage import ObjectStore
+from pipelines.tables import ViewTables
+from pipelines.views import View
+
+__all__ = ["PublisherRunner"]
+
+log = logging.getLogger(__name__)
+
+
+class PublisherRunner:
+    def __init__(
+        self,
+        store: ObjectStore,
+        tables: Callable[[], ViewTables],
+        views: Callable[[], Sequence[View]],
+        settings: SluiceSettings,
+    ) -> None:
+        self._open = lambda: RealtimePublisher(
+            store,
+            tables(),
+            views,
+            settings.publish_interval_s,
+            retention_ms=int(settings.tables_snapshot_retention_h * HOUR_MS),
+            realtime_retention_ms=int(settings.tables_realtime_snapshot_retention_m * 60_000),
+        )
+        self.publisher: RealtimePublisher | None = None
+        self.thread: threading.Thread | None = None
+        self.last: PublishPass | None = None
+
+    def tick(self, leader: bool) -> None:
+        """Start a pass if this agent leads, none is running and one is due."""
+        if not leader or (self.thread is not None and self.thread.is_alive()):
+            return
+        if self.publisher is None:
+            try:
+                self.publisher = self._open()
+            except Exception:
+                log.exception("the realtime publisher cannot open the tables; retried next tick")
+                return
+        if not self.publisher.due():
+            return
+        self.thread = threading.Thread(target=self._run, name="realtime-publisher", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        assert self.publisher is not None
+        try:
+            self.last = self.publisher.publish_once()
+        except Exception:
+            log.exception("a realtime publish pass failed; retried at the next interval")
+
+    def join(self, timeout_s: float) -> None:
+        if self.thread is not None:
+            self.thread.join(timeout_s)

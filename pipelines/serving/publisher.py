@@ -1,0 +1,198 @@
+"""The realtime publisher: the stream's partial states, merged, into the views' tables.
+
+The per-task partial states stay the stream's crash-safe working format. One publisher per
+fleet (the agent holding the coordinator lease runs it, :mod:`orchestration.fleet.agent`)
+reads each view's realtime files, and for every hour whose files changed since its last pass
+merges them (as the query did) and commits those hours, one snapshot per view and pass, at
+most every ``SLUICE_PUBLISH_INTERVAL_S``. An hour the batch has corrected is never replaced:
+:func:`pipelines.tables.replace_hours` checks it on the snapshot it commits on, and the
+publisher stops looking at that hour.
+
+Which hours: every hour with realtime files on the first pass; then the hours within
+``lookback_ms`` of the view's newest realtime hour (where the stream still writes) and hours
+never published. A file's content, not its listing, says whether it changed (a replay after a
+crash rewrites identical files: nothing to commit).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from pipelines.segments import HOUR_MS, parse_hour_label, read_parquet, view_prefix
+from pipelines.serving.query import realtime_rows
+from pipelines.serving.sessions import realtime_session_rows
+from pipelines.storage import ObjectStore
+from pipelines.tables import REALTIME, ViewTables, replace_hours, table_rows
+from pipelines.tables.maintenance import expire_snapshots
+from pipelines.views.model import WINDOW_END, View
+
+__all__ = ["PublishPass", "RealtimePublisher"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LOOKBACK_MS = 3 * HOUR_MS
+EXPIRE_EVERY_S = 600.0
+
+
+@dataclass
+class PublishPass:
+    """What one pass did."""
+
+    committed: dict[str, list[int]] = field(default_factory=dict)
+    """View -> hours committed."""
+    skipped: dict[str, list[int]] = field(default_factory=dict)
+    """View -> hours left alone because the batch corrected them."""
+    snapshots: dict[str, int] = field(default_factory=dict)
+    expired: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+    cpu_seconds: float = 0.0
+
+
+class RealtimePublisher:
+    def __init__(
+        self,
+        store: ObjectStore,
+        tables: ViewTables,
+        views: Callable[[], Sequence[View]] | Sequence[View],
+        interval_s: float = 30.0,
+        lookback_ms: int = DEFAULT_LOOKBACK_MS,
+        retention_ms: int = 72 * HOUR_MS,
+        realtime_retention_ms: int = HOUR_MS,
+        expire_every_s: float = EXPIRE_EVERY_S,
+    ) -> None:
+        self.store = store
+        self.tables = tables
+        self.views = views if callable(views) else (lambda: views)
+        self.interval_s = interval_s
+        self.lookback_ms = lookback_ms
+        self.digests: dict[tuple[str, str, int], str] = {}
+        """(view, fingerprint, segment) -> digest of the realtime files last committed."""
+        self.corrected: set[tuple[str, int]] = set()
+        self.next_pass = 0.0
+        self.retention_ms = retention_ms
+        self.realtime_retention_ms = realtime_retention_ms
+        self.expire_every_s = expire_every_s
+        self.next_expiry = time.monotonic() + expire_every_s
+
+    def due(self, now: float | None = None) -> bool:
+        return (time.monotonic() if now is None else now) >= self.next_pass
+
+    def maybe_publish(self) -> PublishPass | None:
+        """One pass if the interval has passed since the last one started."""
+        if not self.due():
+            return None
+        return self.publish_once()
+
+    def publish_once(self) -> PublishPass:
+        started, cpu = time.monotonic(), time.thread_time()
+        self.next_pass = started + self.interval_s
+        result = PublishPass()
+        for view in self.views():
+            if view.disabled:
+                continue
+            try:
+                self._publish_view(view, result)
+            except Exception:  # one view's failure must not stop the others' publishing
+                log.exception("publishing %s's realtime hours failed; retried next pass", view.name)
+        if time.monotonic() >= self.next_expiry:
+            self.next_expiry = time.monotonic() + self.expire_every_s
+            self._expire(result)
+        result.seconds = time.monotonic() - started
+        result.cpu_seconds = time.thread_time() - cpu
+        if result.committed:
+            log.info(
+                "published %s in %.2f s",
+                ", ".join(f"{v}: {len(h)} hour(s)" for v, h in result.committed.items()),
+                result.seconds,
+            )
+        return result
+
+    def _expire(self, result: PublishPass) -> None:
+        """Drop the realtime snapshots past their retention (metadata only; the maintenance
+        job removes the files)."""
+        now_ms = int(time.time() * 1000)
+        for view in self.views():
+            if view.disabled or self.tables.find(view.name) is None:
+                continue
+            try:
+                result.expired[view.name] = expire_snapshots(
+                    self.tables, view, now_ms, self.retention_ms, self.realtime_retention_ms
+                )
+            except Exception:
+                log.exception("expiring %s's snapshots failed; retried later", view.name)
+
+    def _segments(self, view: View) -> dict[int, list[str]]:
+        """Segment start -> its realtime files, for the segments worth looking at."""
+        found: dict[int, list[str]] = {}
+        for key in self.store.list(view_prefix(view.name)):
+            parts = key.split("/")  # segments/<view>/<segment>/realtime/<task>.parquet
+            if len(parts) != 5 or parts[3] != "realtime":
+                continue
+            try:
+                segment = parse_hour_label(parts[2])
+            except ValueError:
+                continue
+            found.setdefault(segment, []).append(key)
+        if not found:
+            return {}
+        newest = max(found)
+        return {
+            s: keys
+            for s, keys in found.items()
+            if (view.name, s) not in self.corrected
+            and (
+                s >= newest - self.lookback_ms
+                or (view.name, view.fingerprint, s) not in self.digests
+            )
+        }
+
+    def _publish_view(self, view: View, result: PublishPass) -> None:
+        changed: dict[int, tuple[str, list[pa.Table]]] = {}
+        for segment, keys in sorted(self._segments(view).items()):
+            blobs = [(key, self.store.get(key)) for key in sorted(keys)]
+            digest = hashlib.blake2b(digest_size=16)
+            for key, data in blobs:
+                digest.update(key.encode())
+                digest.update(data)
+            text = digest.hexdigest()
+            if self.digests.get((view.name, view.fingerprint, segment)) == text:
+                continue
+            changed[segment] = (text, [read_parquet(data) for _, data in blobs])
+        if not changed:
+            return
+        rows: list[dict] = []
+        for _, files in changed.values():
+            rows += (
+                realtime_session_rows(view, files)
+                if view.is_session
+                else realtime_rows(view, files)
+            )
+        data = table_rows(view, pa.Table.from_pylist(rows, schema=_row_schema(view)), REALTIME, 0)
+        hours = [h for s in changed for h in range(s, s + view.segment_ms, HOUR_MS)]
+        outcome = replace_hours(self.tables, view, hours, data, source=REALTIME)
+        for segment, (text, _) in changed.items():
+            self.digests[(view.name, view.fingerprint, segment)] = text
+        for hour in outcome.skipped:
+            self.corrected.add((view.name, view.segment_start(hour)))
+        if outcome.hours:
+            result.committed[view.name] = list(outcome.hours)
+            if outcome.snapshot_id is not None:
+                result.snapshots[view.name] = outcome.snapshot_id
+        if outcome.skipped:
+            result.skipped[view.name] = list(outcome.skipped)
+
+
+def _row_schema(view: View) -> pa.Schema:
+    """The merged rows' columns: the output columns with times in epoch ms, no window end."""
+    fields = []
+    for f in view.output_schema():
+        if f.name == WINDOW_END:
+            continue
+        fields.append(pa.field(f.name, pa.int64()) if pa.types.is_timestamp(f.type) else f)
+    return pa.schema(fields)
