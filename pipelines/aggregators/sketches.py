@@ -30,6 +30,15 @@ __all__ = [
 ]
 
 
+def _bounded_result(out: str, sketch: Any, std_devs: int) -> dict[str, Any]:
+    """An estimate with its bounds at ``std_devs``: HLL and theta sketches answer alike."""
+    return {
+        out: round(sketch.get_estimate()),
+        f"{out}_lower": round(sketch.get_lower_bound(std_devs)),
+        f"{out}_upper": round(sketch.get_upper_bound(std_devs)),
+    }
+
+
 def _bounded_fields(out: str) -> list[pa.Field]:
     return [pa.field(f"{out}{suffix}", pa.int64()) for suffix in ("", "_lower", "_upper")]
 
@@ -61,13 +70,7 @@ class HllBounds(ApproxCountDistinct):
         return None
 
     def result(self, state) -> dict[str, Any]:
-        sketch = self.sketch(state)
-        out = self.out
-        return {
-            out: round(sketch.get_estimate()),
-            f"{out}_lower": round(sketch.get_lower_bound(self.std_devs)),
-            f"{out}_upper": round(sketch.get_upper_bound(self.std_devs)),
-        }
+        return _bounded_result(self.out, self.sketch(state), self.std_devs)
 
     def output_fields(self) -> list[pa.Field]:
         return _bounded_fields(self.out)
@@ -145,13 +148,7 @@ class ThetaBounds(ThetaDistinct):
     std_devs = HllBounds.std_devs
 
     def result(self, state) -> dict[str, Any]:
-        sketch = state.get_result()
-        out = self.out
-        return {
-            out: round(sketch.get_estimate()),
-            f"{out}_lower": round(sketch.get_lower_bound(self.std_devs)),
-            f"{out}_upper": round(sketch.get_upper_bound(self.std_devs)),
-        }
+        return _bounded_result(self.out, state.get_result(), self.std_devs)
 
     def output_fields(self) -> list[pa.Field]:
         return _bounded_fields(self.out)

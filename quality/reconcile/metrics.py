@@ -27,6 +27,7 @@ __all__ = [
     "close",
     "exact_metric",
     "frequent_items_metric",
+    "from_tally",
     "hll_metric",
     "other_metric",
     "quantile_metric",
@@ -92,6 +93,33 @@ def tally(pairs: Pairs, causes_of: CausesOf, judge: Judge) -> tuple[int, int, li
     return differing, explained, unexplained
 
 
+def from_tally(
+    column: str,
+    kind: str,
+    aggregation: str,
+    pairs: Pairs,
+    counts: tuple[int, int, list[dict[str, Any]]],
+    allowed: int,
+    rule: str,
+) -> MetricReconciliation:
+    """A metric whose rows were judged one by one (``counts`` from :func:`tally`): it passes
+    while no more rows than ``allowed`` are beyond its rule."""
+    differing, explained, beyond = counts
+    return MetricReconciliation(
+        column=column,
+        kind=kind,
+        aggregation=aggregation,
+        compared=len(pairs),
+        differing=differing,
+        explained=explained,
+        unexplained=len(beyond),
+        allowed=allowed,
+        rule=rule,
+        passed=len(beyond) <= allowed,
+        samples=beyond[:SAMPLES],
+    )
+
+
 def exact_metric(
     column: str,
     kind: str,
@@ -103,21 +131,9 @@ def exact_metric(
     tolerance: Tolerance,
 ) -> MetricReconciliation:
     """An exact metric: every difference needs a cause (up to ``unexplained_share``)."""
-    differing, explained, unexplained = tally(pairs, causes_of, judge)
     allowed = allowed_unexplained(tolerance.unexplained_share, len(pairs))
-    return MetricReconciliation(
-        column=column,
-        kind=kind,
-        aggregation=aggregation,
-        compared=len(pairs),
-        differing=differing,
-        explained=explained,
-        unexplained=len(unexplained),
-        allowed=allowed,
-        rule=rule,
-        passed=len(unexplained) <= allowed,
-        samples=unexplained[:SAMPLES],
-    )
+    counts = tally(pairs, causes_of, judge)
+    return from_tally(column, kind, aggregation, pairs, counts, allowed, rule)
 
 
 def hll_metric(
@@ -136,21 +152,10 @@ def hll_metric(
             why.late > 0 and actual < expected
         )
 
-    differing, explained, beyond = tally(pairs, causes_of, judge)
     allowed = max(1, math.ceil(tolerance.hll_outside_share * len(pairs)))
-    return MetricReconciliation(
-        column=column,
-        kind=APPROXIMATE,
-        aggregation="approx_count_distinct",
-        compared=len(pairs),
-        differing=differing,
-        explained=explained,
-        unexplained=len(beyond),
-        allowed=allowed,
-        rule=f"within {tolerance.hll_sigmas:g} x RSE {rse:.2%} of the exact count",
-        passed=len(beyond) <= allowed,
-        samples=beyond[:SAMPLES],
-    )
+    rule = f"within {tolerance.hll_sigmas:g} x RSE {rse:.2%} of the exact count"
+    counts = tally(pairs, causes_of, judge)
+    return from_tally(column, APPROXIMATE, "approx_count_distinct", pairs, counts, allowed, rule)
 
 
 def quantile_metric(
@@ -236,22 +241,13 @@ def reproduced_metric(
             return False
         return relative_error(expected, actual, floor=1.0) <= band or actual < expected
 
-    differing, explained, beyond = tally(pairs, causes_of, judge)
-    return MetricReconciliation(
-        column=column,
-        kind=APPROXIMATE,
-        aggregation=aggregation,
-        compared=len(pairs),
-        differing=differing,
-        explained=explained,
-        unexplained=len(beyond),
-        allowed=0,
-        rule=f"equal to Spark's sketch estimate where no event was late ({matched[0]} of "
+    counts = tally(pairs, causes_of, judge)
+    rule = (
+        f"equal to Spark's sketch estimate where no event was late ({matched[0]} of "
         f"{len(pairs)} rows reproduced exactly); else within {tolerance.hll_sigmas:g} x RSE "
-        f"{rse:.2%} of the exact count",
-        passed=not beyond,
-        samples=beyond[:SAMPLES],
+        f"{rse:.2%} of the exact count"
     )
+    return from_tally(column, APPROXIMATE, aggregation, pairs, counts, 0, rule)
 
 
 def rank_metric(
@@ -276,22 +272,13 @@ def rank_metric(
         error = error_of(key, expected, actual)
         return error is not None and error <= epsilon
 
-    differing, explained, beyond = tally(pairs, causes_of, judge)
     allowed = max(1, math.ceil(tolerance.hll_outside_share * len(pairs)))
-    return MetricReconciliation(
-        column=column,
-        kind=APPROXIMATE,
-        aggregation=aggregation,
-        compared=len(pairs),
-        differing=differing,
-        explained=explained,
-        unexplained=len(beyond),
-        allowed=allowed,
-        rule=f"rank error within KLL's normalized rank error {epsilon:.2%} "
-        "(rows without duplicates or late drops)",
-        passed=len(beyond) <= allowed,
-        samples=beyond[:SAMPLES],
+    rule = (
+        f"rank error within KLL's normalized rank error {epsilon:.2%} "
+        "(rows without duplicates or late drops)"
     )
+    counts = tally(pairs, causes_of, judge)
+    return from_tally(column, APPROXIMATE, aggregation, pairs, counts, allowed, rule)
 
 
 def frequent_items_metric(
@@ -312,17 +299,6 @@ def frequent_items_metric(
             if r["item"] in exact
         )
 
-    differing, explained, beyond = tally(pairs, causes_of, judge)
-    return MetricReconciliation(
-        column=column,
-        kind=APPROXIMATE,
-        aggregation="frequent_items",
-        compared=len(pairs),
-        differing=differing,
-        explained=explained,
-        unexplained=len(beyond),
-        allowed=0,
-        rule="exact counts within the realtime [lower, upper] of every item both list",
-        passed=not beyond,
-        samples=beyond[:SAMPLES],
-    )
+    rule = "exact counts within the realtime [lower, upper] of every item both list"
+    counts = tally(pairs, causes_of, judge)
+    return from_tally(column, APPROXIMATE, "frequent_items", pairs, counts, 0, rule)
