@@ -110,6 +110,9 @@ def _sql_catalog(props: dict[str, str]) -> Catalog:
     """pyiceberg creates its two tables if missing; processes starting together may race."""
     from pyiceberg.catalog.sql import SqlCatalog
 
+    uri = props.get("uri", "")
+    if uri.startswith("sqlite:///"):  # as the control store does: its directory may be new
+        Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     for attempt in range(5):
         try:
             return SqlCatalog("sluice", **props)
