@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import orjson
 import pytest
 import yaml
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaProducer
 
 import tests.fixtures.poison  # noqa: F401  (the test process loads the views that name fails_on)
 from pipelines.config import PROJECT_ROOT, KafkaSettings, SluiceSettings
@@ -24,7 +24,7 @@ from pipelines.kafka.writer import open_writer
 from pipelines.views import load_views
 from tests.fixtures.agents import PARTITIONS, Agents
 from tests.fixtures.oracle import SessionTruth, Truth, valid_event
-from tests.fixtures.stream import check_against_oracle, read_partitions
+from tests.fixtures.stream import check_against_oracle, read_partitions, read_records
 
 pytestmark = [pytest.mark.e2e, pytest.mark.broker]
 
@@ -136,20 +136,13 @@ def _stream(bootstrap, tmp: Path, topic: str, inject, extra_views=(), forget=())
 def _dead_letters(bootstrap: str, topic: str) -> dict[tuple[int, int], set[str]]:
     """(partition, offset) -> the reasons given, from the whole dead-letter topic read by a
     consumer of its own (a replay after a crash may send a dead letter twice: same key)."""
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-    tp = TopicPartition(f"{topic}.dlq", 0)
-    consumer.assign([tp])
-    consumer.seek_to_beginning(tp)
-    end = consumer.end_offsets([tp])[tp]
     out: dict[tuple[int, int], set[str]] = defaultdict(set)
-    while consumer.position(tp) < end:
-        for record in consumer.poll(timeout_ms=500).get(tp, []):
-            letter = orjson.loads(record.value)
-            assert letter["source_topic"] == topic
-            out[(letter["source_partition"], letter["source_offset"])].add(
-                (letter["reason"], letter["detail"])
-            )
-    consumer.close()
+    for record in read_records(bootstrap, f"{topic}.dlq", 1)[0]:
+        letter = orjson.loads(record.value)
+        assert letter["source_topic"] == topic
+        out[(letter["source_partition"], letter["source_offset"])].add(
+            (letter["reason"], letter["detail"])
+        )
     return out
 
 

@@ -8,16 +8,14 @@ import signal
 from pathlib import Path
 
 import pytest
-from kafka import TopicPartition
 
 from pipelines.config import SluiceSettings
 from pipelines.control import ControlStore
-from pipelines.kafka import consumer, end_offsets
 from pipelines.serving import query_view
 from pipelines.storage import LocalObjectStore
 from pipelines.views.model import WINDOW_START
 from tests.fixtures.processes import sluice_process, stop_process, wait_until
-from tests.fixtures.stream import check_against_oracle, make_stream
+from tests.fixtures.stream import check_against_oracle, make_stream, read_records
 
 pytestmark = [pytest.mark.e2e, pytest.mark.broker]
 
@@ -133,25 +131,7 @@ def fleet_factory(tmp_path, broker, stream):
 
 
 def _dead_letter_keys(bootstrap: str, topic: str) -> set[bytes]:
-    client = consumer(bootstrap)
-    try:
-        tp = TopicPartition(topic, 0)
-        client.assign([tp])
-        client.seek_to_beginning(tp)
-        keys: set[bytes] = set()
-        end = end_offsets(client, [tp])[tp]
-        seen = [0]
-
-        def drained():
-            for records in client.poll(timeout_ms=500).values():
-                keys.update(r.key for r in records)
-                seen[0] += len(records)
-            return seen[0] >= end
-
-        wait_until(drained, 60, "reading the dead-letter topic", every_s=0)
-        return keys
-    finally:
-        client.close()
+    return {r.key for r in read_records(bootstrap, topic, 1)[0]}
 
 
 @pytest.mark.parametrize("client", ["kafka-python", "confluent"])
