@@ -30,7 +30,7 @@ def test_the_server_gets_the_sessions_settings_on_loopback() -> None:
 
 def test_start_status_and_stop_by_pid(tmp_path) -> None:
     """Its restart after a SIGKILL, under a correction, is in the Dagster e2e
-    (test_a_correction_survives_the_warm_server_killed_under_it)."""
+    (test_a_backfill_recorrects_an_hour_even_with_the_warm_server_killed_under_it)."""
     state = tmp_path / "state"
     assert sluice_spark(state, "status").returncode == 3  # nothing yet
     with warm_spark_server(state) as server:
