@@ -126,7 +126,7 @@ def test_up_runs_the_live_half_in_dagster_scales_with_the_traffic_and_stops_clea
     exports = " ".join(f"{k}={v}" for k, v in env.items())
     command = (
         f"env -u KAFKA_BOOTSTRAP_SERVERS {exports} {sys.executable} -m orchestration.cli up "
-        "--agents 2 --duration 6h --speedup 240 "
+        "--agents 2 --duration 4h --speedup 240 "
         f"--peak-rate 300 --flush-interval 2; echo $? > {exit_file}"
     )
     tmux(
@@ -213,9 +213,9 @@ def _the_live_half_shows_in_the_ui(url: str, artifacts_dir: Path, panel, state: 
     metadata = {e["label"]: e.get("text") for e in made["metadataEntries"]}
     assert metadata["why"] in ("fleet started", "deployed", "stream current"), metadata
     assert metadata["source"].startswith("file "), metadata
-    # the corrected view's partitions: the replay's six hours of 2014-07-01, not twelve years
+    # the corrected view's partitions: the replay's four hours of 2014-07-01, not twelve years
     keys = asset("corrected_traffic_by_org")["assetNodeOrError"]["partitionKeysByDimension"]
-    assert keys[0]["partitionKeys"] == [f"2014-07-01-{h:02d}:00" for h in range(6)], keys
+    assert keys[0]["partitionKeys"] == [f"2014-07-01-{h:02d}:00" for h in range(4)], keys
 
     catalog = artifacts_dir / "up-asset-catalog.png"
     realtime = artifacts_dir / "up-realtime-asset.png"
