@@ -10,7 +10,7 @@ import logging
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -20,8 +20,11 @@ from pipelines.control import ControlStore
 from pipelines.exceptions import QueryError
 from pipelines.kafka import resolve_bootstrap
 from pipelines.storage import ObjectStore, open_store
-from pipelines.tables import TablesConfig, ViewTables, register_tables
+from pipelines.tables.registry import register_tables
 from pipelines.views import ResolvedView, View, load_views, resolve_views_file, views_in_force
+
+if TYPE_CHECKING:  # pyiceberg loads where tables are opened, not at every process start
+    from pipelines.tables import ViewTables
 
 __all__ = ["Runtime"]
 
@@ -53,6 +56,8 @@ class Runtime:
     @cached_property
     def tables(self) -> ViewTables:
         """The views' Iceberg tables (catalog from the settings, warehouse the storage root)."""
+        from pipelines.tables import TablesConfig, ViewTables
+
         return ViewTables(TablesConfig.from_settings(self.settings, self.store.root))
 
     @cached_property

@@ -12,30 +12,36 @@ May import: ``pipelines.segments``, ``pipelines.storage``, ``pipelines.views``,
 stream's partial states, is :mod:`pipelines.serving.publisher`.)
 """
 
-from pipelines.tables.catalog import CATALOG_KINDS, TableLocationError, TablesConfig, ViewTables
-from pipelines.tables.commit import (
-    SUMMARY_PREFIX,
-    CommitOutcome,
-    TableConflictError,
-    batch_hours,
-    hour_files,
-    hours_filter,
-    replace_hours,
-    write_hour_files,
-)
-from pipelines.tables.read import AsOf, read_rows, resolve_snapshot
-from pipelines.tables.registry import forget_tables, register_tables, tables_for
-from pipelines.tables.schema import (
-    BATCH,
-    BATCH_VERSION,
-    REALTIME,
-    SOURCE,
-    arrow_schema,
-    iceberg_schema,
-    iso_time,
-    partition_field,
-    table_rows,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pipelines.tables.catalog import CATALOG_KINDS, TableLocationError, TablesConfig, ViewTables
+    from pipelines.tables.commit import (
+        SUMMARY_PREFIX,
+        CommitOutcome,
+        TableConflictError,
+        batch_hours,
+        hour_files,
+        hours_filter,
+        replace_hours,
+        write_hour_files,
+    )
+    from pipelines.tables.read import AsOf, read_rows, resolve_snapshot
+    from pipelines.tables.registry import forget_tables, register_tables, tables_for
+    from pipelines.tables.schema import (
+        BATCH,
+        BATCH_VERSION,
+        REALTIME,
+        SOURCE,
+        arrow_schema,
+        iceberg_schema,
+        iso_time,
+        partition_field,
+        table_rows,
+    )
 
 __all__ = [
     "BATCH",
@@ -66,3 +72,49 @@ __all__ = [
     "tables_for",
     "write_hour_files",
 ]
+
+# Exported names load their module on first use (PEP 562): agents and the CLI import this
+# package for the registry, and pyiceberg (about 1 s of CPU) should load only where a table
+# is opened, not in every process start.
+_EXPORTS = {
+    "CATALOG_KINDS": "pipelines.tables.catalog",
+    "TableLocationError": "pipelines.tables.catalog",
+    "TablesConfig": "pipelines.tables.catalog",
+    "ViewTables": "pipelines.tables.catalog",
+    "CommitOutcome": "pipelines.tables.commit",
+    "SUMMARY_PREFIX": "pipelines.tables.commit",
+    "TableConflictError": "pipelines.tables.commit",
+    "batch_hours": "pipelines.tables.commit",
+    "hour_files": "pipelines.tables.commit",
+    "hours_filter": "pipelines.tables.commit",
+    "replace_hours": "pipelines.tables.commit",
+    "write_hour_files": "pipelines.tables.commit",
+    "AsOf": "pipelines.tables.read",
+    "read_rows": "pipelines.tables.read",
+    "resolve_snapshot": "pipelines.tables.read",
+    "forget_tables": "pipelines.tables.registry",
+    "register_tables": "pipelines.tables.registry",
+    "tables_for": "pipelines.tables.registry",
+    "BATCH": "pipelines.tables.schema",
+    "BATCH_VERSION": "pipelines.tables.schema",
+    "REALTIME": "pipelines.tables.schema",
+    "SOURCE": "pipelines.tables.schema",
+    "arrow_schema": "pipelines.tables.schema",
+    "iceberg_schema": "pipelines.tables.schema",
+    "iso_time": "pipelines.tables.schema",
+    "partition_field": "pipelines.tables.schema",
+    "table_rows": "pipelines.tables.schema",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from pipelines.storage import ObjectStore
-from pipelines.tables.catalog import ViewTables
+
+if TYPE_CHECKING:  # the catalog (pyiceberg) loads when a root's tables are first opened
+    from pipelines.tables.catalog import ViewTables
 
 __all__ = ["forget_tables", "register_tables", "tables_for"]
 
@@ -31,7 +34,7 @@ def register_tables(root: str, open_tables: Callable[[], ViewTables] | ViewTable
     with _lock:
         key = _key(root)
         old = _opened.pop(key, None)
-        if isinstance(open_tables, ViewTables):
+        if not callable(open_tables):  # tables already open
             _opened[key] = open_tables
             _factories[key] = lambda: open_tables
         else:
