@@ -129,7 +129,9 @@ def test_a_checkpoint_past_the_log_end_is_an_error_counted_in_status(
     with caplog.at_level(logging.ERROR, logger="pipelines.stream.task"):
         thread = _run_until_read(second, task_id, views)
     try:
-        assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+        # the task's errors only: kafka-python logs a failed metadata refresh as an ERROR too
+        errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+        assert not [r for r in errors if r.name.startswith("pipelines.")], errors
         assert second.tasks[task_id].status("w0", COUNT).views["offset_resets"] == 1
     finally:
         second.stop_event.set()
