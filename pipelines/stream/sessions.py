@@ -38,6 +38,7 @@ import pyarrow as pa
 
 from pipelines.events.decode import NO_WATERMARK, DecodedBatch
 from pipelines.segments import segment_schema, state_column, written_for
+from pipelines.stream.state import fold_groups
 from pipelines.views.model import (
     EVENT_COUNT,
     KEPT_DROPPED,
@@ -180,11 +181,32 @@ class SessionState:
         gap_break = np.empty(len(times), dtype=bool)
         gap_break[0] = True
         np.greater_equal(np.diff(times), spec.gap_ms, out=gap_break[1:])
+        # Each session's piece first (its bounds, kept events, deadline), then every
+        # aggregation over all the pieces at once; a session closed on the way is written as
+        # a row only once its states hold its piece.
+        sessions: list[_Session] = []
+        starts: list[int] = []
+        closed: list[tuple[str, _Session]] = []
+        labels = uniques.tolist() if isinstance(uniques, np.ndarray) else list(uniques)
         for first, last in zip(firsts, lasts, strict=True):
-            key = uniques[codes[first]]
+            key = labels[codes[first]]
             key = key if type(key) is str else str(key)
             for a, b in self._pieces(key, times, gap_break, first, last):
-                self._add(key, times, inputs, wheres, kept, a, b)
+                session = self._place(key, times, kept, a, b, closed)
+                if sessions and sessions[-1] is session:
+                    continue  # the same session's next rows: one piece
+                sessions.append(session)
+                starts.append(a)
+        fold_groups(
+            self.aggregators,
+            [session.states for session in sessions],
+            inputs,
+            wheres,
+            times,
+            np.array(starts, dtype=np.int64),
+        )
+        for key, session in closed:
+            self._close_row(key, session)
 
     def _pieces(
         self, key: str, times: np.ndarray, gap_break: np.ndarray, first: int, last: int
@@ -214,51 +236,41 @@ class SessionState:
     def _joins(self, session: _Session, t: int) -> bool:
         return t - session.end < self.spec.gap_ms and t - session.start < self.spec.max_duration_ms
 
-    def _add(
+    def _place(
         self,
         key: str,
         times: np.ndarray,
-        inputs: list[Any],
-        wheres: list[np.ndarray | None],
         kept: list[np.ndarray],
         a: int,
         b: int,
-    ) -> None:
-        """Events ``a:b`` (sorted, one session's) into the key's open session or a new one."""
+        closed: list[tuple[str, _Session]],
+    ) -> _Session:
+        """Events ``a:b`` (sorted, one session's) into the key's open session or a new one:
+        its bounds, count and kept events (its aggregations are the caller's). A session
+        this closes is appended to ``closed``, its row still to be written."""
         t0 = int(times[a])
         session = self.open.get(key)
         if session is not None and not self._joins(session, t0):
-            self._close(key, session)
+            self._close(key, session, closed)
             session = None
         if session is None:
             session = self.open[key] = _Session(t0, [g.initialize() for g in self.aggregators])
             segment = self._segment(t0)
             self.buckets.setdefault(segment, {})[(key, t0)] = session
             self.open_in[segment] = self.open_in.get(segment, 0) + 1
-        ts = times[a:b]
-        for j, agg in enumerate(self.aggregators):
-            values = None if inputs[j] is None else inputs[j][a:b]
-            where = wheres[j]
-            if where is None:
-                session.states[j] = agg.update(session.states[j], values, ts)
-                continue
-            keep = where[a:b]  # the aggregation's own where:
-            if keep.any():
-                session.states[j] = agg.update(
-                    session.states[j], None if values is None else values[keep], ts[keep]
-                )
         n = b - a
         if kept:
             take = min(self.spec.max_kept_events - len(session.kept), n)
             if take > 0:
-                columns = [ts[:take].tolist(), *(col[a : a + take].tolist() for col in kept)]
+                columns = [times[a : a + take].tolist(), *(c[a : a + take].tolist() for c in kept)]
                 session.kept += zip(*columns, strict=True)
             session.dropped += n - max(take, 0)
         session.count += n
-        session.end = int(ts[-1])
+        session.end = int(times[b - 1])
         deadline = min(session.end + self.spec.gap_ms, session.start + self.spec.max_duration_ms)
         heapq.heappush(self.deadlines, (deadline, key, session.start))
         self.dirty.add(self._segment(session.start))
+        return session
 
     def _close_due(self, frontier: int) -> None:
         heap = self.deadlines
@@ -271,13 +283,23 @@ class SessionState:
             if current == deadline:
                 self._close(key, session)
 
-    def _close(self, key: str, session: _Session) -> None:
-        """Keep only the closed session's row; its live states leave memory now."""
+    def _close(
+        self, key: str, session: _Session, closed: list[tuple[str, _Session]] | None = None
+    ) -> None:
+        """Keep only the closed session's row; its live states leave memory now (or, given
+        ``closed``, once the caller has folded its last events into them)."""
         del self.open[key]
         segment = self._segment(session.start)
-        self.buckets[segment][(key, session.start)] = self._row(key, session, False)
         self.open_in[segment] -= 1
         self.dirty.add(segment)
+        if closed is None:
+            self._close_row(key, session)
+        else:
+            closed.append((key, session))
+
+    def _close_row(self, key: str, session: _Session) -> None:
+        segment = self._segment(session.start)
+        self.buckets[segment][(key, session.start)] = self._row(key, session, False)
 
     def _segment(self, t: int) -> int:
         return t - t % self.view.segment_ms
