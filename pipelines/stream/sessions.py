@@ -105,6 +105,7 @@ class SessionState:
         self.deadlines: list[tuple[int, str, int]] = []
         """Heap of (close deadline, key, start); stale entries are skipped when popped."""
         self.frontier = NO_WATERMARK
+        self._segment_ms = view.segment_ms
         self.dirty: set[int] = set()
         self.processed = 0
         self.late = 0
@@ -173,14 +174,19 @@ class SessionState:
             None if (values := a.inputs(rows)) is None else values[order] for a in self.aggregators
         ]
         wheres = [None if (m := a.rows(rows)) is None else m[order] for a in self.aggregators]
-        kept = [rows[c][order] for c in spec.kept_fields]
-        cuts = np.flatnonzero(codes[1:] != codes[:-1]) + 1
-        firsts = np.concatenate(([0], cuts)).tolist()
-        lasts = np.concatenate((cuts, [len(codes)])).tolist()
-        # A new session wherever the gap to the previous event of the same key is too long.
-        gap_break = np.empty(len(times), dtype=bool)
-        gap_break[0] = True
-        np.greater_equal(np.diff(times), spec.gap_ms, out=gap_break[1:])
+        kept = [rows[c][order].tolist() for c in spec.kept_fields]  # sliced per session
+        # Pieces: runs of one key with no gap as long as the inactivity gap, found in one
+        # pass; a piece that outlasts max_duration, or that may join the key's open session,
+        # is cut by :meth:`_pieces` (rare, or once per key that has an open session).
+        n = len(times)
+        new_key = np.empty(n, dtype=bool)
+        new_key[0] = True
+        np.not_equal(codes[1:], codes[:-1], out=new_key[1:])
+        gap_break = new_key.copy()
+        gap_break[1:] |= np.diff(times) >= spec.gap_ms
+        heads = np.flatnonzero(gap_break)
+        ends = np.append(heads[1:], n)
+        long = (times[ends - 1] - times[heads] >= spec.max_duration_ms).tolist()
         # Each session's piece first (its bounds, kept events, deadline), then every
         # aggregation over all the pieces at once; a session closed on the way is written as
         # a row only once its states hold its piece.
@@ -188,15 +194,24 @@ class SessionState:
         starts: list[int] = []
         closed: list[tuple[str, _Session]] = []
         labels = uniques.tolist() if isinstance(uniques, np.ndarray) else list(uniques)
-        for first, last in zip(firsts, lasts, strict=True):
-            key = labels[codes[first]]
-            key = key if type(key) is str else str(key)
-            for a, b in self._pieces(key, times, gap_break, first, last):
-                session = self._place(key, times, kept, a, b, closed)
+        stamps = times.tolist()
+        keys = codes[heads].tolist()
+        firsts = new_key[heads].tolist()
+        key = ""
+        for i, (a, b) in enumerate(zip(heads.tolist(), ends.tolist(), strict=True)):
+            if firsts[i]:
+                key = labels[keys[i]]
+                key = key if type(key) is str else str(key)
+            if long[i] or (firsts[i] and key in self.open):
+                pieces = self._pieces(key, times, a, b, firsts[i])
+            else:
+                pieces = ((a, b),)
+            for lo, hi in pieces:
+                session = self._place(key, stamps, kept, lo, hi, closed)
                 if sessions and sessions[-1] is session:
                     continue  # the same session's next rows: one piece
                 sessions.append(session)
-                starts.append(a)
+                starts.append(lo)
         fold_groups(
             self.aggregators,
             [session.states for session in sessions],
@@ -209,29 +224,28 @@ class SessionState:
             self._close_row(key, session)
 
     def _pieces(
-        self, key: str, times: np.ndarray, gap_break: np.ndarray, first: int, last: int
+        self, key: str, times: np.ndarray, a: int, b: int, first: bool
     ) -> Iterable[tuple[int, int]]:
-        """Index ranges of one key's settled events that each belong to one session."""
+        """Index ranges of one run of a key's settled events (no gap in it as long as the
+        inactivity gap) that each belong to one session: the run joins the key's open session
+        if it is the key's ``first`` run and close enough, and is cut wherever a session
+        would outlast max_duration."""
         spec = self.spec
-        breaks = np.flatnonzero(gap_break[first + 1 : last]) + first + 1
-        starts = [first, *breaks.tolist()]
-        ends = [*breaks.tolist(), last]
+        start = int(times[a])
         current = self.open.get(key)
-        for a, b in zip(starts, ends, strict=True):
-            start = int(times[a])
-            if a == first and current is not None and self._joins(current, start):
-                start = current.start
-            if int(times[b - 1]) - start < spec.max_duration_ms:
-                yield a, b
-                continue
-            # The run outlasts max_duration: cut it event by event (rare, so Python is fine).
-            piece = a
-            for i in range(a, b):
-                if int(times[i]) - start >= spec.max_duration_ms:
-                    if i > piece:
-                        yield piece, i
-                    piece, start = i, int(times[i])
-            yield piece, b
+        if first and current is not None and self._joins(current, start):
+            start = current.start
+        if int(times[b - 1]) - start < spec.max_duration_ms:
+            yield a, b
+            return
+        # The run outlasts max_duration: cut it event by event (rare, so Python is fine).
+        piece = a
+        for i in range(a, b):
+            if int(times[i]) - start >= spec.max_duration_ms:
+                if i > piece:
+                    yield piece, i
+                piece, start = i, int(times[i])
+        yield piece, b
 
     def _joins(self, session: _Session, t: int) -> bool:
         return t - session.end < self.spec.gap_ms and t - session.start < self.spec.max_duration_ms
@@ -239,8 +253,8 @@ class SessionState:
     def _place(
         self,
         key: str,
-        times: np.ndarray,
-        kept: list[np.ndarray],
+        times: list[int],
+        kept: list[list[Any]],
         a: int,
         b: int,
         closed: list[tuple[str, _Session]],
@@ -248,7 +262,7 @@ class SessionState:
         """Events ``a:b`` (sorted, one session's) into the key's open session or a new one:
         its bounds, count and kept events (its aggregations are the caller's). A session
         this closes is appended to ``closed``, its row still to be written."""
-        t0 = int(times[a])
+        t0 = times[a]
         session = self.open.get(key)
         if session is not None and not self._joins(session, t0):
             self._close(key, session, closed)
@@ -262,11 +276,11 @@ class SessionState:
         if kept:
             take = min(self.spec.max_kept_events - len(session.kept), n)
             if take > 0:
-                columns = [times[a : a + take].tolist(), *(c[a : a + take].tolist() for c in kept)]
+                columns = [times[a : a + take], *(c[a : a + take] for c in kept)]
                 session.kept += zip(*columns, strict=True)
             session.dropped += n - max(take, 0)
         session.count += n
-        session.end = int(times[b - 1])
+        session.end = times[b - 1]
         deadline = min(session.end + self.spec.gap_ms, session.start + self.spec.max_duration_ms)
         heapq.heappush(self.deadlines, (deadline, key, session.start))
         self.dirty.add(self._segment(session.start))
@@ -302,7 +316,7 @@ class SessionState:
         self.buckets[segment][(key, session.start)] = self._row(key, session, False)
 
     def _segment(self, t: int) -> int:
-        return t - t % self.view.segment_ms
+        return t - t % self._segment_ms
 
     # --- segments and eviction -------------------------------------------------------------
 
