@@ -31,6 +31,7 @@ from pipelines.events.decode import RecordBatch
 from pipelines.generator import GeneratorOptions, load_trace, replay
 from pipelines.storage import LocalObjectStore
 from pipelines.stream.task import StreamTask
+from pipelines.stream.worker import tune_collector
 from pipelines.views import load_views
 
 PARTITIONS = 4
@@ -122,6 +123,7 @@ def main() -> int:
         if not (args.no_sessions and v.is_session)
     ]
     batches = generated_batches(args.events)
+    tune_collector()  # as StreamWorker.run does
     total = sum(len(b) for bs in batches.values() for b in bs)
     print(f"machine: {platform.platform()}, Python {platform.python_version()}")
     import os
