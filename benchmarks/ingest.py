@@ -22,12 +22,19 @@ and prints messages per second and the ratios c/a, c/b and c/e. Runs are interle
 median of ``--repeat`` rounds is reported, because the broker shares the machine's cores.
 
     .venv/bin/python benchmarks/ingest.py [--events 300000] [--repeat 3] [--decoder-only]
+    .venv/bin/python benchmarks/ingest.py --throughput-only   # (a), (c), (e) only: ~2 minutes
+
+``--throughput-only`` measures, on librdkafka alone, (a), (c) and (e) with the example
+windowed views and again with the session view added (the figures of issue 33 and of
+``SLUICE_AUTOSCALE_FLEET__WORKER_RATE``), and prints the machine and its load average at the
+start and the end (the machine may be shared: compare ratios of the same run).
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import os
 import platform
 import statistics
 import sys
@@ -441,11 +448,18 @@ def main() -> int:
         "--sessions-only", action="store_true", help="only (f): the session view's cost and memory"
     )
     parser.add_argument(
+        "--throughput-only",
+        action="store_true",
+        help="only (a), (c) and (e) on librdkafka, windowed views and with the session view",
+    )
+    parser.add_argument(
         "--aggregations-only",
         action="store_true",
         help="only (h): each aggregation's cost, and sliding against tumbling windows",
     )
     args = parser.parse_args()
+    load_at_start = os.getloadavg()
+    print(f"machine: {platform.platform()}, {os.cpu_count()} cores, load average {load_at_start}")
 
     with tempfile.TemporaryDirectory() as tmp:
         broker = EmbeddedBroker(Path(tmp))
@@ -459,6 +473,16 @@ def main() -> int:
                 .read_text()
                 .replace("topic: events", f"topic: {topic}")
             )
+            if args.throughput_only:
+                windowed_file = Path(tmp) / "windowed.yaml"
+                windowed_file.write_text(_without_sessions(views_file.read_text()))
+                _generate_topic(info.bootstrap, topic, args.events)
+                in_memory = read_all(info.bootstrap, topic, args.events)
+                figures = throughput(
+                    info.bootstrap, topic, args, in_memory, windowed_file, views_file
+                )
+                print_throughput(figures, args.repeat, load_at_start)
+                return 0
             produce = {}
             for client in CLIENTS:  # each into a scratch topic; the measured topic comes after
                 scratch = f"bench-produce-{client}"
@@ -531,6 +555,74 @@ def main() -> int:
     print(f"(e) the tasks from memory, no Kafka  : {e:>10,.0f} msg/s (median of {n})")
     print(f"ratio c/e (confluent worker / memory): {ca / e:>10.2f}")
     return 0
+
+
+def _without_sessions(views_yaml: str) -> str:
+    import yaml
+
+    document = yaml.safe_load(views_yaml)
+    document["views"] = [v for v in document["views"] if v.get("kind") != "session"]
+    return yaml.safe_dump(document)
+
+
+def _generate_topic(bootstrap: str, topic: str, events: int) -> None:
+    _, report = generate(bootstrap, topic, events, "confluent")
+    print(
+        f"topic {topic}: {report.produced:,} messages in {PARTITIONS} partitions "
+        f"({report.malformed_total} malformed, {report.duplicates} duplicates, {report.late} late)"
+    )
+
+
+def throughput(
+    bootstrap: str,
+    topic: str,
+    args: argparse.Namespace,
+    in_memory: dict[int, list[RecordBatch]],
+    windowed_file: Path,
+    views_file: Path,
+) -> dict[str, list[float]]:
+    """(a), (c) and (e) on librdkafka, windowed views and all the example views, interleaved
+    rounds."""
+    figures: dict[str, list[float]] = {}
+    for round_no in range(1, args.repeat + 1):
+        runs = {
+            "a": lambda: plain_consume(bootstrap, topic, args.events, "confluent"),
+            "c": lambda: worker_consume(
+                bootstrap, topic, args.events, windowed_file, args.flush_interval, "confluent"
+            ),
+            "c+s": lambda: worker_consume(
+                bootstrap, topic, args.events, views_file, args.flush_interval, "confluent"
+            ),
+            "e": lambda: tasks_from_memory(topic, in_memory, windowed_file, args.flush_interval),
+            "e+s": lambda: tasks_from_memory(topic, in_memory, views_file, args.flush_interval),
+        }
+        for label, measure in runs.items():
+            figures.setdefault(label, []).append(measure())
+        print(
+            f"round {round_no}: "
+            + ", ".join(f"({k}) {v[-1]:,.0f}" for k, v in figures.items())
+            + " msg/s"
+        )
+    return figures
+
+
+def print_throughput(figures: dict[str, list[float]], repeat: int, load_at_start) -> None:
+    m = {k: statistics.median(v) for k, v in figures.items()}
+    print()
+    print(
+        f"machine: {platform.platform()}, {os.cpu_count()} cores, "
+        f"{platform.python_implementation()} {platform.python_version()}"
+    )
+    print(f"load average at start {load_at_start}, at end {os.getloadavg()}")
+    print(
+        f"(a) raw confluent-kafka consumption           : {m['a']:>10,.0f} msg/s (median of {repeat})"
+    )
+    print(f"(c) one worker, example windowed views        : {m['c']:>10,.0f} msg/s")
+    print(f"(c) the same, session view added              : {m['c+s']:>10,.0f} msg/s")
+    print(f"(e) the tasks from memory, windowed views     : {m['e']:>10,.0f} msg/s")
+    print(f"(e) the same, session view added              : {m['e+s']:>10,.0f} msg/s")
+    print(f"ratio c/a                                     : {m['c'] / m['a']:>10.2f}")
+    print(f"ratio c/e                                     : {m['c'] / m['e']:>10.2f}")
 
 
 def print_sessions(costs: dict[str, float], memory_use: dict, repeat: int) -> None:

@@ -159,6 +159,32 @@ class Aggregator(ABC, Generic[S]):
     @abstractmethod
     def update(self, state: S, values: np.ndarray | None, times: np.ndarray) -> S: ...
 
+    def update_groups(
+        self, states: list[S], values: Any, times: np.ndarray, bounds: np.ndarray
+    ) -> None:
+        """Fold a batch into many groups' states at once, in place: rows ``bounds[g]`` to
+        ``bounds[g + 1]`` (sorted by group, none empty) are group ``g``'s.
+
+        This is the reference: one :meth:`update` per group. Aggregations override it with
+        one numpy reduction over every group when that gives the same states; an override
+        holds only for the class whose ``update`` it reproduces (:meth:`own_update`)."""
+        self.update_each(states, values, times, bounds)
+
+    def update_each(
+        self, states: list[S], values: Any, times: np.ndarray, bounds: np.ndarray
+    ) -> None:
+        """:meth:`update_groups` by one :meth:`update` per group (the per-group reference)."""
+        cuts = bounds.tolist()
+        update = self.update
+        for g in range(len(states)):
+            a, b = cuts[g], cuts[g + 1]
+            states[g] = update(states[g], None if values is None else values[a:b], times[a:b])
+
+    def own_update(self, cls: type) -> bool:
+        """True if this aggregation updates as ``cls`` does (a subclass that redefines
+        ``update`` must not inherit ``cls``'s batch version of it)."""
+        return type(self).update is cls.update
+
     @abstractmethod
     def merge(self, a: S, b: S) -> S: ...
 

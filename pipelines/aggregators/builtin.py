@@ -54,6 +54,11 @@ class Count(_JsonState):
     def update(self, state: int, values: np.ndarray | None, times: np.ndarray) -> int:
         return state + len(times)
 
+    def update_groups(self, states, values, times, bounds):
+        if not self.own_update(Count):
+            return self.update_each(states, values, times, bounds)
+        states[:] = [s + n for s, n in zip(states, np.diff(bounds).tolist(), strict=True)]
+
     def merge(self, a: int, b: int) -> int:
         return a + b
 
@@ -80,6 +85,12 @@ class Sum(_JsonState):
 
     def update(self, state, values, times):
         return state + values.sum().item()
+
+    def update_groups(self, states, values, times, bounds):
+        if not self.own_update(Sum) or not _integers(values):
+            return self.update_each(states, values, times, bounds)
+        sums = np.add.reduceat(values, bounds[:-1]).tolist()  # int64 wraps as .sum() does
+        states[:] = [s + x for s, x in zip(states, sums, strict=True)]
 
     def merge(self, a, b):
         return a + b
@@ -108,6 +119,12 @@ class Min(_JsonState):
         low = values.min().item()
         return low if state is None or low < state else state
 
+    def update_groups(self, states, values, times, bounds):
+        if not self.own_update(Min) or not _integers(values):
+            return self.update_each(states, values, times, bounds)
+        lows = np.minimum.reduceat(values, bounds[:-1]).tolist()
+        states[:] = [x if s is None or x < s else s for s, x in zip(states, lows, strict=True)]
+
     def merge(self, a, b):
         if a is None or b is None:
             return b if a is None else a
@@ -130,6 +147,12 @@ class Max(Min):
     def update(self, state, values, times):
         high = values.max().item()
         return high if state is None or high > state else state
+
+    def update_groups(self, states, values, times, bounds):
+        if not self.own_update(Max) or not _integers(values):
+            return self.update_each(states, values, times, bounds)
+        highs = np.maximum.reduceat(values, bounds[:-1]).tolist()
+        states[:] = [x if s is None or x > s else s for s, x in zip(states, highs, strict=True)]
 
     def merge(self, a, b):
         if a is None or b is None:
@@ -155,6 +178,13 @@ class Mean(_JsonState):
 
     def update(self, state, values, times):
         return [state[0] + values.sum().item(), state[1] + len(values)]
+
+    def update_groups(self, states, values, times, bounds):
+        if not self.own_update(Mean) or not _integers(values):
+            return self.update_each(states, values, times, bounds)
+        sums = np.add.reduceat(values, bounds[:-1]).tolist()
+        counts = np.diff(bounds).tolist()
+        states[:] = [[s[0] + x, s[1] + n] for s, x, n in zip(states, sums, counts, strict=True)]
 
     def merge(self, a, b):
         return [a[0] + b[0], a[1] + b[1]]
@@ -184,6 +214,13 @@ class CountDistinct(Aggregator[set]):
     def update(self, state, values, times):
         state.update(values.tolist())
         return state
+
+    def update_groups(self, states, values, times, bounds):
+        if not self.own_update(CountDistinct):
+            return self.update_each(states, values, times, bounds)
+        items, cuts = values.tolist(), bounds.tolist()
+        for g, state in enumerate(states):
+            state.update(items[cuts[g] : cuts[g + 1]])
 
     def merge(self, a, b):
         return a | b
@@ -232,6 +269,16 @@ class ApproxCountDistinct(Aggregator[Any]):
             sketch.update(item)
         state.update(sketch)
         return state
+
+    def update_groups(self, states, values, times, bounds):
+        if not self.own_update(ApproxCountDistinct):
+            return self.update_each(states, values, times, bounds)
+        items, cuts = values.tolist(), bounds.tolist()  # one conversion for every group
+        for g, state in enumerate(states):
+            sketch = ds.hll_sketch(self.lg_k, ds.tgt_hll_type.HLL_8)
+            for item in set(items[cuts[g] : cuts[g + 1]]):
+                sketch.update(item)
+            state.update(sketch)
 
     def merge(self, a, b):
         merged = ds.hll_union(self.lg_k)
@@ -321,6 +368,13 @@ class Quantiles(Aggregator[Any]):
         state.update(values.astype(np.float64))
         return state
 
+    def update_groups(self, states, values, times, bounds):
+        if not self.own_update(Quantiles):
+            return self.update_each(states, values, times, bounds)
+        doubles, cuts = values.astype(np.float64), bounds.tolist()
+        for g, state in enumerate(states):
+            state.update(doubles[cuts[g] : cuts[g + 1]])
+
     def merge(self, a, b):
         merged = ds.kll_doubles_sketch(self.k)
         merged.merge(a)
@@ -394,6 +448,16 @@ class TopK(Aggregator[Any]):
             state.update(item, count)
         return state
 
+    def update_groups(self, states, values, times, bounds):
+        if not self.own_update(TopK):
+            return self.update_each(states, values, times, bounds)
+        items, cuts = values.tolist(), bounds.tolist()
+        if values.dtype != object:
+            items = [str(item) for item in items]
+        for g, state in enumerate(states):
+            for item, count in Counter(items[cuts[g] : cuts[g + 1]]).items():
+                state.update(item, count)
+
     def merge(self, a, b):
         merged = ds.frequent_strings_sketch(self.lg_max_map_size)
         merged.merge(a)
@@ -455,6 +519,15 @@ def pair_state(picked, first: str, second: str):
     return F.when(picked.isNotNull(), both).otherwise(F.lit("null").cast("binary"))
 
 
+_NONE = object()
+
+
+def _integers(values: Any) -> bool:
+    """Whether ``values`` is an integer array, whose sums numpy's reductions give exactly as
+    the per-group ``.sum()`` does (float sums could round differently)."""
+    return isinstance(values, np.ndarray) and values.dtype.kind in "iu"
+
+
 def _rank(pair: tuple[int, str]) -> tuple[int, str]:
     return (-pair[0], pair[1])
 
@@ -473,6 +546,22 @@ class _ByEventTime(_JsonState):
         tied = values[times == t].tolist()
         candidate = [t, self.pick(tied)]
         return candidate if state is None else self.merge(state, candidate)
+
+    def update_groups(self, states, values, times, bounds):
+        if not self.own_update(_ByEventTime):
+            return self.update_each(states, values, times, bounds)
+        best = (np.minimum if self.pick is min else np.maximum).reduceat(times, bounds[:-1])
+        group = np.repeat(np.arange(len(states)), np.diff(bounds))
+        tied = np.flatnonzero(times == best[group])  # the rows at each group's first/last time
+        picked: dict[int, Any] = {}
+        pick = self.pick
+        for g, value in zip(group[tied].tolist(), values[tied].tolist(), strict=True):
+            held = picked.get(g, _NONE)
+            picked[g] = value if held is _NONE else pick(held, value)
+        stamps = best.tolist()
+        for g, state in enumerate(states):
+            candidate = [stamps[g], picked[g]]
+            states[g] = candidate if state is None else self.merge(state, candidate)
 
     def merge(self, a, b):
         if a is None or b is None:

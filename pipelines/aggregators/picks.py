@@ -49,6 +49,21 @@ class MaxBy(JsonState):
         candidate = [_python(best), _python(self.pick(tied.tolist()))]
         return candidate if state is None else self.merge(state, candidate)
 
+    def update_groups(self, states, values, times, bounds):
+        value, by = values
+        if not self.own_update(MaxBy) or by.dtype.kind not in "iu":
+            return self.update_each(states, values, times, bounds)
+        best = (np.maximum if self.pick is max else np.minimum).reduceat(by, bounds[:-1])
+        group = np.repeat(np.arange(len(states)), np.diff(bounds))
+        tied = np.flatnonzero(by == best[group])  # the rows of each group's best ``by``
+        picked: dict[int, Any] = {}
+        pick = self.pick
+        for g, item in zip(group[tied].tolist(), value[tied].tolist(), strict=True):
+            picked[g] = pick(picked[g], item) if g in picked else item
+        for g, (state, b) in enumerate(zip(states, best.tolist(), strict=True)):
+            candidate = [b, picked[g]]
+            states[g] = candidate if state is None else self.merge(state, candidate)
+
     def merge(self, a, b):
         if a is None or b is None:
             return b if a is None else a

@@ -105,6 +105,16 @@ class ThetaDistinct(Aggregator[Any]):
         state.update(sketch)
         return state
 
+    def update_groups(self, states, values, times, bounds):
+        if not self.own_update(ThetaDistinct):
+            return self.update_each(states, values, times, bounds)
+        items, cuts = values.tolist(), bounds.tolist()  # one conversion for every group
+        for g, state in enumerate(states):
+            sketch = ds.update_theta_sketch(self.lg_k)
+            for item in set(items[cuts[g] : cuts[g + 1]]):
+                sketch.update(item)
+            state.update(sketch)
+
     def merge(self, a, b):
         merged = ds.theta_union(self.lg_k)
         merged.update(a.get_result())

@@ -50,6 +50,18 @@ class Variance(Aggregator[list]):
             state[2] + sum(map(operator.mul, items, items)),
         ]
 
+    def update_groups(self, states, values, times, bounds):
+        if not self.own_update(Variance):
+            return self.update_each(states, values, times, bounds)
+        items, cuts = values.tolist(), bounds.tolist()  # Python numbers: sums exact as before
+        for g, state in enumerate(states):
+            part = items[cuts[g] : cuts[g + 1]]
+            states[g] = [
+                state[0] + len(part),
+                state[1] + sum(part),
+                state[2] + sum(map(operator.mul, part, part)),
+            ]
+
     def merge(self, a, b):
         return [a[0] + b[0], a[1] + b[1], a[2] + b[2]]
 

@@ -1,10 +1,12 @@
 """Decode and validate a batch of raw messages into columns, in partition order.
 
-Decoding is the only per-message Python work on the hot path. A valid message is parsed and
-type-checked in one C call (msgspec, against :class:`_Event`); only a message that fails it
-takes the slow path (:func:`_classify`), which says exactly why it is bad, so the reasons
-and details of dead letters do not depend on the fast path. Each bad message becomes a
-:class:`DeadLetter` with a reason code; none raises, whatever the bytes.
+A run of :data:`RUN` messages is parsed and type-checked in one C call (msgspec's
+``decode_lines`` over the values joined by newlines, against :class:`_Event`), when that call
+can be sure each line is one message (:func:`_lines`); a run it refuses is decoded message by
+message, and only a message the fast path refuses takes the slow path (:func:`_classify`),
+which says exactly why it is bad, so the reasons and details of dead letters do not depend on
+the fast path. Each bad message becomes a :class:`DeadLetter` with a reason code; none
+raises, whatever the bytes.
 
 No decoder recurses into deep nesting (msgspec raises RecursionError a few thousand levels
 down, which escaped as a crash). The fast path's schema forbids fields beyond the event's and
@@ -15,8 +17,9 @@ the exact depth outside strings before parsing, so a deep message is dead-letter
 ``too_deep`` and a flat one with brackets in its strings is decoded as usual. Events are flat
 objects: 64 levels leave room for any extra field a producer adds.
 
-The task's watermark (the largest accepted event time) advances message by message inside
-the loop, and the watermark *before* each event is kept, so lateness decisions depend only on
+The task's watermark (the largest accepted event time) advances event by event (a running
+maximum in numpy, restarted after each event too far ahead of it), and the watermark *before*
+each event is kept, so lateness decisions depend only on
 the order of the partition, never on how polls happened to cut it into batches.
 """
 
@@ -273,6 +276,127 @@ def _check(value: bytes | None, max_message_bytes: int) -> tuple[str, str] | _Ev
     return _Event(**{name: event[name] for name in _FIELDS})
 
 
+_decode_lines = msgspec.json.Decoder(_ExactEvent).decode_lines
+_BLANK_LINE = re.compile(rb"\n[ \t\r]*\n")
+RUN = 64
+"""Messages decoded in one call. A run with a bad message is decoded message by message, so
+the longer the run, the more a rare bad message costs: at the generator's 0.5% of bad
+messages, 32 to 256 did about as well (benchmarks/ingest.py (g))."""
+
+
+def _lines(run: Sequence[bytes | None], max_message_bytes: int) -> list[_Event] | None:
+    """Every message of ``run`` decoded by the fast path in one C call over the values joined
+    by newlines, or None if that call refuses one or cannot be sure each line is one message.
+
+    One call decodes a line holding two values as two events and skips a blank line; so a
+    blank message is refused, a message with a newline in it makes the newline count wrong,
+    and a count of events other than the count of messages is refused (with no blank line,
+    every line holds at least one value: the same count means exactly one each)."""
+    try:
+        if None in run or max(map(len, run)) > max_message_bytes:  # type: ignore[arg-type]
+            return None
+        joined = b"\n".join(run)  # type: ignore[arg-type]
+        if (
+            joined.count(b"\n") != len(run) - 1
+            or not run[0].strip(b" \t\r")  # type: ignore[union-attr]
+            or not run[-1].strip(b" \t\r")  # type: ignore[union-attr]
+            or _BLANK_LINE.search(joined)
+        ):
+            return None
+        events = _decode_lines(joined)
+    except Exception:  # refused: the run is decoded message by message
+        return None
+    return events if len(events) == len(run) else None
+
+
+def _one(value: bytes | None, max_message_bytes: int) -> tuple[str, str] | _Event:
+    """One message by the fast path, else its second look (never raises)."""
+    try:
+        if len(value) > max_message_bytes:  # type: ignore[arg-type]  # None: the slow path
+            raise TypeError
+        return _decode_event(value)  # types and ranges checked in C; nothing nested is parsed
+    except Exception:  # whatever the fast path refuses gets a second look, never raises
+        return _second_look(value, max_message_bytes)
+
+
+def _decode_values(
+    values: Sequence[bytes | None], max_message_bytes: int, out: list[tuple[str, str] | _Event]
+) -> list[int]:
+    """Append each message's event, or its (reason, detail), to ``out``, in order; the
+    indices of those that are not events.
+
+    Runs of :data:`RUN` messages are decoded in one call (:func:`_lines`); each message of a
+    run it refuses is decoded alone by the exact per-message path, so reasons and details
+    are the classifier's and the result never depends on how runs were cut."""
+    one = _one
+    refused: list[int] = []
+    for lo in range(0, len(values), RUN):
+        run = values[lo : lo + RUN]
+        decoded = _lines(run, max_message_bytes) if len(run) > 1 else None
+        if type(decoded) is list:
+            out.extend(decoded)
+            continue
+        for i, value in enumerate(run, start=lo):
+            checked = one(value, max_message_bytes)
+            if type(checked) is tuple:
+                refused.append(i)
+            out.append(checked)
+    return refused
+
+
+def _columns(events: list[_Event]) -> dict[str, np.ndarray]:
+    """The events as columns, one pass per field (no tuple per event: the collector would
+    then scan the whole heap far more often)."""
+    return {
+        name: np.array(
+            list(map(attrgetter(name), events)),
+            dtype=np.int64 if EVENT_FIELDS[name].numeric else object,
+        )
+        for name in _FIELDS
+    }
+
+
+MAX_AHEAD_VECTORIZED = 32
+"""Past this many events too far ahead in one batch, the watermark is followed event by event."""
+
+
+def _accept(
+    times: np.ndarray, watermark: int, max_future_ms: int
+) -> tuple[np.ndarray, list[tuple[int, int]]] | None:
+    """The watermark before each event (of event times ``times``), and the (index, watermark
+    before it) of each event too far ahead of it (not accepted: it moves no watermark); None
+    past :data:`MAX_AHEAD_VECTORIZED` of those.
+
+    The watermark before an event is the running maximum of the accepted events before it:
+    one numpy pass, again from each event too far ahead, which are few."""
+    m = len(times)
+    prior = np.empty(m, dtype=np.int64)
+    ahead: list[tuple[int, int]] = []
+    lo, base = 0, watermark
+    while lo < m:
+        t = times[lo:]
+        p = prior[lo:]
+        p[0] = base
+        np.maximum(np.maximum.accumulate(t[:-1]), base, out=p[1:])
+        far = (p != NO_WATERMARK) & (t > p + max_future_ms)
+        if not far.any():
+            break
+        first = int(np.argmax(far))
+        base = int(p[first])
+        ahead.append((lo + first, base))
+        if len(ahead) > MAX_AHEAD_VECTORIZED:
+            return None
+        lo += first + 1
+    return prior, ahead
+
+
+def _dead_letter(records: RecordBatch, i: int, why: tuple[str, str]) -> DeadLetter:
+    reason, detail = why
+    value = records.values[i]
+    kept = value[:1024] if reason == OVERSIZE else value  # type: ignore[index]
+    return DeadLetter(records.offsets[i], records.timestamps[i], reason, detail, kept)
+
+
 def decode_batch(
     records: RecordBatch | Sequence[RawRecord],
     watermark: int,
@@ -283,53 +407,84 @@ def decode_batch(
     """Decode ``records`` (one partition, ascending offsets) starting from ``watermark``."""
     if not isinstance(records, RecordBatch):
         records = RecordBatch.of(records)
-    decode = _decode_event
-    events: list[_Event] = []
+    checked: list[tuple[str, str] | _Event] = []
+    refused = _decode_values(records.values, max_message_bytes, checked)
+    n = len(checked)
+    next_offset = records.offsets[-1] + 1 if n else -1
+    events = checked if not refused else [c for c in checked if type(c) is not tuple]
+    if events:
+        columns = _columns(events)
+        times = columns["event_time"]
+        accepted = _accept(times, watermark, max_future_ms)
+        if accepted is not None:
+            prior, ahead = accepted
+            offsets = np.array(records.offsets, dtype=np.int64)
+            stamps = np.array(records.timestamps, dtype=np.int64)
+            dead = [_dead_letter(records, i, checked[i]) for i in refused]  # type: ignore[arg-type]
+            if refused or ahead:
+                valid = np.ones(n, dtype=bool)
+                valid[refused] = False
+                at = np.flatnonzero(valid)  # each event's index among the messages
+                for k, wm in ahead:  # too far ahead of the watermark before it
+                    i = int(at[k])
+                    t = int(times[k])
+                    detail = f"event_time {t} is {(t - wm) / 1000:.0f}s ahead of the watermark {wm}"
+                    offset, stamp, value = (
+                        records.offsets[i],
+                        records.timestamps[i],
+                        records.values[i],
+                    )
+                    dead.append(DeadLetter(offset, stamp, FUTURE_EVENT_TIME, detail, value))
+                    valid[i] = False
+                dead.sort(key=attrgetter("offset"))
+                offsets, stamps = offsets[valid], stamps[valid]
+                if ahead:
+                    keep = np.ones(len(events), dtype=bool)
+                    keep[[k for k, _ in ahead]] = False
+                    columns = {name: column[keep] for name, column in columns.items()}
+                    times, prior = columns["event_time"], prior[keep]
+            return DecodedBatch(
+                offsets=offsets,
+                kafka_timestamps=stamps,
+                columns=columns,
+                prior_watermark=prior,
+                dead_letters=dead,
+                watermark=max(watermark, int(times.max())) if len(times) else watermark,
+                consumed=n,
+                next_offset=next_offset,
+            )
+    events = []
     offsets: list[int] = []
     stamps: list[int] = []
-    prior: list[int] = []
+    prior_list: list[int] = []
     dead: list[DeadLetter] = []
     wm = watermark
-    for offset, stamp, value in zip(
-        records.offsets, records.timestamps, records.values, strict=True
+    for offset, stamp, value, event in zip(
+        records.offsets, records.timestamps, records.values, checked, strict=True
     ):
-        try:
-            if len(value) > max_message_bytes:  # None raises TypeError: the slow path says why
-                raise TypeError
-            event = decode(value)  # types and ranges checked in C; nothing nested is parsed
-        except Exception:  # whatever the fast path refuses gets a second look, never raises
-            checked = _second_look(value, max_message_bytes)
-            if type(checked) is tuple:
-                reason, detail = checked
-                kept = value[:1024] if reason == OVERSIZE else value
-                dead.append(DeadLetter(offset, stamp, reason, detail, kept))
-                continue
-            event = checked
-        t = event.event_time
+        if type(event) is tuple:
+            reason, detail = event
+            kept = value[:1024] if reason == OVERSIZE else value  # type: ignore[index]
+            dead.append(DeadLetter(offset, stamp, reason, detail, kept))
+            continue
+        t = event.event_time  # type: ignore[union-attr]
         if wm != NO_WATERMARK and t > wm + max_future_ms:
             detail = f"event_time {t} is {(t - wm) / 1000:.0f}s ahead of the watermark {wm}"
             dead.append(DeadLetter(offset, stamp, FUTURE_EVENT_TIME, detail, value))
             continue
-        events.append(event)
+        events.append(event)  # type: ignore[arg-type]
         offsets.append(offset)
         stamps.append(stamp)
-        prior.append(wm)
+        prior_list.append(wm)
         if t > wm:
             wm = t
-    columns = {
-        name: np.array(
-            list(map(attrgetter(name), events)),
-            dtype=np.int64 if EVENT_FIELDS[name].numeric else object,
-        )
-        for name in _FIELDS
-    }
     return DecodedBatch(
         offsets=np.array(offsets, dtype=np.int64),
         kafka_timestamps=np.array(stamps, dtype=np.int64),
-        columns=columns,
-        prior_watermark=np.array(prior, dtype=np.int64),
+        columns=_columns(events),
+        prior_watermark=np.array(prior_list, dtype=np.int64),
         dead_letters=dead,
         watermark=wm,
-        consumed=len(records),
-        next_offset=records.offsets[-1] + 1 if len(records) else -1,
+        consumed=n,
+        next_offset=next_offset,
     )

@@ -38,6 +38,7 @@ import pyarrow as pa
 
 from pipelines.events.decode import NO_WATERMARK, DecodedBatch
 from pipelines.segments import segment_schema, state_column, written_for
+from pipelines.stream.state import fold_groups
 from pipelines.views.model import (
     EVENT_COUNT,
     KEPT_DROPPED,
@@ -104,6 +105,7 @@ class SessionState:
         self.deadlines: list[tuple[int, str, int]] = []
         """Heap of (close deadline, key, start); stale entries are skipped when popped."""
         self.frontier = NO_WATERMARK
+        self._segment_ms = view.segment_ms
         self.dirty: set[int] = set()
         self.processed = 0
         self.late = 0
@@ -172,93 +174,117 @@ class SessionState:
             None if (values := a.inputs(rows)) is None else values[order] for a in self.aggregators
         ]
         wheres = [None if (m := a.rows(rows)) is None else m[order] for a in self.aggregators]
-        kept = [rows[c][order] for c in spec.kept_fields]
-        cuts = np.flatnonzero(codes[1:] != codes[:-1]) + 1
-        firsts = np.concatenate(([0], cuts)).tolist()
-        lasts = np.concatenate((cuts, [len(codes)])).tolist()
-        # A new session wherever the gap to the previous event of the same key is too long.
-        gap_break = np.empty(len(times), dtype=bool)
-        gap_break[0] = True
-        np.greater_equal(np.diff(times), spec.gap_ms, out=gap_break[1:])
-        for first, last in zip(firsts, lasts, strict=True):
-            key = uniques[codes[first]]
-            key = key if type(key) is str else str(key)
-            for a, b in self._pieces(key, times, gap_break, first, last):
-                self._add(key, times, inputs, wheres, kept, a, b)
+        kept = [rows[c][order].tolist() for c in spec.kept_fields]  # sliced per session
+        # Pieces: runs of one key with no gap as long as the inactivity gap, found in one
+        # pass; a piece that outlasts max_duration, or that may join the key's open session,
+        # is cut by :meth:`_pieces` (rare, or once per key that has an open session).
+        n = len(times)
+        new_key = np.empty(n, dtype=bool)
+        new_key[0] = True
+        np.not_equal(codes[1:], codes[:-1], out=new_key[1:])
+        gap_break = new_key.copy()
+        gap_break[1:] |= np.diff(times) >= spec.gap_ms
+        heads = np.flatnonzero(gap_break)
+        ends = np.append(heads[1:], n)
+        long = (times[ends - 1] - times[heads] >= spec.max_duration_ms).tolist()
+        # Each session's piece first (its bounds, kept events, deadline), then every
+        # aggregation over all the pieces at once; a session closed on the way is written as
+        # a row only once its states hold its piece.
+        sessions: list[_Session] = []
+        starts: list[int] = []
+        closed: list[tuple[str, _Session]] = []
+        labels = uniques.tolist() if isinstance(uniques, np.ndarray) else list(uniques)
+        stamps = times.tolist()
+        keys = codes[heads].tolist()
+        firsts = new_key[heads].tolist()
+        key = ""
+        for i, (a, b) in enumerate(zip(heads.tolist(), ends.tolist(), strict=True)):
+            if firsts[i]:
+                key = labels[keys[i]]
+                key = key if type(key) is str else str(key)
+            if long[i] or (firsts[i] and key in self.open):
+                pieces = self._pieces(key, times, a, b, firsts[i])
+            else:
+                pieces = ((a, b),)
+            for lo, hi in pieces:
+                session = self._place(key, stamps, kept, lo, hi, closed)
+                if sessions and sessions[-1] is session:
+                    continue  # the same session's next rows: one piece
+                sessions.append(session)
+                starts.append(lo)
+        fold_groups(
+            self.aggregators,
+            [session.states for session in sessions],
+            inputs,
+            wheres,
+            times,
+            np.array(starts, dtype=np.int64),
+        )
+        for key, session in closed:
+            self._close_row(key, session)
 
     def _pieces(
-        self, key: str, times: np.ndarray, gap_break: np.ndarray, first: int, last: int
+        self, key: str, times: np.ndarray, a: int, b: int, first: bool
     ) -> Iterable[tuple[int, int]]:
-        """Index ranges of one key's settled events that each belong to one session."""
+        """Index ranges of one run of a key's settled events (no gap in it as long as the
+        inactivity gap) that each belong to one session: the run joins the key's open session
+        if it is the key's ``first`` run and close enough, and is cut wherever a session
+        would outlast max_duration."""
         spec = self.spec
-        breaks = np.flatnonzero(gap_break[first + 1 : last]) + first + 1
-        starts = [first, *breaks.tolist()]
-        ends = [*breaks.tolist(), last]
+        start = int(times[a])
         current = self.open.get(key)
-        for a, b in zip(starts, ends, strict=True):
-            start = int(times[a])
-            if a == first and current is not None and self._joins(current, start):
-                start = current.start
-            if int(times[b - 1]) - start < spec.max_duration_ms:
-                yield a, b
-                continue
-            # The run outlasts max_duration: cut it event by event (rare, so Python is fine).
-            piece = a
-            for i in range(a, b):
-                if int(times[i]) - start >= spec.max_duration_ms:
-                    if i > piece:
-                        yield piece, i
-                    piece, start = i, int(times[i])
-            yield piece, b
+        if first and current is not None and self._joins(current, start):
+            start = current.start
+        if int(times[b - 1]) - start < spec.max_duration_ms:
+            yield a, b
+            return
+        # The run outlasts max_duration: cut it event by event (rare, so Python is fine).
+        piece = a
+        for i in range(a, b):
+            if int(times[i]) - start >= spec.max_duration_ms:
+                if i > piece:
+                    yield piece, i
+                piece, start = i, int(times[i])
+        yield piece, b
 
     def _joins(self, session: _Session, t: int) -> bool:
         return t - session.end < self.spec.gap_ms and t - session.start < self.spec.max_duration_ms
 
-    def _add(
+    def _place(
         self,
         key: str,
-        times: np.ndarray,
-        inputs: list[Any],
-        wheres: list[np.ndarray | None],
-        kept: list[np.ndarray],
+        times: list[int],
+        kept: list[list[Any]],
         a: int,
         b: int,
-    ) -> None:
-        """Events ``a:b`` (sorted, one session's) into the key's open session or a new one."""
-        t0 = int(times[a])
+        closed: list[tuple[str, _Session]],
+    ) -> _Session:
+        """Events ``a:b`` (sorted, one session's) into the key's open session or a new one:
+        its bounds, count and kept events (its aggregations are the caller's). A session
+        this closes is appended to ``closed``, its row still to be written."""
+        t0 = times[a]
         session = self.open.get(key)
         if session is not None and not self._joins(session, t0):
-            self._close(key, session)
+            self._close(key, session, closed)
             session = None
         if session is None:
             session = self.open[key] = _Session(t0, [g.initialize() for g in self.aggregators])
             segment = self._segment(t0)
             self.buckets.setdefault(segment, {})[(key, t0)] = session
             self.open_in[segment] = self.open_in.get(segment, 0) + 1
-        ts = times[a:b]
-        for j, agg in enumerate(self.aggregators):
-            values = None if inputs[j] is None else inputs[j][a:b]
-            where = wheres[j]
-            if where is None:
-                session.states[j] = agg.update(session.states[j], values, ts)
-                continue
-            keep = where[a:b]  # the aggregation's own where:
-            if keep.any():
-                session.states[j] = agg.update(
-                    session.states[j], None if values is None else values[keep], ts[keep]
-                )
         n = b - a
         if kept:
             take = min(self.spec.max_kept_events - len(session.kept), n)
             if take > 0:
-                columns = [ts[:take].tolist(), *(col[a : a + take].tolist() for col in kept)]
+                columns = [times[a : a + take], *(c[a : a + take] for c in kept)]
                 session.kept += zip(*columns, strict=True)
             session.dropped += n - max(take, 0)
         session.count += n
-        session.end = int(ts[-1])
+        session.end = times[b - 1]
         deadline = min(session.end + self.spec.gap_ms, session.start + self.spec.max_duration_ms)
         heapq.heappush(self.deadlines, (deadline, key, session.start))
         self.dirty.add(self._segment(session.start))
+        return session
 
     def _close_due(self, frontier: int) -> None:
         heap = self.deadlines
@@ -271,16 +297,26 @@ class SessionState:
             if current == deadline:
                 self._close(key, session)
 
-    def _close(self, key: str, session: _Session) -> None:
-        """Keep only the closed session's row; its live states leave memory now."""
+    def _close(
+        self, key: str, session: _Session, closed: list[tuple[str, _Session]] | None = None
+    ) -> None:
+        """Keep only the closed session's row; its live states leave memory now (or, given
+        ``closed``, once the caller has folded its last events into them)."""
         del self.open[key]
         segment = self._segment(session.start)
-        self.buckets[segment][(key, session.start)] = self._row(key, session, False)
         self.open_in[segment] -= 1
         self.dirty.add(segment)
+        if closed is None:
+            self._close_row(key, session)
+        else:
+            closed.append((key, session))
+
+    def _close_row(self, key: str, session: _Session) -> None:
+        segment = self._segment(session.start)
+        self.buckets[segment][(key, session.start)] = self._row(key, session, False)
 
     def _segment(self, t: int) -> int:
-        return t - t % self.view.segment_ms
+        return t - t % self._segment_ms
 
     # --- segments and eviction -------------------------------------------------------------
 

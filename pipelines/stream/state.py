@@ -14,18 +14,19 @@ end + allowed lateness), and it then counts in none of its windows.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from pipelines.aggregators import Aggregator
 from pipelines.events.decode import DecodedBatch
 from pipelines.segments import segment_schema, state_column
 from pipelines.views.model import WINDOW_START, View
 
-__all__ = ["WindowState"]
+__all__ = ["WindowState", "fold_groups"]
 
 GroupKey = tuple  # (window_start_ms, *group values)
 
@@ -39,6 +40,43 @@ def _factorized(batch: DecodedBatch, col: str) -> tuple[np.ndarray, np.ndarray]:
             values = values.astype(str).astype(object)
         cached = batch.codes[col] = pd.factorize(values)
     return cached
+
+
+def fold_groups(
+    aggregators: Sequence[Aggregator],
+    groups: list[list[Any]],
+    inputs: list[Any],
+    wheres: list[np.ndarray | None],
+    times: np.ndarray,
+    firsts: np.ndarray,
+) -> None:
+    """Fold rows sorted by group into every group's states (``groups[g][j]``: aggregation
+    ``j`` of group ``g``, whose rows start at ``firsts[g]``): one batch update per aggregation
+    for all the groups (:meth:`Aggregator.update_groups`). ``inputs`` and ``wheres`` are each
+    aggregation's values and own where: mask in the same order; a group its where: keeps no
+    row of is left alone, as one update per group left it."""
+    bounds = np.append(firsts, len(times))
+    for j, agg in enumerate(aggregators):
+        values, rows = inputs[j], wheres[j]
+        if rows is None:
+            held = [states[j] for states in groups]
+            agg.update_groups(held, values, times, bounds)
+            for states, state in zip(groups, held, strict=True):
+                states[j] = state
+            continue
+        counts = np.add.reduceat(rows.astype(np.int64), firsts)
+        some = np.flatnonzero(counts).tolist()
+        if not some:
+            continue
+        held = [groups[g][j] for g in some]
+        agg.update_groups(
+            held,
+            None if values is None else values[rows],
+            times[rows],
+            np.concatenate(([0], np.cumsum(counts[some]))),
+        )
+        for g, state in zip(some, held, strict=True):
+            groups[g][j] = state
 
 
 def _label(value: Any) -> str:
@@ -86,9 +124,9 @@ class WindowState:
             columns = {name: col[keep] for name, col in batch.columns.items()}
         else:
             columns = batch.columns
-        inputs = [agg.inputs(columns) for agg in self.aggregators]
-        kept = [agg.rows(columns) for agg in self.aggregators]
-        for key, idx in self._groups(starts, columns, batch, keep):
+        order, firsts, keys = self._groups(starts, columns, batch, keep)
+        groups: list[list[Any]] = []  # each group's states, in key order
+        for key in keys:
             window = key[0]
             segment = window - window % view.segment_ms
             bucket = self.buckets.get(segment)
@@ -97,20 +135,17 @@ class WindowState:
             states = bucket.get(key)
             if states is None:
                 states = bucket[key] = [agg.initialize() for agg in self.aggregators]
-            group_times = times[idx]
-            for j, agg in enumerate(self.aggregators):
-                values = inputs[j]
-                rows = idx
-                if kept[j] is not None:  # the aggregation's own where:
-                    rows = idx[kept[j][idx]]
-                    if not len(rows):
-                        continue
-                states[j] = agg.update(
-                    states[j],
-                    None if values is None else values[rows],
-                    group_times if rows is idx else times[rows],
-                )
-            self.dirty.add(segment)
+            groups.append(states)
+        fold_groups(
+            self.aggregators,
+            groups,
+            [None if (v := agg.inputs(columns)) is None else v[order] for agg in self.aggregators],
+            [None if (m := agg.rows(columns)) is None else m[order] for agg in self.aggregators],
+            times[order],
+            firsts,
+        )
+        for window in np.unique(starts[order[firsts]]).tolist():
+            self.dirty.add(window - window % view.segment_ms)
             if view.is_sliding:  # windows of earlier segments that reach into this pane
                 self.dirty.update(self._segments_reaching(window))
 
@@ -126,11 +161,12 @@ class WindowState:
         columns: dict[str, np.ndarray],
         batch: DecodedBatch,
         keep: np.ndarray | None,
-    ) -> Iterator[tuple[GroupKey, np.ndarray]]:
-        """(window, *group values) and the row indices of each group, in key order.
+    ) -> tuple[np.ndarray, np.ndarray, list[GroupKey]]:
+        """The rows in group order (one stable sort), where each group starts in it, and the
+        groups' keys (window, *group values), in key order.
 
         Each grouping column is factorized once per batch and shared by every view that groups
-        by it; groups are then runs of one integer key, found by one stable sort.
+        by it; groups are then runs of one integer key.
         """
         key = np.unique(starts, return_inverse=True)[1]
         for col in self.view.grouping_cols:
@@ -142,12 +178,13 @@ class WindowState:
             key = key * len(uniques) + codes
         order = np.argsort(key, kind="stable")
         ordered = key[order]
-        cuts = np.flatnonzero(ordered[1:] != ordered[:-1]) + 1
-        firsts = order[np.concatenate(([0], cuts))].tolist()
-        values = [columns[col] for col in self.view.grouping_cols]
-        for first, idx in zip(firsts, np.split(order, cuts), strict=True):
-            group = tuple(_label(v[first]) for v in values)
-            yield (int(starts[first]), *group), idx
+        firsts = np.concatenate(([0], np.flatnonzero(ordered[1:] != ordered[:-1]) + 1))
+        heads = order[firsts]
+        labels = [
+            [_label(v) for v in columns[col][heads].tolist()] for col in self.view.grouping_cols
+        ]
+        keys = [tuple(k) for k in zip(starts[heads].tolist(), *labels, strict=True)]
+        return order, firsts, keys
 
     def settle(self, watermark: int) -> None:
         """Nothing to do: windows fold events in as they come (session views wait for order)."""

@@ -25,6 +25,7 @@ and a record costs at least ``1 / rate`` of busy time, so autoscalers see the ca
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import queue
@@ -111,6 +112,21 @@ class _Stop:
 def consumer_group(topic: str) -> str:
     """The consumer group whose committed offsets mirror the checkpoints of a topic's tasks."""
     return f"sluice-{topic}"
+
+
+GC_YOUNG_THRESHOLD = 10_000
+"""Allocations between collections of the youngest generation (Python's default: 700)."""
+
+
+def tune_collector() -> None:
+    """Collect cyclic garbage less often in a worker: its hot path allocates many small
+    objects that die young (events, session pieces) and makes no cycles, and each collection
+    also walked every object the worker holds (open windows and sessions). What is alive at
+    start (modules, settings, views) is frozen out of the collector's walks. Measured on the
+    example views: about a quarter more events per second (docs/benchmarks.md)."""
+    gc.freeze()
+    young, middle, old = gc.get_threshold()
+    gc.set_threshold(max(young, GC_YOUNG_THRESHOLD), middle, old)
 
 
 class StreamWorker:
@@ -367,6 +383,7 @@ class StreamWorker:
 
     def run(self, max_idle_s: float | None = None) -> None:
         """Consume until stopped (or, for tests and benchmarks, idle for ``max_idle_s``)."""
+        tune_collector()
         self._apply_commands()
         self._reassign()
         settings = self.settings

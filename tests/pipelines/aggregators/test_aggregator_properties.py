@@ -253,3 +253,54 @@ def test_theta_states_of_two_views_intersect_and_subtract():
     assert both["lower"] <= 10_000 <= both["upper"]
     with pytest.raises(ValueError, match="unknown theta operation"):
         theta_set_operation("xor", a, b)
+
+
+# --- batch updates (update_groups) agree with one update per group --------------------------
+
+
+@pytest.mark.parametrize(("name", "where"), CASES)
+@settings(max_examples=25, deadline=None)
+@given(
+    data=st.lists(
+        st.tuples(
+            st.integers(min_value=0, max_value=10**6),
+            st.integers(min_value=0, max_value=40),
+            st.integers(min_value=0, max_value=50),  # few times: ties for first, last, max_by
+            st.integers(min_value=0, max_value=12),  # group
+        ),
+        min_size=1,
+        max_size=300,
+    ),
+    primed=st.booleans(),
+)
+def test_batch_update_of_every_group_equals_one_update_per_group(name, where, data, primed):
+    """The window state's path (rows sorted by group, the aggregation's where: applied,
+    groups it keeps no row of left alone) against the reference, one ``update`` per group,
+    from empty states or from states that already hold a batch."""
+    agg = _agg(name, where)
+    data = sorted(data, key=lambda r: r[3])  # stable: each group's rows in arrival order
+    columns = _columns([r[:3] for r in data])
+    groups = np.array([r[3] for r in data])
+    values, times = agg.inputs(columns), columns["event_time"]
+    keep = agg.rows(columns)
+    if keep is not None:
+        values = None if values is None else values[keep]
+        times, groups = times[keep], groups[keep]
+    firsts = np.flatnonzero(np.concatenate(([True], groups[1:] != groups[:-1])))[: len(groups)]
+    bounds = np.append(firsts, len(groups))
+
+    prior = [r[:3] for r in data[::3]] if primed else []
+
+    def start() -> list:
+        return [_fold(agg, prior) for _ in firsts]
+
+    batch, each = start(), start()
+    agg.update_groups(batch, values, times, bounds)
+    agg.update_each(each, values, times, bounds)
+    for g, (a, b) in enumerate(zip(batch, each, strict=True)):
+        if TABLE[name][3] in ("rank", "cdf", "histogram"):  # KLL compacts at random
+            rows = prior + [r[:3] for r in data if r[3] == groups[firsts[g]]]
+            _assert_same(name, agg, a, b, len(rows), rows)
+            assert a.n == b.n
+        else:
+            assert agg.serialize(a) == agg.serialize(b)

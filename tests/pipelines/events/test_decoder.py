@@ -278,3 +278,63 @@ def test_the_classifier_turns_its_own_failure_into_a_dead_letter(monkeypatch):
     monkeypatch.setattr(decode, "json_depth", broken)
     checked = _classify(_nested(100, "array"), 1 << 20)
     assert checked == ("decoder_error", "RuntimeError: a bug")
+
+
+# --- the one-call decoder (a run of messages joined by newlines) agrees too ------------------
+
+_VALID = orjson.dumps(BASE)
+_HALF = len(_VALID) // 2
+
+
+@st.composite
+def _joinable(draw) -> bytes | None:
+    """Events far ahead, and messages that could fool one decoding call over a run joined by
+    newlines: blank ones,
+    ones with newlines in them (a pretty-printed event is valid), two events in one, an event
+    cut in two across messages, or anything of the other strategies."""
+    kinds = ["valid", "valid", "future", "blank", "newline", "two", "cut", "other"]
+    kind = draw(st.sampled_from(kinds))
+    if kind == "valid":
+        return _event(event_id=f"e{draw(st.integers(0, 9))}")
+    if kind == "future":  # up to 3 h on: some too far ahead of the watermark (1 h here)
+        return _event(event_time=BASE["event_time"] + draw(st.integers(0, 3 * 3_600_000)))
+    if kind == "blank":
+        return draw(st.sampled_from([b"", b" ", b"\t", b"\r", b"\n", b" \r\n "]))
+    if kind == "newline":
+        return json.dumps(BASE, indent=draw(st.sampled_from([None, 1]))).encode() + b"\n"
+    if kind == "two":
+        return _VALID + draw(st.sampled_from([b"", b" ", b"\n", b"\r"])) + _VALID
+    if kind == "cut":  # halves of an event, or of one event with a string that spans them
+        if draw(st.booleans()):
+            return draw(st.sampled_from([_VALID[:_HALF], _VALID[_HALF:]]))
+        return draw(
+            st.sampled_from([b'{"event_id":"a},{"', b'","event_time":1404172800000}', _VALID])
+        )
+    return draw(st.one_of(_messages(), _hostile()))
+
+
+@pytest.mark.parametrize("run", [2, 3, 8])
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_joinable(), min_size=1, max_size=40))
+def test_the_one_call_decoder_agrees_with_the_exact_classifier(run, values):
+    """Runs of ``run`` messages go through one decoding call first (the worker's runs are
+    longer; made short here so that runs with and without bad messages both occur)."""
+    import pipelines.events.decode as decode
+
+    default, decode.RUN = decode.RUN, run
+    try:
+        batch = _decode(values)
+    finally:
+        decode.RUN = default
+    accepted = [
+        (int(o), int(w), *(batch.columns[f][i] for f in EVENT_FIELDS))
+        for i, (o, w) in enumerate(zip(batch.offsets, batch.prior_watermark, strict=True))
+    ]
+    expected, dead, wm = _reference(values)
+    assert accepted == expected
+    assert [(d.offset, d.reason) for d in batch.dead_letters] == dead
+    assert batch.watermark == wm
+    assert batch.consumed == len(values)
+    # as a reader's records carry them: a dead letter is sent as JSON, numpy ints are not
+    assert all(type(d.offset) is type(d.timestamp) is int for d in batch.dead_letters)
+    assert type(batch.watermark) is int
