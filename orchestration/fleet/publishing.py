@@ -12,13 +12,16 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from pipelines.config import SluiceSettings
 from pipelines.segments import HOUR_MS
-from pipelines.serving.publisher import PublishPass, RealtimePublisher
 from pipelines.storage import ObjectStore
-from pipelines.tables import ViewTables
 from pipelines.views import View
+
+if TYPE_CHECKING:  # the publisher (pyiceberg) loads on the leader's first pass only
+    from pipelines.serving.publisher import PublishPass, RealtimePublisher
+    from pipelines.tables import ViewTables
 
 __all__ = ["PublisherRunner"]
 
@@ -33,14 +36,20 @@ class PublisherRunner:
         views: Callable[[], Sequence[View]],
         settings: SluiceSettings,
     ) -> None:
-        self._open = lambda: RealtimePublisher(
-            store,
-            tables(),
-            views,
-            settings.publish_interval_s,
-            retention_ms=int(settings.tables_snapshot_retention_h * HOUR_MS),
-            realtime_retention_ms=int(settings.tables_realtime_snapshot_retention_m * 60_000),
-        )
+
+        def open_publisher() -> RealtimePublisher:
+            from pipelines.serving.publisher import RealtimePublisher
+
+            return RealtimePublisher(
+                store,
+                tables(),
+                views,
+                settings.publish_interval_s,
+                retention_ms=int(settings.tables_snapshot_retention_h * HOUR_MS),
+                realtime_retention_ms=int(settings.tables_realtime_snapshot_retention_m * 60_000),
+            )
+
+        self._open = open_publisher
         self.publisher: RealtimePublisher | None = None
         self.thread: threading.Thread | None = None
         self.last: PublishPass | None = None
