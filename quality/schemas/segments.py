@@ -169,6 +169,14 @@ def detect_kind(columns: list[str], metrics: Sequence[str] = ()) -> SegmentKind:
     return SegmentKind.BATCH
 
 
+def validate_batch_rows(table: pa.Table, view: View) -> None:
+    """``correct_hours(validate_rows=...)``: the correction's collected rows of ``view``,
+    checked in the driver with pandas before they are published. The same spec as
+    :func:`~quality.schemas.validate_spark_segment`, without its Spark job and the round trips
+    a Spark Connect session pays for each view."""
+    validate_segment(view, table, SegmentKind.BATCH)
+
+
 def validate_segment(
     view: View, data: pa.Table | pd.DataFrame, kind: SegmentKind | str | None = None
 ) -> pd.DataFrame:
