@@ -28,7 +28,6 @@ from pipelines.aggregators import Aggregator
 from pipelines.events.schema import EVENT_TIME_MAX_MS, EVENT_TIME_MIN_MS
 from pipelines.segments import is_state_column, state_column
 from pipelines.serving import SOURCE
-from pipelines.stream.state import WindowState
 from pipelines.views.model import WINDOW_END, WINDOW_START, View
 from quality.schemas.archive import EVENT_RULES
 from quality.schemas.pandas_backend import pandas_schema, to_pandas, validate_frame
@@ -74,6 +73,9 @@ class SegmentKind(StrEnum):
 def _layout(view: View, kind: SegmentKind) -> pa.Schema:
     """The writer's own layout of the rows, so types are never written down twice."""
     if kind is SegmentKind.REALTIME:
+        # pipelines.stream imports Kafka and the control store: not for the batch job
+        from pipelines.stream.state import WindowState
+
         return WindowState(view).segment_table(0).schema
     if kind is SegmentKind.BATCH:
         from pipelines.batch.windows import batch_schema  # imports pyspark: only when needed
