@@ -1,7 +1,8 @@
 """One closed hour corrected by Dagster: launch to success, through the warm Spark Connect server
 and through spark-submit, in the same session (called by ``benchmarks/batch.py``).
 
-    .venv/bin/python benchmarks/batch_launch.py [--events 12000] [--repeat 2]
+    .venv/bin/python benchmarks/batch_launch.py [--events 12000] [--repeat 2] [--timeline]
+        [--no-submit]
 
 Streams ``--events`` messages of the main job's trace (``nyc_taxi``, as ``sluice up`` replays it:
 about 8,800 events an hour) through real stream tasks into a temporary state directory,
@@ -19,6 +20,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -131,7 +133,7 @@ def correct_one_hour(
 
 
 def measure(
-    workdir: Path, events: int, repeat: int, timelines: bool = False
+    workdir: Path, events: int, repeat: int, timelines: bool = False, submit: bool = True
 ) -> dict[str, list[tuple[float, float]]]:
     """Launch-to-success seconds of one hour's correction, warm server then spark-submit."""
     state = workdir / "state"
@@ -149,6 +151,8 @@ def measure(
         "warm Spark Connect server": [],
         "spark-submit": [],
     }
+    if not submit:
+        del times["spark-submit"]
     handle = None
     try:
         _sluice_spark(state, "start")
@@ -184,6 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=12000)
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument(
+        "--no-submit", action="store_true", help="only the warm server, not spark-submit"
+    )
+    parser.add_argument(
         "--timeline", action="store_true", help="print each run's event log, timed from launch"
     )
     args = parser.parse_args(argv)
@@ -191,9 +198,11 @@ def main(argv: list[str] | None = None) -> int:
         f"machine: {os.cpu_count()} cores, {platform.platform()}, Python "
         f"{platform.python_version()}; load average {os.getloadavg()[0]:.1f}"
     )
+    # SIGTERM (a timeout) unwinds like Ctrl-C, so Dagster and the server are stopped by PID
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     workdir = Path(tempfile.mkdtemp(prefix="sluice-launch-"))
     try:
-        measure(workdir, args.events, args.repeat, args.timeline)
+        measure(workdir, args.events, args.repeat, args.timeline, not args.no_submit)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return 0

@@ -88,7 +88,7 @@ def correct_hours(
 
     target = TableTarget(tables, run_id) if tables is not None else None
     with publishing_to(target):
-        correct_window_hours(
+        counted = correct_window_hours(
             spark,
             store,
             [v for v in views if not v.is_session],
@@ -100,6 +100,8 @@ def correct_hours(
         )
         for view in [v for v in views if v.is_session]:
             segments = sorted({view.segment_start(h) for h in wanted})
-            correct_session_hours(spark, store, view, segments, s3_scheme=s3_scheme, emit=emit)
+            correct_session_hours(
+                spark, store, view, segments, s3_scheme=s3_scheme, emit=emit, counted=counted
+            )
     results.sort(key=lambda r: (order[r.view], r.segment_start_ms))
     return results

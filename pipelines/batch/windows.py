@@ -182,8 +182,9 @@ def correct_window_hours(
     emit: Callable[[CorrectionResult], None],
     validate_segment: Callable[[DataFrame, View], None] | None,
     validate_rows: Callable[[pa.Table, View], None] | None = None,
-) -> None:
-    """Steps 1-4 of :func:`pipelines.batch.correct.correct_hours` for the windowed views."""
+) -> dict[tuple[str, int], tuple[int, int]]:
+    """Steps 1-4 of :func:`pipelines.batch.correct.correct_hours` for the windowed views;
+    returns (events, duplicates dropped) per (topic, hour) of the archive it read."""
     plan = {view.name: _segments_to_correct(store, view, wanted) for view in views}
     by_name = {view.name: view for view in views}
     needed = sorted(
@@ -200,7 +201,7 @@ def correct_window_hours(
             reason = f"no archived events for hour(s) {', '.join(labels)}"
             emit(CorrectionResult.skipped_for(view.name, segment, reason))
     if not todo:
-        return
+        return {}
 
     # 2. One read of every needed hour, deduplicated and cached for all views.
     started = time.monotonic()
@@ -244,6 +245,7 @@ def correct_window_hours(
         # Not to hide why the run failed: a lost Spark Connect server fails this too.
         with contextlib.suppress(Exception):
             events.unpersist()
+    return dict(counts)
 
 
 def _publish_view(
