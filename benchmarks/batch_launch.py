@@ -1,7 +1,8 @@
 """One closed hour corrected by Dagster: launch to success, through the warm Spark Connect server
 and through spark-submit, in the same session (called by ``benchmarks/batch.py``).
 
-    .venv/bin/python benchmarks/batch_launch.py [--events 12000] [--repeat 2]
+    .venv/bin/python benchmarks/batch_launch.py [--events 12000] [--repeat 2] [--timeline]
+        [--no-submit]
 
 Streams ``--events`` messages of the main job's trace (``nyc_taxi``, as ``sluice up`` replays it:
 about 8,800 events an hour) through real stream tasks into a temporary state directory,
@@ -19,6 +20,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -38,6 +40,16 @@ mutation Launch($params: ExecutionParams!) {
     __typename
     ... on LaunchRunSuccess { run { runId } }
     ... on PythonError { message }
+  }
+}
+"""
+LOGS = """
+query Logs($id: ID!, $cursor: String) {
+  logsForRun(runId: $id, afterCursor: $cursor, limit: 1000) {
+    ... on EventConnection {
+      cursor hasMore
+      events { __typename ... on MessageEvent { timestamp message stepKey } }
+    }
   }
 }
 """
@@ -63,8 +75,31 @@ def _sluice_spark(state: Path, *args: str) -> dict:
     return json.loads(done.stdout)
 
 
+def timeline(handle: DagsterHandle, run_id: str, launched_at: float) -> list[str]:
+    """The run's event log as lines: seconds since the launch, the gap since the event before,
+    the event's type and step, and the start of its message (where the run's time goes)."""
+    events: list[dict] = []
+    cursor = None
+    while True:
+        page = handle.graphql(LOGS, {"id": run_id, "cursor": cursor})["logsForRun"]
+        events += page["events"]
+        cursor = page["cursor"]
+        if not page["hasMore"]:
+            break
+    lines, before = [], launched_at
+    for event in events:
+        at = int(event["timestamp"]) / 1000
+        message = (event.get("message") or "").splitlines()
+        lines.append(
+            f"    {at - launched_at:7.2f} (+{at - before:6.2f}) {event['__typename']:<34} "
+            f"{event.get('stepKey') or '':<16} {(message[0] if message else '')[:70]}"
+        )
+        before = at
+    return lines
+
+
 def correct_one_hour(
-    handle: DagsterHandle, partition: str, timeout_s: float = 900
+    handle: DagsterHandle, partition: str, timeout_s: float = 900, show_timeline: bool = False
 ) -> tuple[float, float]:
     """Seconds from ``launchRun`` of ``correct_views`` for ``partition`` to its SUCCESS, and
     of its ``corrected_views`` step alone (the launch and the Spark job, without the checks
@@ -77,7 +112,7 @@ def correct_one_hour(
         },
         "executionMetadata": {"tags": [{"key": "dagster/partition", "value": partition}]},
     }
-    started = time.perf_counter()
+    started, launched_at = time.perf_counter(), time.time()
     launched = handle.graphql(LAUNCH, {"params": params})["launchRun"]
     if launched["__typename"] != "LaunchRunSuccess":
         raise RuntimeError(f"launch failed: {launched}")
@@ -88,6 +123,8 @@ def correct_one_hour(
         if status == "SUCCESS":
             took = time.perf_counter() - started
             step = next(s for s in run["stepStats"] if s["stepKey"] == "corrected_views")
+            if show_timeline:
+                print("\n".join(timeline(handle, run_id, launched_at)))
             return took, step["endTime"] - step["startTime"]
         if status in ("FAILURE", "CANCELED"):
             raise RuntimeError(f"run {run_id} ended {status}")
@@ -95,7 +132,9 @@ def correct_one_hour(
     raise TimeoutError(f"run {run_id} not done after {timeout_s:.0f} s")
 
 
-def measure(workdir: Path, events: int, repeat: int) -> dict[str, list[tuple[float, float]]]:
+def measure(
+    workdir: Path, events: int, repeat: int, timelines: bool = False, submit: bool = True
+) -> dict[str, list[tuple[float, float]]]:
     """Launch-to-success seconds of one hour's correction, warm server then spark-submit."""
     state = workdir / "state"
     settings = SluiceSettings(state_dir=state)
@@ -112,6 +151,8 @@ def measure(workdir: Path, events: int, repeat: int) -> dict[str, list[tuple[flo
         "warm Spark Connect server": [],
         "spark-submit": [],
     }
+    if not submit:
+        del times["spark-submit"]
     handle = None
     try:
         _sluice_spark(state, "start")
@@ -120,7 +161,7 @@ def measure(workdir: Path, events: int, repeat: int) -> dict[str, list[tuple[flo
             if label == "spark-submit":
                 _sluice_spark(state, "stop")
             for _ in range(repeat):
-                seconds, step = correct_one_hour(handle, partition)
+                seconds, step = correct_one_hour(handle, partition, show_timeline=timelines)
                 times[label].append((seconds, step))
                 print(
                     f"  {label}: {seconds:.1f} s from launch to success, of which the "
@@ -146,14 +187,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=12000)
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument(
+        "--no-submit", action="store_true", help="only the warm server, not spark-submit"
+    )
+    parser.add_argument(
+        "--timeline", action="store_true", help="print each run's event log, timed from launch"
+    )
     args = parser.parse_args(argv)
     print(
         f"machine: {os.cpu_count()} cores, {platform.platform()}, Python "
         f"{platform.python_version()}; load average {os.getloadavg()[0]:.1f}"
     )
+    # SIGTERM (a timeout) unwinds like Ctrl-C, so Dagster and the server are stopped by PID
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     workdir = Path(tempfile.mkdtemp(prefix="sluice-launch-"))
     try:
-        measure(workdir, args.events, args.repeat)
+        measure(workdir, args.events, args.repeat, args.timeline, not args.no_submit)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return 0

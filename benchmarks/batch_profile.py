@@ -6,14 +6,14 @@
 Writes the synthetic archive of ``benchmarks/batch.py`` into a temporary directory, starts
 Spark (``SLUICE_SPARK_*`` settings, default ``local[2]``) with its event log on, runs
 ``correct_hours`` over every hour for the shipped views once to warm the JVM, then once
-profiled, as the CLI and the Dagster assets run it (``validate_segment`` =
-``quality.schemas.validate_spark_segment``, unless ``--no-validate``).
+profiled, as the CLI and the Dagster assets run it (``validate_rows`` =
+``quality.schemas.validate_batch_rows``, pandas on the collected rows, unless ``--no-validate``).
 
 Nothing in ``pipelines/`` is changed: the profiled run patches the steps
 ``pipelines.batch.windows`` calls, in this process only, to time each step and put its Spark jobs
 in a job group (``SparkContext.setJobGroup``); the event log, read after ``spark.stop()``,
 gives each group's jobs, stages, tasks and task time. The correction collects each view's
-rows through Arrow before it validates them (as a local frame), so the aggregation and the
+rows through Arrow before it validates them (in the driver), so the aggregation and the
 collect are one step, timed apart from the pandera checks without any extra job.
 
 Then (unless ``--no-components``) each aggregator of each view and each stage of ``top_k``
@@ -101,16 +101,16 @@ def _patches(steps: Steps, validate: Callable | None) -> tuple[list, Callable | 
         steps.enter("read + dedup + cache build (stats collect)")
         return read(*args, **kwargs)
 
-    def aggregating(events, views, segments, validate_segment=None):
+    def aggregating(events, views, segments, validate_segment=None, validate_rows=None):
         names = " + ".join(view.name for view in views)
         steps.enter(f"{names}: plan + aggregate + Arrow collect")
-        tables = aggregate(events, views, segments, validate_segment)
+        tables = aggregate(events, views, segments, validate_segment, validate_rows)
         steps.enter(f"{names}: write segments")
         return tables
 
-    def validating(frame, view):
-        steps.enter(f"{view.name}: validate (pandera)")
-        validate(frame, view)
+    def validating(rows, view):
+        steps.enter(f"{view.name}: validate (pandera, pandas)")
+        validate(rows, view)
         steps.enter(f"{view.name}: cast + sort")
 
     def publishing(store, view, *args, **kwargs):
@@ -133,7 +133,7 @@ def profile_run(spark, store, views, hours, validate) -> tuple[Steps, float]:
         for patch in patches:
             stack.enter_context(patch)
         started = time.perf_counter()
-        correct.correct_hours(spark, store, views, hours, validate_segment=validating)
+        correct.correct_hours(spark, store, views, hours, validate_rows=validating)
         total = time.perf_counter() - started
         steps.stop()
     return steps, total
@@ -347,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--hours", type=int, default=4, help="hours of event time")
     parser.add_argument("--views", default=str(PROJECT_ROOT / "data" / "views.yaml"))
-    parser.add_argument("--no-validate", action="store_true", help="no validate_segment")
+    parser.add_argument("--no-validate", action="store_true", help="no validate_rows")
     parser.add_argument("--no-warmup", action="store_true", help="profile a cold JVM")
     parser.add_argument("--no-components", action="store_true")
     parser.add_argument("--markdown", action="store_true")
@@ -359,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     views = load_views(args.views)
     validate = None
     if not args.no_validate:
-        from quality.schemas import validate_spark_segment as validate
+        from quality.schemas import validate_batch_rows as validate
     workdir = Path(tempfile.mkdtemp(prefix="sluice-profile-"))
     log_dir = Path(args.event_log).resolve() if args.event_log else workdir / "eventlog"
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -386,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_warmup:
             spark.sparkContext.setJobGroup(WARMUP, WARMUP)
             started = time.perf_counter()
-            correct.correct_hours(spark, store, views, hours, validate_segment=validate)
+            correct.correct_hours(spark, store, views, hours, validate_rows=validate)
             print(f"warm-up correction: {time.perf_counter() - started:.1f} s")
         steps, total = profile_run(spark, store, views, hours, validate)
         components = []

@@ -114,8 +114,8 @@ def run_correction(pipes: PipesContext, spark: Any = None) -> None:
     from pipelines.storage import open_store
     from pipelines.tables import TablesConfig, ViewTables
     from pipelines.views import parse_views
+    from quality import schemas
     from quality.exceptions import SchemaViolation
-    from quality.schemas import validate_spark_segment
 
     request = CorrectionRequest.from_extras(pipes.extras)
     views = parse_views(request.definitions, source="the correction request")
@@ -129,9 +129,11 @@ def run_correction(pipes: PipesContext, spark: Any = None) -> None:
     pipes.log.info(f"Spark ready in {time.monotonic() - started:.1f} s ({where})")
     store = open_store(request.storage_root, settings.s3_endpoint_url)
 
-    def validate(frame: Any, view: Any) -> None:
+    def validate(rows: Any, view: Any) -> None:
+        # On the collected rows, in this process: a Spark job and several round trips to the
+        # server per view otherwise (about a sixth of a small correction's time).
         try:
-            validate_spark_segment(frame, view)
+            schemas.validate_batch_rows(rows, view)
         except SchemaViolation as exc:  # a Spark failure is not a broken rule: it is retried
             raise _RulesBroken(view.name, exc) from exc
 
@@ -148,7 +150,7 @@ def run_correction(pipes: PipesContext, spark: Any = None) -> None:
             request.hours,
             s3_scheme=spark_settings.s3_scheme,
             on_result=progress,
-            validate_segment=validate,
+            validate_rows=validate,
             tables=ViewTables(TablesConfig.from_settings(settings, request.storage_root)),
             run_id=str(getattr(pipes, "run_id", "") or ""),
         )

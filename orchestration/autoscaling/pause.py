@@ -22,7 +22,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import nnls
 
 from orchestration.autoscaling.capacity import bucket_factor
 from orchestration.autoscaling.config import AutoscaleSettings, FleetSettings
@@ -129,6 +128,9 @@ def fit_pause(
     usable = [r for r in records if r.tasks_moved > 0]
     if len(usable) < max(min_records, 1):
         return default
+    # scipy costs ~1 s of CPU to import: not in every Dagster run worker that never fits
+    from scipy.optimize import nnls
+
     x = np.array([[r.tasks_moved, r.state_mb] for r in usable], dtype=float)
     y = np.array([r.task_pause_s for r in usable], dtype=float)
     (per_task, per_mb), _ = nnls(x, y)

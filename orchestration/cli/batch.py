@@ -72,7 +72,7 @@ def run_correct(args: argparse.Namespace) -> int:
     from pyspark.sql import SparkSession
 
     from pipelines.batch import archive_hours, build_spark, correct_hours
-    from quality.schemas import validate_spark_segment
+    from quality.schemas import validate_batch_rows
 
     runtime = Runtime.from_env()
     views = select_views(
@@ -117,7 +117,7 @@ def run_correct(args: argparse.Namespace) -> int:
                 on_result=lambda r: progress.update(
                     task, advance=1, description=f"{r.view} {r.segment}"
                 ),
-                validate_segment=validate_spark_segment,
+                validate_rows=validate_batch_rows,
                 tables=runtime.tables,
                 run_id=f"cli-{uuid.uuid4().hex[:12]}",
             )

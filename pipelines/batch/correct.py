@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 from pipelines.batch.archive import archive_hours, check_hours
@@ -56,6 +57,7 @@ def correct_hours(
     s3_scheme: str = "s3a",
     on_result: Callable[[CorrectionResult], None] | None = None,
     validate_segment: Callable[[DataFrame, View], None] | None = None,
+    validate_rows: Callable[[pa.Table, View], None] | None = None,
     tables: ViewTables | None = None,
     run_id: str = "",
 ) -> list[CorrectionResult]:
@@ -66,6 +68,8 @@ def correct_hours(
     called as each result is ready (progress display). ``validate_segment(frame, view)`` checks
     each view's rows before they are published and raises to stop the correction (the data
     plane stays free of the quality layer: callers pass ``quality.schemas``' validator).
+    ``validate_rows(table, view)`` does the same on the collected Arrow rows, in the driver:
+    no Spark job and no round trip to a Spark Connect server per view.
 
     With ``tables``, each segment is one commit to its view's Iceberg table (``run_id`` in
     the snapshot summary); without, the older ``batch/v<N>/`` + ``_published.json`` layout.
@@ -84,7 +88,7 @@ def correct_hours(
 
     target = TableTarget(tables, run_id) if tables is not None else None
     with publishing_to(target):
-        correct_window_hours(
+        counted = correct_window_hours(
             spark,
             store,
             [v for v in views if not v.is_session],
@@ -92,9 +96,12 @@ def correct_hours(
             s3_scheme,
             emit,
             validate_segment,
+            validate_rows,
         )
         for view in [v for v in views if v.is_session]:
             segments = sorted({view.segment_start(h) for h in wanted})
-            correct_session_hours(spark, store, view, segments, s3_scheme=s3_scheme, emit=emit)
+            correct_session_hours(
+                spark, store, view, segments, s3_scheme=s3_scheme, emit=emit, counted=counted
+            )
     results.sort(key=lambda r: (order[r.view], r.segment_start_ms))
     return results

@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from itertools import pairwise
 
 import numpy as np
@@ -206,6 +206,28 @@ def _aggregate_sessions(events: DataFrame, view: View, segments: Sequence[int]) 
     return table.sort_by([(SESSION_START, "ascending"), (spec.key, "ascending")])
 
 
+def _aggregate_and_count(
+    events: DataFrame, view: View, segments: Sequence[int]
+) -> tuple[pa.Table, dict[int, tuple[int, int]]]:
+    """:func:`_aggregate_sessions`, and (events, duplicates dropped) per segment from the same
+    cached read."""
+    events = events.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        table = _aggregate_sessions(events, view, segments)
+        stats = (
+            events.where(F.col("topic") == view.topic)
+            .where(F.col(HOUR).isin(list(segments)))
+            .groupBy(HOUR)
+            .agg(F.count(F.lit(1)).alias("n"), F.sum(COPIES).alias("copies"))
+            .collect()
+        )
+    finally:
+        # Not to hide why the run failed: a lost Spark Connect server fails this too.
+        with contextlib.suppress(Exception):
+            events.unpersist()
+    return table, {row[HOUR]: (row["n"], row["copies"] - row["n"]) for row in stats}
+
+
 def correct_session_hours(
     spark: SparkSession,
     store: ObjectStore,
@@ -214,8 +236,13 @@ def correct_session_hours(
     *,
     s3_scheme: str = "s3a",
     emit: Callable[[CorrectionResult], None],
+    counted: Mapping[tuple[str, int], tuple[int, int]] | None = None,
 ) -> None:
     """Correct the segments (start hours) ``hours`` of one session view; one result each.
+
+    ``counted``: (events, duplicates dropped) per (topic, hour) that the windowed views'
+    correction already counted; when it holds every segment, the events are read once,
+    without a cache and without a second Spark job to count them.
 
     1. lists the archive of the segments and of the lookback and following hours; a segment
        whose own hour has no archive is skipped, never published;
@@ -236,21 +263,13 @@ def correct_session_hours(
     if not todo:
         return
     started = time.monotonic()
-    events = read_hours(spark, store, files, s3_scheme).persist(StorageLevel.MEMORY_AND_DISK)  # 2
-    try:
-        table = _aggregate_sessions(events, view, todo)  # 3
-        stats = (
-            events.where(F.col("topic") == view.topic)
-            .where(F.col(HOUR).isin(todo))
-            .groupBy(HOUR)
-            .agg(F.count(F.lit(1)).alias("n"), F.sum(COPIES).alias("copies"))
-            .collect()
-        )
-    finally:
-        # Not to hide why the run failed: a lost Spark Connect server fails this too.
-        with contextlib.suppress(Exception):
-            events.unpersist()
-    counts = {row[HOUR]: (row["n"], row["copies"] - row["n"]) for row in stats}
+    known = counted or {}
+    if all((view.topic, h) in known for h in todo):
+        table = _aggregate_sessions(read_hours(spark, store, files, s3_scheme), view, todo)  # 2, 3
+        counts = {h: known[(view.topic, h)] for h in todo}
+    else:
+        events = read_hours(spark, store, files, s3_scheme)
+        table, counts = _aggregate_and_count(events, view, todo)  # 2, 3
     share = (time.monotonic() - started) / len(todo)
     starts = table.column(SESSION_START).to_numpy()
     for segment in todo:  # 4

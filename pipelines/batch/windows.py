@@ -99,6 +99,7 @@ def aggregate_window_views(
     views: Sequence[View],
     segments: Sequence[int],
     validate: Callable[[DataFrame, View], None] | None = None,
+    validate_rows: Callable[[pa.Table, View], None] | None = None,
 ) -> list[pa.Table]:
     """Exact values of every window of ``segments`` for views sharing one
     :func:`_aggregation_key`: one row per (window, group) and view, sorted.
@@ -166,6 +167,8 @@ def aggregate_window_views(
             output = result.select(*own)
             validate(output.sparkSession.createDataFrame(table, schema=output.schema), member)
         table = table.cast(schema) if table.num_rows else schema.empty_table()
+        if validate_rows is not None:
+            validate_rows(table, member)
         tables.append(table.sort_by([(name, "ascending") for name in keys]))
     return tables
 
@@ -178,8 +181,10 @@ def correct_window_hours(
     s3_scheme: str,
     emit: Callable[[CorrectionResult], None],
     validate_segment: Callable[[DataFrame, View], None] | None,
-) -> None:
-    """Steps 1-4 of :func:`pipelines.batch.correct.correct_hours` for the windowed views."""
+    validate_rows: Callable[[pa.Table, View], None] | None = None,
+) -> dict[tuple[str, int], tuple[int, int]]:
+    """Steps 1-4 of :func:`pipelines.batch.correct.correct_hours` for the windowed views;
+    returns (events, duplicates dropped) per (topic, hour) of the archive it read."""
     plan = {view.name: _segments_to_correct(store, view, wanted) for view in views}
     by_name = {view.name: view for view in views}
     needed = sorted(
@@ -196,7 +201,7 @@ def correct_window_hours(
             reason = f"no archived events for hour(s) {', '.join(labels)}"
             emit(CorrectionResult.skipped_for(view.name, segment, reason))
     if not todo:
-        return
+        return {}
 
     # 2. One read of every needed hour, deduplicated and cached for all views.
     started = time.monotonic()
@@ -230,7 +235,9 @@ def correct_window_hours(
                 groups[(_aggregation_key(view), tuple(todo[view.name]))].append(view)
         for (_, segments), members in groups.items():
             group_started = time.monotonic()
-            tables = aggregate_window_views(events, members, segments, validate_segment)  # 3
+            tables = aggregate_window_views(  # 3
+                events, members, segments, validate_segment, validate_rows
+            )
             share = (time.monotonic() - group_started) / (len(segments) * len(members))
             for view, table in zip(members, tables, strict=True):
                 _publish_view(store, view, segments, table, share, files, counts, emit)
@@ -238,6 +245,7 @@ def correct_window_hours(
         # Not to hide why the run failed: a lost Spark Connect server fails this too.
         with contextlib.suppress(Exception):
             events.unpersist()
+    return dict(counts)
 
 
 def _publish_view(

@@ -7,7 +7,8 @@
   twice;
 - validators raising :class:`~quality.exceptions.SchemaViolation`:
   :func:`validate_archive_events`, :func:`validate_dead_letters`, :func:`validate_segment`
-  and, for ``correct_hours(validate_segment=...)``, :func:`validate_spark_segment`.
+  and, for ``correct_hours(validate_segment=...)``, :func:`validate_spark_segment` (a Spark
+  frame) or, for ``validate_rows=``, :func:`validate_batch_rows` (the collected Arrow rows).
 
 May import: ``pipelines`` and ``quality.exceptions``.
 """
@@ -26,6 +27,7 @@ from quality.schemas.segments import (
     query_schema,
     realtime_schema,
     segment_spec,
+    validate_batch_rows,
     validate_segment,
 )
 from quality.schemas.spark import spark_schema, validate_spark, validate_spark_segment
@@ -45,6 +47,7 @@ __all__ = [
     "segment_spec",
     "spark_schema",
     "validate_archive_events",
+    "validate_batch_rows",
     "validate_dead_letters",
     "validate_frame",
     "validate_segment",

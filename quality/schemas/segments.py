@@ -28,7 +28,6 @@ from pipelines.aggregators import Aggregator
 from pipelines.events.schema import EVENT_TIME_MAX_MS, EVENT_TIME_MIN_MS
 from pipelines.segments import is_state_column, state_column
 from pipelines.serving import SOURCE
-from pipelines.stream.state import WindowState
 from pipelines.views.model import WINDOW_END, WINDOW_START, View
 from quality.schemas.archive import EVENT_RULES
 from quality.schemas.pandas_backend import pandas_schema, to_pandas, validate_frame
@@ -74,6 +73,9 @@ class SegmentKind(StrEnum):
 def _layout(view: View, kind: SegmentKind) -> pa.Schema:
     """The writer's own layout of the rows, so types are never written down twice."""
     if kind is SegmentKind.REALTIME:
+        # pipelines.stream imports Kafka and the control store: not for the batch job
+        from pipelines.stream.state import WindowState
+
         return WindowState(view).segment_table(0).schema
     if kind is SegmentKind.BATCH:
         from pipelines.batch.windows import batch_schema  # imports pyspark: only when needed
@@ -167,6 +169,14 @@ def detect_kind(columns: list[str], metrics: Sequence[str] = ()) -> SegmentKind:
     if any(is_state_column(c) for c in columns) and not set(metrics) & set(columns):
         return SegmentKind.REALTIME
     return SegmentKind.BATCH
+
+
+def validate_batch_rows(table: pa.Table, view: View) -> None:
+    """``correct_hours(validate_rows=...)``: the correction's collected rows of ``view``,
+    checked in the driver with pandas before they are published. The same spec as
+    :func:`~quality.schemas.validate_spark_segment`, without its Spark job and the round trips
+    a Spark Connect session pays for each view."""
+    validate_segment(view, table, SegmentKind.BATCH)
 
 
 def validate_segment(

@@ -300,10 +300,10 @@ def test_a_broken_segment_rule_fails_the_run_unpublished_without_retrying(
     _, hours = archive
     view = VIEWS["traffic_by_org"]
 
-    def broken(frame, checked: View) -> None:
+    def broken(rows, checked: View) -> None:
         raise SchemaViolation(f"{checked.name}: column 'events' fails '>= 0' in 1 row(s)")
 
-    monkeypatch.setattr(quality.schemas, "validate_spark_segment", broken)
+    monkeypatch.setattr(quality.schemas, "validate_batch_rows", broken)
     result = _materialize_with_check(storage_root, view, build_correction_check(view), hours[1:2])
     assert not result.success
     (failure,) = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]

@@ -44,6 +44,13 @@ SESSION_VIEW = {
         },
     ],
 }
+HOURLY_COUNT = {
+    "name": "events_hourly",
+    "topic": "events",
+    "grouping_cols": [],
+    "interval": "1h",
+    "aggregation_info": [{"aggregation": "count", "aggregated_col_name": "events"}],
+}
 OPTIONS = GeneratorOptions(
     max_events=4000,
     speedup=15.0,  # ~3 hours of event time
@@ -175,6 +182,16 @@ def test_each_hour_alone_reads_around_it(spark, streamed, view):
         assert crossing_out if hour == hours[0] else crossing_in
         served = _served(view, streamed.store, hour, hour + HOUR_MS)
         _assert_equal(served, expected)
+    # Beside a windowed view, the session view takes the hour's counts from the windowed
+    # views' read (no second cached read): the same counts, the oracle's events.
+    (hourly,) = parse_views([HOURLY_COUNT])
+    together = correct_hours(spark, streamed.store, [hourly, view], hours[:1])
+    (alone,) = results[0]
+    (beside,) = [r for r in together if r.view == view.name]
+    events = streamed.events_frame(dedupe=True)["event_time"]
+    in_hour = int(((events >= hours[0]) & (events < hours[0] + HOUR_MS)).sum())
+    assert (beside.events, beside.duplicates_dropped) == (alone.events, alone.duplicates_dropped)
+    assert beside.events == in_hour and beside.rows == alone.rows
 
 
 def test_reconciliation_explains_late_and_duplicate_events_and_catches_lost_sessions(
