@@ -70,12 +70,14 @@ re-run after a planner change skips it (about 40% of a full run)."""
 
 
 def optimum_key(trace: str, settings: AutoscaleSettings, passes: int) -> str:
-    """What the optimum depends on: the trace's data, the settings, the budgets, the passes
-    and the source of the model it is computed on."""
+    """What the optimum depends on: the trace's data, the fleet and replay settings, the
+    budgets, the passes and the source of the model it is computed on."""
     digest = hashlib.sha256()
     digest.update(resolve_trace(trace).read_bytes())
     digest.update(trace.encode())
-    digest.update(settings.model_dump_json().encode())
+    # the optimum reads the fleet and the replay, not the policies' settings
+    digest.update(settings.fleet.model_dump_json().encode())
+    digest.update(settings.simulation.model_dump_json().encode())
     digest.update(repr((OPTIMUM_RATES, passes)).encode())
     for module in (capacity, horizon, optimum, pause, simulator):
         digest.update(Path(module.__file__ or "").read_bytes())
