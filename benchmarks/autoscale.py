@@ -239,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
         for p in order
         for t in traces
     ]
+    load_at_start = os.getloadavg()[0]
     started = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         done = list(pool.map(run_one, jobs))
@@ -260,8 +261,9 @@ def main(argv: list[str] | None = None) -> int:
 
     s = settings
     console.print(
-        f"{platform.node()} ({platform.machine()}, {os.cpu_count()} cores, load "
-        f"{os.getloadavg()[0]:.1f}), {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+        f"{platform.node()} ({platform.machine()}, {os.cpu_count()} cores, load average "
+        f"{load_at_start:.1f} at the start, {os.getloadavg()[0]:.1f} at the end), "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
     )
     console.print(
         f"partitions {s.fleet.partitions}, worker rate {s.fleet.worker_rate:.0f} msg/s, peak "
