@@ -54,6 +54,8 @@ reconciliation_report = build_reconciliation_report(VIEWS)
 correction_job = build_correction_job(VIEWS)
 report_job = build_report_job()
 
+RESOURCES = get_resources()
+
 defs = dg.Definitions(
     assets=with_freshness(
         [
@@ -111,10 +113,10 @@ defs = dg.Definitions(
         ),
         make_events_sensor(),
         *make_alert_sensors(SETTINGS.automation_interval_s),
-        make_autoscaling_sensor(scale_stream_workers),
+        make_autoscaling_sensor(scale_stream_workers, default_start_s=RESOURCES["fleet"].start_s()),
         make_spot_interruption_sensor(evacuate_spot_instance),
     ],
-    resources=get_resources(),
+    resources=RESOURCES,
     # Steps run one after another in the run's process: Spark parallelises the work, and a
     # process per step would start a JVM (and import Dagster, PySpark, great-expectations)
     # per corrected view and check.

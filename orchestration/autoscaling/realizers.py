@@ -31,6 +31,7 @@ from orchestration.autoscaling.guardian import AgentGuardian
 from pipelines.control import ControlStore, JobModelStore
 
 __all__ = [
+    "LOCAL_PROCESS_START_S",
     "AwsAutoScalingRealizer",
     "ControlStoreRealizer",
     "EcsServiceRealizer",

@@ -14,6 +14,7 @@ from pydantic import Field
 
 from orchestration.autoscaling.config import AutoscaleSettings
 from orchestration.autoscaling.realizers import (
+    LOCAL_PROCESS_START_S,
     AwsAutoScalingRealizer,
     ControlStoreRealizer,
     EcsServiceRealizer,
@@ -32,6 +33,11 @@ class FleetResource(dg.ConfigurableResource):
     @abstractmethod
     def realizer(self, policy: str) -> Realizer:
         """The backend that carries out a worker count."""
+
+    def start_s(self) -> float:
+        """How long a scale-up's new workers typically take to start on this backend, s: what
+        the autoscaler prices until the fleet has measured its own."""
+        return LOCAL_PROCESS_START_S
 
 
 class LocalFleetResource(FleetResource):
@@ -77,6 +83,9 @@ class AwsFleetResource(FleetResource):
         )
         return AwsAutoScalingRealizer(aws, jobs=_jobs())
 
+    def start_s(self) -> float:
+        return load_settings(AutoscaleSettings).aws.instance_start_s
+
 
 class EcsFleetResource(FleetResource):
     """An ECS service of agent tasks (settings: SLUICE_AUTOSCALE_ECS__*); waits for new tasks'
@@ -100,3 +109,6 @@ class EcsFleetResource(FleetResource):
             region=self.region,
         )
         return EcsServiceRealizer(ecs, jobs=_jobs())
+
+    def start_s(self) -> float:
+        return load_settings(AutoscaleSettings).ecs.task_start_s

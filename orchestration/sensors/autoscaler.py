@@ -14,7 +14,9 @@ snapshots (the policy's history) and the time of the last rescale; the control s
 one snapshot a minute for days (``SLUICE_AUTOSCALE_HISTORY_RETENTION_S``), and the policy
 decides on that season followed by the cursor's snapshots. While a rescale is under way
 (requested but not applied, or its new workers not all reporting for two snapshots) a tick
-only records the snapshot.
+only records the snapshot. A scale-up is priced with the start time the fleet measured: the
+median of its last scale-ups' request-to-applied times (the cursor keeps them), else the
+fleet backend's typical start (a local process's 5 s, an EC2 instance's boot).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -50,6 +53,8 @@ HISTORY = 60
 REMEMBERING_POLICIES = frozenset({"ds2", "keda"})
 """Policies that hold scale-downs back by their recent targets (ds2's scale-down interval,
 keda's stabilisation window); the others decide from the snapshot and history alone."""
+STARTS_KEPT = 10
+"""Measured scale-up starts the cursor keeps (their median prices the next one)."""
 STARTUP_GRACE_S = 120.0
 """How long after a rescale the sensor waits for every new worker to report before deciding on
 those that do (a worker that never comes up must not block scaling for good)."""
@@ -90,6 +95,37 @@ def _rescaling(
     return None
 
 
+def measure_start(
+    cursor: Mapping[str, Any], fleet: Mapping[str, Any] | None
+) -> tuple[list[float], dict[str, Any] | None]:
+    """The start times measured so far (with the one the fleet's record now shows, if the
+    scale-up the cursor waits for was applied) and the scale-up still waited for.
+
+    A scale-up's start is its request-to-applied time in the control store's scaling record:
+    what the realizer waits for before the new workers take tasks (both times written by the
+    control store's clock)."""
+    starts = [float(x) for x in cursor.get("starts", [])]
+    waiting = cursor.get("scale_up")
+    if not waiting or fleet is None:
+        return starts, waiting
+    requested, applied = fleet.get("requested_at"), fleet.get("applied_at")
+    if fleet.get("desired_workers") != waiting["target"] or requested is None:
+        return starts, None  # a newer request replaced it: that one is not this scale-up's
+    if fleet.get("applied_workers") == waiting["target"] and applied and applied >= requested:
+        return [*starts, applied - requested][-STARTS_KEPT:], None
+    return starts, waiting
+
+
+def priced_start_s(
+    settings: AutoscaleSettings, starts: Sequence[float], default_s: float | None
+) -> float:
+    """The start a scale-up is priced at: the median of the measured ``starts``, else
+    ``default_s`` (the backend's), else the configured ``scale_up_start_s``."""
+    if starts:
+        return float(statistics.median(starts))
+    return settings.fleet.scale_up_start_s if default_s is None else default_s
+
+
 def decide_scaling(
     statuses: Sequence[TaskStatus],
     cursor: dict[str, Any],
@@ -100,6 +136,7 @@ def decide_scaling(
     cooldown_s: float = 300.0,
     fleet: Mapping[str, Any] | None = None,
     season: Sequence[Mapping[str, Any]] = (),
+    default_start_s: float | None = None,
 ) -> tuple[dict[str, Any] | None, dict[str, Any]]:
     """(run config + tags of a scaling run or None, the new cursor) for one tick.
 
@@ -108,8 +145,12 @@ def decide_scaling(
     is recorded but nothing is decided, since a half-started fleet looks small and idle.
     ``season`` is the per-minute history the control store kept (days of it): the policy
     decides on it followed by the cursor's recent snapshots, as the simulator gives a policy
-    everything since the start.
+    everything since the start. A scale-up is priced at the fleet's measured start time
+    (:func:`measure_start`), else ``default_start_s`` (the backend's), else the settings'.
     """
+    starts, waiting = measure_start(cursor, fleet)
+    start_s = priced_start_s(settings, starts, default_start_s)
+    settings = settings.updated(fleet={"scale_up_start_s": start_s})
     history = [_snapshot(d) for d in cursor.get("history", [])]
     partitions = len({(s.topic, s.partition) for s in statuses})
     metrics = collect_fleet_metrics(
@@ -121,6 +162,8 @@ def decide_scaling(
     new_cursor = {
         "history": [*cursor.get("history", []), _plain(metrics)][-HISTORY:],
         "last_rescale_at": cursor.get("last_rescale_at"),
+        "starts": starts,
+        "scale_up": waiting,
     }
     if metrics.workers == 0:
         return None, new_cursor  # not ready: no worker reports yet
@@ -142,6 +185,7 @@ def decide_scaling(
     if final.target == metrics.workers:
         return None, new_cursor
     new_cursor["last_rescale_at"] = now
+    new_cursor["scale_up"] = {"target": final.target} if final.target > metrics.workers else None
     request = {
         "target": final.target,
         "current": metrics.workers,
@@ -165,9 +209,11 @@ def make_autoscaling_sensor(
     views: Sequence[Any] = (),
     settings: AutoscaleSettings | None = None,
     clock: Callable[[], float] = time.time,
+    default_start_s: float | None = None,
 ) -> dg.SensorDefinition:
     """The ``autoscaler`` sensor; ``settings`` are read once here (default: the
-    environment and the settings file) and ``clock`` gives each tick's time. The key-bucket
+    environment and the settings file) and ``clock`` gives each tick's time;
+    ``default_start_s`` is the fleet backend's start until the fleet measured its own. The key-bucket
     factor is the live fleet's (``SLUICE_MAX_BUCKET_FACTOR``): the policy sizes counts above
     the partitions only when the coordinator will split for them."""
     settings = with_live_bucket_factor(
@@ -211,6 +257,7 @@ def make_autoscaling_sensor(
                 cooldown_s=settings.sensor_cooldown_s,
                 fleet=fleet,
                 season=season,
+                default_start_s=default_start_s,
             )
             if topic:  # this tick's snapshot becomes its minute's in the season
                 control.record_rate(topic, now, new_cursor["history"][-1], retain_s=retain)
@@ -228,6 +275,8 @@ def make_autoscaling_sensor(
         if request["predicted_cost"] is not None:
             tags["sluice/predicted_cost"] = f"{request['predicted_cost']:.4f}"
         tags["sluice/rescale_pause"] = pause.describe()[:200]
+        start_s = priced_start_s(tick_settings, new_cursor["starts"], default_start_s)
+        tags["sluice/start_s"] = f"{start_s:.1f}"
         return dg.RunRequest(
             run_key=f"scale-{new_cursor['last_rescale_at']:.0f}",
             run_config={"ops": {"rescale_fleet": {"config": request}}},

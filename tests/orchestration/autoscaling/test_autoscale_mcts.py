@@ -268,8 +268,12 @@ def test_288_partitions_near_26_no_plan_goes_below_the_down_floor() -> None:
     assert planner.plan(replace(p, workers=24, down_floor=29)).first <= 27
 
 
-def test_the_rescale_penalty_rises_only_above_the_budget(settings: AutoscaleSettings) -> None:
-    settings = settings.updated(mcts={"rescale_budget_per_h": 1.0, "rescale_budget_gain": 3.0})
+def test_the_rescale_penalty_follows_the_budget_down_to_its_floor(
+    settings: AutoscaleSettings,
+) -> None:
+    settings = settings.updated(
+        mcts={"rescale_budget_per_h": 1.0, "rescale_budget_gain": 3.0, "rescale_budget_floor": 1.0}
+    )
     policy = MctsPolicy(settings)
 
     def fleet_with(changes: int, hours: int = 6) -> tuple[FleetMetrics, list[FleetMetrics]]:
@@ -287,6 +291,11 @@ def test_the_rescale_penalty_rises_only_above_the_budget(settings: AutoscaleSett
     assert policy.penalty_factor(*fleet_with(12)) == pytest.approx(math.e**3)
     off = MctsPolicy(settings.updated(mcts={"rescale_budget_per_h": 0.0}))
     assert off.penalty_factor(*fleet_with(12)) == 1.0
+    # with a floor, a budget left unused lowers the price: 3 of 6 is e^(3 x -0.5)
+    cheaper = MctsPolicy(settings.updated(mcts={"rescale_budget_floor": 0.1}))
+    assert cheaper.penalty_factor(*fleet_with(3)) == pytest.approx(math.e**-1.5)
+    assert cheaper.penalty_factor(*fleet_with(0)) == pytest.approx(0.1)  # e^-3 floored
+    assert cheaper.penalty_factor(*fleet_with(12)) == pytest.approx(math.e**3)
 
 
 def test_a_rescale_seen_half_way_counts_once_against_the_budget(

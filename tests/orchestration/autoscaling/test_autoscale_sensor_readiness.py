@@ -6,7 +6,12 @@ like a burst and scaled a quiet fleet up)."""
 from __future__ import annotations
 
 from orchestration.autoscaling.config import AutoscaleSettings
-from orchestration.sensors.autoscaler import STARTUP_GRACE_S, decide_scaling
+from orchestration.sensors.autoscaler import (
+    STARTUP_GRACE_S,
+    decide_scaling,
+    measure_start,
+    priced_start_s,
+)
 from pipelines.control import TaskStatus
 
 NOW = 50_000.0
@@ -79,3 +84,36 @@ def test_a_worker_that_never_reports_does_not_block_scaling_for_good(settings):
     late = {"desired_workers": 3, "applied_workers": 3, "applied_at": NOW - STARTUP_GRACE_S - 1}
     *_, last = _ticks(late, settings)
     assert last is not None and last["current"] == 1
+
+
+def test_a_scale_up_is_priced_at_the_start_time_the_fleet_measured(settings):
+    # the first scale-up is priced at the backend's start; once the fleet's scaling record
+    # shows it applied 42 s after it was requested, the next is priced at the measured 42 s
+    settled = {"desired_workers": 1, "applied_workers": 1, "applied_at": NOW - 600}
+    cursor: dict = {}
+    for step in range(4):
+        now = NOW + 2 * step
+        request, cursor = decide_scaling(
+            _overloaded(now, 5_000 + 2_000 * step),
+            cursor,
+            policy_name="ds2",
+            settings=settings,
+            now=now,
+            cooldown_s=0,
+            fleet=settled,
+            default_start_s=180.0,
+        )
+    assert request is not None and request["target"] > 1
+    assert cursor["scale_up"] == {"target": request["target"]} and cursor["starts"] == []
+    assert priced_start_s(settings, cursor["starts"], 180.0) == 180.0
+    target, asked = request["target"], NOW + 10
+    pending = {"desired_workers": target, "applied_workers": 1, "requested_at": asked}
+    assert measure_start(cursor, pending) == ([], {"target": target})
+    applied = {**pending, "applied_workers": target, "applied_at": asked + 42.0}
+    starts, waiting = measure_start(cursor, applied)
+    assert (starts, waiting) == ([42.0], None)
+    assert priced_start_s(settings, [*starts, 30.0, 60.0], 180.0) == 42.0
+    # a newer request replaced the scale-up: its record measures something else
+    replaced = {**applied, "desired_workers": target + 1}
+    assert measure_start(cursor, replaced) == ([], None)
+    assert priced_start_s(settings, [], None) == settings.fleet.scale_up_start_s

@@ -183,8 +183,9 @@ def test_mcts_holds_a_noisy_flat_load_without_rescaling(settings: AutoscaleSetti
     rng = np.random.default_rng(7)
     rates = list(10_000.0 * (1.0 + rng.uniform(-0.15, 0.15, 12 * 30)))
     s = fleet(settings, partitions=288, peak=max(rates))
-    # start where the plan's 10% forecast margin puts 10000 msg/s: 12 workers (11 carry 10667)
-    realizer = SimulatedRealizer(12, clock=lambda: 0.0)
+    # start where the plan's 5% forecast margin puts 10000 msg/s: 11 workers (carrying 10667)
+    assert s.mcts.forecast_margin == 0.05
+    realizer = SimulatedRealizer(11, clock=lambda: 0.0)
     result = Simulator(trace_of(rates), s).run(make_policy("mcts", s), realizer=realizer)
     summary = result.summary()
     assert summary.rescales == 0, [r.reason for r in result.records if r.rescaled]
