@@ -82,9 +82,11 @@ class FleetSettings(BaseModel):
         5.0,
         ge=0,
         description="How long after a scale-up is decided its new workers start taking tasks, "
-        "s: the capacity they add is missing until then. Default: a local agent process "
-        "(2.6-6 s from the run's launch to the first hand-off in the live closed-loop test); "
-        "on new machines set their boot time.",
+        "s: the capacity they add is missing until then. Unset, the autoscaler sensor prices "
+        "the median start the fleet measured (request to applied, last 10 scale-ups), else the "
+        "backend's typical start (a local agent process 5 s, an EC2 instance "
+        "aws.instance_start_s, an ECS task ecs.task_start_s), and the simulator this default; "
+        "set, it is used as given.",
     )
     state_mb_per_task: float = Field(
         1.0,

@@ -16,7 +16,8 @@ decides on that season followed by the cursor's snapshots. While a rescale is un
 (requested but not applied, or its new workers not all reporting for two snapshots) a tick
 only records the snapshot. A scale-up is priced with the start time the fleet measured: the
 median of its last scale-ups' request-to-applied times (the cursor keeps them), else the
-fleet backend's typical start (a local process's 5 s, an EC2 instance's boot).
+fleet backend's typical start (a local process's 5 s, an EC2 instance's boot); a
+``SLUICE_AUTOSCALE_FLEET__SCALE_UP_START_S`` the user set wins over both.
 """
 
 from __future__ import annotations
@@ -119,8 +120,10 @@ def measure_start(
 def priced_start_s(
     settings: AutoscaleSettings, starts: Sequence[float], default_s: float | None
 ) -> float:
-    """The start a scale-up is priced at: the median of the measured ``starts``, else
-    ``default_s`` (the backend's), else the configured ``scale_up_start_s``."""
+    """The start a scale-up is priced at: ``scale_up_start_s`` if the user set it, else the
+    median of the measured ``starts``, else ``default_s`` (the backend's), else the default."""
+    if "scale_up_start_s" in settings.fleet.model_fields_set:
+        return settings.fleet.scale_up_start_s
     if starts:
         return float(statistics.median(starts))
     return settings.fleet.scale_up_start_s if default_s is None else default_s

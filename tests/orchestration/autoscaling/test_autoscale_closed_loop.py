@@ -127,6 +127,10 @@ AUTOSCALE_ENV = {  # no SLUICE_AUTOSCALE_POLICY: the sensor's default policy is 
     "SLUICE_AUTOSCALE_FLEET__MAX_WORKERS": str(MAX_WORKERS),
     "SLUICE_AUTOSCALE_GUARDS__COOLDOWN_S": "0",
     "SLUICE_AUTOSCALE_GUARDS__HYSTERESIS_WORKERS": "0",
+    # the planner's time runs TIME_SCALE times faster here, a process start does not: a
+    # measured start (20 s at load 15) would be priced as 20 compressed minutes against a 10 s
+    # SLA, so the start is the default a local agent process is priced at, as the user may set
+    "SLUICE_AUTOSCALE_FLEET__SCALE_UP_START_S": "5",
     **_compressed_planner_env(),
 }
 

@@ -117,3 +117,9 @@ def test_a_scale_up_is_priced_at_the_start_time_the_fleet_measured(settings):
     replaced = {**applied, "desired_workers": target + 1}
     assert measure_start(cursor, replaced) == ([], None)
     assert priced_start_s(settings, [], None) == settings.fleet.scale_up_start_s
+    # a start the user set is used as given, whatever was measured
+    fixed = settings.model_copy(
+        update={"fleet": settings.fleet.model_copy(update={"scale_up_start_s": 7.0})}
+    )
+    fixed.fleet.model_fields_set.add("scale_up_start_s")
+    assert priced_start_s(fixed, [42.0], 180.0) == 7.0
