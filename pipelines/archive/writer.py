@@ -48,6 +48,10 @@ ARCHIVE_SCHEMA = pa.schema(
         pa.field("kafka_timestamp", pa.int64(), nullable=False),
     ]
 )
+ARCHIVE_DICTIONARY = ("org", "client", "event_type", "topic", "partition")
+"""The archive's columns of few distinct values, dictionary-encoded; the others (ids, times,
+sizes, offsets) are not: a dictionary of unique values only slowed the writer (1.7x on the
+example events) and made the files larger."""
 
 DEAD_LETTER_SCHEMA = pa.schema(
     [
@@ -138,7 +142,7 @@ class ArchiveBuffer:
             for hour in np.unique(hours).tolist():
                 part = table.filter(pa.array(hours == hour))
                 key = archive_events_key(hour, *where)
-                store.put(key, to_parquet(part))
+                store.put(key, to_parquet(part, ARCHIVE_DICTIONARY))
                 files.append(key)
                 events[key.split("/")[2].removeprefix("hour=")] = part.num_rows
         dead: dict[str, int] = {}

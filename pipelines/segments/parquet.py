@@ -12,10 +12,13 @@ import pyarrow.parquet as pq
 __all__ = ["read_parquet", "to_parquet"]
 
 
-def to_parquet(table: pa.Table) -> bytes:
-    """``table`` as Parquet bytes (zstd), ready for :meth:`ObjectStore.put`."""
+def to_parquet(table: pa.Table, dictionary: bool | Sequence[str] = True) -> bytes:
+    """``table`` as Parquet bytes (zstd), ready for :meth:`ObjectStore.put`; ``dictionary``:
+    the columns to dictionary-encode (all by default). A column of (nearly) unique values
+    gains nothing from a dictionary and costs the writer its attempt at one."""
     sink = io.BytesIO()
-    pq.write_table(table, sink, compression="zstd")
+    use = dictionary if isinstance(dictionary, bool) else list(dictionary)
+    pq.write_table(table, sink, compression="zstd", use_dictionary=use)
     return sink.getvalue()
 
 

@@ -42,6 +42,19 @@ def _factorized(batch: DecodedBatch, col: str) -> tuple[np.ndarray, np.ndarray]:
     return cached
 
 
+def _time_order(batch: DecodedBatch, col: str) -> tuple[np.ndarray, np.ndarray]:
+    """The batch's rows ordered by (code of ``col``, event time), and their codes in that
+    order: sorted once for all views grouped by ``col`` alone (within a code, every window's
+    rows are then one run, whatever the window's length)."""
+    name = f"{col}\x00by time"
+    cached = batch.codes.get(name)
+    if cached is None:
+        codes = _factorized(batch, col)[0]
+        order = np.lexsort((batch.columns["event_time"], codes))
+        cached = batch.codes[name] = (order, codes[order])
+    return cached
+
+
 def fold_groups(
     aggregators: Sequence[Aggregator],
     groups: list[list[Any]],
@@ -118,13 +131,7 @@ class WindowState:
                 keep = None
             elif not keep.any():
                 return
-        if keep is not None:
-            starts = starts[keep]
-            times = times[keep]
-            columns = {name: col[keep] for name, col in batch.columns.items()}
-        else:
-            columns = batch.columns
-        order, firsts, keys = self._groups(starts, columns, batch, keep)
+        at, times, starts, firsts, keys = self._groups(times, batch, keep)
         groups: list[list[Any]] = []  # each group's states, in key order
         for key in keys:
             window = key[0]
@@ -136,15 +143,16 @@ class WindowState:
             if states is None:
                 states = bucket[key] = [agg.initialize() for agg in self.aggregators]
             groups.append(states)
+        columns = batch.columns  # the aggregations' inputs of every row, taken in ``at`` order
         fold_groups(
             self.aggregators,
             groups,
-            [None if (v := agg.inputs(columns)) is None else v[order] for agg in self.aggregators],
-            [None if (m := agg.rows(columns)) is None else m[order] for agg in self.aggregators],
-            times[order],
+            [None if (v := agg.inputs(columns)) is None else v[at] for agg in self.aggregators],
+            [None if (m := agg.rows(columns)) is None else m[at] for agg in self.aggregators],
+            times,
             firsts,
         )
-        for window in np.unique(starts[order[firsts]]).tolist():
+        for window in np.unique(starts[firsts]).tolist():
             self.dirty.add(window - window % view.segment_ms)
             if view.is_sliding:  # windows of earlier segments that reach into this pane
                 self.dirty.update(self._segments_reaching(window))
@@ -156,35 +164,55 @@ class WindowState:
         return range(first, view.segment_start(pane) + 1, view.segment_ms)
 
     def _groups(
-        self,
-        starts: np.ndarray,
-        columns: dict[str, np.ndarray],
-        batch: DecodedBatch,
-        keep: np.ndarray | None,
-    ) -> tuple[np.ndarray, np.ndarray, list[GroupKey]]:
-        """The rows in group order (one stable sort), where each group starts in it, and the
-        groups' keys (window, *group values), in key order.
+        self, times: np.ndarray, batch: DecodedBatch, keep: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[GroupKey]]:
+        """The ``keep`` rows (all if None) in group order, as indices into the batch, with
+        their event times and windows in that order, where each group starts in it, and the
+        groups' keys (window, *group values), in order.
 
         Each grouping column is factorized once per batch and shared by every view that groups
-        by it; groups are then runs of one integer key.
+        by it; groups are then runs of one integer key. A view grouped by one column takes the
+        batch's rows ordered by (that column, event time), sorted once for every such view
+        whatever its window: its groups are then runs in that order, with no sort of its own.
         """
-        key = np.unique(starts, return_inverse=True)[1]
-        for col in self.view.grouping_cols:
-            codes, uniques = _factorized(batch, col)
+        view = self.view
+        step = view.step_ms
+        if len(view.grouping_cols) == 1:
+            col = view.grouping_cols[0]
+            at, codes = _time_order(batch, col)
             if keep is not None:
-                codes = codes[keep]
+                taken = keep[at]
+                at, codes = at[taken], codes[taken]
+            ordered = times[at]
+            starts = ordered - ordered % step
+            change = np.empty(len(at), dtype=bool)
+            change[0] = True
+            np.not_equal(codes[1:], codes[:-1], out=change[1:])
+            change[1:] |= starts[1:] != starts[:-1]
+            firsts = np.flatnonzero(change)
+            labels = [_label(v) for v in batch.columns[col][at[firsts]].tolist()]
+            keys = list(zip(starts[firsts].tolist(), labels, strict=True))
+            return at, ordered, starts, firsts, keys
+        rows = np.arange(len(times)) if keep is None else np.flatnonzero(keep)
+        kept = times[rows]
+        key = np.unique(kept - kept % step, return_inverse=True)[1]
+        for col in view.grouping_cols:
+            codes, uniques = _factorized(batch, col)
             if (int(key.max()) + 1) * len(uniques) >= 2**62:  # renumber before it overflows
                 key = np.unique(key, return_inverse=True)[1]
-            key = key * len(uniques) + codes
+            key = key * len(uniques) + codes[rows]
         order = np.argsort(key, kind="stable")
         ordered = key[order]
         firsts = np.concatenate(([0], np.flatnonzero(ordered[1:] != ordered[:-1]) + 1))
-        heads = order[firsts]
+        at = rows[order]
+        heads = at[firsts]
+        ordered_times = times[at]
+        starts = ordered_times - ordered_times % step
         labels = [
-            [_label(v) for v in columns[col][heads].tolist()] for col in self.view.grouping_cols
+            [_label(v) for v in batch.columns[col][heads].tolist()] for col in view.grouping_cols
         ]
-        keys = [tuple(k) for k in zip(starts[heads].tolist(), *labels, strict=True)]
-        return order, firsts, keys
+        keys = [tuple(k) for k in zip(starts[firsts].tolist(), *labels, strict=True)]
+        return at, ordered_times, starts, firsts, keys
 
     def settle(self, watermark: int) -> None:
         """Nothing to do: windows fold events in as they come (session views wait for order)."""

@@ -300,3 +300,34 @@ def test_folding_in_early_when_many_events_wait_changes_nothing(tmp_path, monkey
     task.flush()
     rows = query_view(store, view, 0, 2**62).to_pylist()
     assert not compare_sessions(view, rows, truth.sessions())
+
+
+def test_kept_events_are_written_as_orjson_writes_them():
+    """The stream writes kept events with msgspec (one C call per session); the Spark
+    correction with orjson: the JSON must be the same bytes, whatever the strings hold."""
+    import msgspec
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from pipelines.stream.sessions import kept_event_type
+
+    kept = kept_event_type(("event_time", "event_type", "bytes_tx"))
+
+    @settings(max_examples=150, deadline=None)
+    @given(
+        st.lists(
+            st.tuples(
+                st.integers(-(2**63), 2**63 - 1),
+                st.text(min_size=1),
+                st.integers(-(2**63), 2**63 - 1),
+            ),
+            max_size=5,
+        )
+    )
+    def agree(events):
+        names = ("event_time", "event_type", "bytes_tx")
+        written = msgspec.json.encode([kept(*e) for e in events])
+        assert written == orjson.dumps([dict(zip(names, e, strict=True)) for e in events])
+        assert msgspec.json.decode(written, type=list[kept]) == [kept(*e) for e in events]
+
+    agree()
