@@ -38,8 +38,17 @@ def _overloaded(now: float, backlog: int) -> list[TaskStatus]:
     ]
 
 
-def _ticks(fleet, settings: AutoscaleSettings, ticks: int = 4) -> list[dict | None]:
+def _ticks(
+    fleet, settings: AutoscaleSettings, ticks: int = 4, default_start_s: float | None = None
+) -> list[dict | None]:
     """The sensor's request (or None) on each of ``ticks`` ticks 2 s apart."""
+    return _ticking(fleet, settings, ticks, default_start_s)[0]
+
+
+def _ticking(
+    fleet, settings: AutoscaleSettings, ticks: int = 4, default_start_s: float | None = None
+) -> tuple[list[dict | None], dict]:
+    """(the sensor's request or None on each of ``ticks`` ticks 2 s apart, the last cursor)."""
     cursor: dict = {}
     requests = []
     for step in range(ticks):
@@ -52,10 +61,11 @@ def _ticks(fleet, settings: AutoscaleSettings, ticks: int = 4) -> list[dict | No
             now=now,
             cooldown_s=0,
             fleet=fleet,
+            default_start_s=default_start_s,
         )
         requests.append(request)
     assert len(cursor["history"]) == ticks  # snapshots are kept whether or not it decides
-    return requests
+    return requests, cursor
 
 
 def test_a_settled_fleet_is_scaled(settings):
@@ -90,19 +100,7 @@ def test_a_scale_up_is_priced_at_the_start_time_the_fleet_measured(settings):
     # the first scale-up is priced at the backend's start; once the fleet's scaling record
     # shows it applied 42 s after it was requested, the next is priced at the measured 42 s
     settled = {"desired_workers": 1, "applied_workers": 1, "applied_at": NOW - 600}
-    cursor: dict = {}
-    for step in range(4):
-        now = NOW + 2 * step
-        request, cursor = decide_scaling(
-            _overloaded(now, 5_000 + 2_000 * step),
-            cursor,
-            policy_name="ds2",
-            settings=settings,
-            now=now,
-            cooldown_s=0,
-            fleet=settled,
-            default_start_s=180.0,
-        )
+    (*_, request), cursor = _ticking(settled, settings, default_start_s=180.0)
     assert request is not None and request["target"] > 1
     assert cursor["scale_up"] == {"target": request["target"]} and cursor["starts"] == []
     assert priced_start_s(settings, cursor["starts"], 180.0) == 180.0

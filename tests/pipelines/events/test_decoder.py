@@ -158,10 +158,8 @@ def _reference(values, watermark=NO_WATERMARK):
     return accepted, dead, wm
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.lists(_messages(), min_size=1, max_size=30))
-def test_the_fast_path_agrees_with_the_exact_classifier(values):
-    batch = _decode(values)
+def _assert_agrees_with_the_reference(values, batch) -> None:
+    """``batch`` (the decoder's output for ``values``) is what the exact classifier says."""
     accepted = [
         (int(o), int(w), *(batch.columns[f][i] for f in EVENT_FIELDS))
         for i, (o, w) in enumerate(zip(batch.offsets, batch.prior_watermark, strict=True))
@@ -171,6 +169,12 @@ def test_the_fast_path_agrees_with_the_exact_classifier(values):
     assert [(d.offset, d.reason) for d in batch.dead_letters] == dead
     assert batch.watermark == wm
     assert batch.consumed == len(values)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_messages(), min_size=1, max_size=30))
+def test_the_fast_path_agrees_with_the_exact_classifier(values):
+    _assert_agrees_with_the_reference(values, _decode(values))
 
 
 # --- no input makes the decoder raise ------------------------------------------------------
@@ -326,15 +330,7 @@ def test_the_one_call_decoder_agrees_with_the_exact_classifier(run, values):
         batch = _decode(values)
     finally:
         decode.RUN = default
-    accepted = [
-        (int(o), int(w), *(batch.columns[f][i] for f in EVENT_FIELDS))
-        for i, (o, w) in enumerate(zip(batch.offsets, batch.prior_watermark, strict=True))
-    ]
-    expected, dead, wm = _reference(values)
-    assert accepted == expected
-    assert [(d.offset, d.reason) for d in batch.dead_letters] == dead
-    assert batch.watermark == wm
-    assert batch.consumed == len(values)
+    _assert_agrees_with_the_reference(values, batch)
     # as a reader's records carry them: a dead letter is sent as JSON, numpy ints are not
     assert all(type(d.offset) is type(d.timestamp) is int for d in batch.dead_letters)
     assert type(batch.watermark) is int
