@@ -50,7 +50,12 @@ case "$cmd" in
     need tmux "the terminal test of sluice up" command -v tmux
     echo "checking the import contracts (pyproject.toml: the package graph runs one way) ..." >&2
     .venv/bin/lint-imports --no-cache || die "an import runs back up the layers (see above)"
-    exec .venv/bin/python -m pytest "$@" ;;
+    # Two pytest workers, a test file each at a time (its module fixtures stay in one process):
+    # the end-to-end tests mostly wait on processes, so two share the 2 cores. SLUICE_TEST_WORKERS=0
+    # runs in one process; a later -n in the arguments wins.
+    workers=${SLUICE_TEST_WORKERS:-2}
+    if [ "$workers" = 0 ]; then exec .venv/bin/python -m pytest "$@"; fi
+    exec .venv/bin/python -m pytest -n "$workers" --dist loadfile "$@" ;;
   sluice) exec .venv/bin/sluice "$@" ;;
   *) die "usage: bash scripts/run.sh up|test|sluice [args]" ;;
 esac
