@@ -386,6 +386,13 @@ class MctsSettings(BaseModel):
         description="`horizon` search: what a rescale costs on top of the capacity its pause and "
         "start lose, worker-hours (raised while the fleet is over its rescale budget).",
     )
+    horizon_rescale_price_per_worker_h: float = Field(
+        0.0,
+        ge=0,
+        description="`horizon` search: what a rescale costs per worker of the new count, "
+        "worker-hours, on top of horizon_rescale_price_h (scaled by the budget's factor too): a "
+        "price that follows the fleet's size, as the tree's rescale_penalty_s does.",
+    )
 
 
 class GuardSettings(BaseModel):
