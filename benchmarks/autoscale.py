@@ -3,7 +3,7 @@ ratios, the Pareto marks and a plot.
 
 Run: ``.venv/bin/python benchmarks/autoscale.py [--quick] [--traces AAPL,elb] [--plot PNG]
 [--jobs 2] [--nyc-days 28] [--spot-share 1.0] [--optimum-passes 10] [--no-optimum] [--json PATH]
-[--strict]``. It prints the aims of issue 34 met and missed and exits 0 (``--strict``: 1 while
+[--strict] [--forecast live|oracle]``. It prints the aims of issue 34 met and missed and exits 0 (``--strict``: 1 while
 one is missed). Workers run on spot at
 ``--spot-share`` with the default interruption rate (``SLUICE_AUTOSCALE_SPOT__*``): the tables
 show the cost at spot prices next to the same worker-hours on demand, the interruptions and the
@@ -42,8 +42,9 @@ from rich.table import Table  # noqa: E402
 from orchestration.autoscaling import capacity, horizon, optimum, pause, simulator  # noqa: E402
 from orchestration.autoscaling.config import AutoscaleSettings  # noqa: E402
 from orchestration.autoscaling.optimum import OfflineOptimum, offline_optimum  # noqa: E402
+from orchestration.autoscaling.oracle import OracleForecaster  # noqa: E402
 from orchestration.autoscaling.pareto import dominated_by  # noqa: E402
-from orchestration.autoscaling.policies import POLICIES, make_policy  # noqa: E402
+from orchestration.autoscaling.policies import POLICIES, MctsPolicy, make_policy  # noqa: E402
 from orchestration.autoscaling.report import plot_results, summary_table  # noqa: E402
 from orchestration.autoscaling.simulator import (  # noqa: E402
     PolicySummary,
@@ -84,10 +85,11 @@ def optimum_key(trace: str, settings: AutoscaleSettings, passes: int) -> str:
     return digest.hexdigest()[:20]
 
 
-def run_one(job: tuple[str, str, float | None, float, int, str]) -> tuple[object, float]:
+def run_one(job: tuple[str, str, float | None, float, int, str, str]) -> tuple[object, float]:
     """One policy (or the optimum) on one trace, in a worker process; the result and its run
-    time (an optimum found in the cache directory, if given, is read, not computed)."""
-    policy, trace, days, spot_share, passes, cache = job
+    time (an optimum found in the cache directory, if given, is read, not computed). With
+    ``forecast`` "oracle", mcts plans on the trace's true future rates (a diagnosis)."""
+    policy, trace, days, spot_share, passes, cache, forecast = job
     settings = AutoscaleSettings().updated(
         simulation={"days": days}, spot={"spot_share": spot_share}
     )
@@ -103,7 +105,11 @@ def run_one(job: tuple[str, str, float | None, float, int, str]) -> tuple[object
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(pickle.dumps(result))
     else:
-        result = Simulator(load_trace(trace), settings).run(make_policy(policy, settings))
+        sim = Simulator(load_trace(trace), settings)
+        chosen = make_policy(policy, settings)
+        if forecast == "oracle" and isinstance(chosen, MctsPolicy):
+            chosen.forecaster = OracleForecaster(sim.t, sim.arrived)
+        result = sim.run(chosen)
     return result, time.perf_counter() - started
 
 
@@ -212,6 +218,13 @@ def main(argv: list[str] | None = None) -> int:
         help="exit 1 while an aim is missed (default: print the aims met and missed, exit 0)",
     )
     parser.add_argument("--policies", default="all", help="comma-separated policies (all)")
+    parser.add_argument(
+        "--forecast",
+        choices=("live", "oracle"),
+        default="live",
+        help="what mcts plans on: its forecaster (live, the default) or the trace's true future "
+        "rates (oracle: a diagnosis of the gap, not reachable live)",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.days = min(args.days or QUICK_DAYS, QUICK_DAYS)
@@ -235,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     order = list(dict.fromkeys(order))
     jobs = [
-        (p, t, days[t], args.spot_share, args.optimum_passes, args.optimum_cache)
+        (p, t, days[t], args.spot_share, args.optimum_passes, args.optimum_cache, args.forecast)
         for p in order
         for t in traces
     ]
@@ -271,7 +284,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{s.simulation.step_s:.0f} s, a moved task pauses {s.fleet.move_pause_s:.1f} s + "
         f"{s.fleet.move_pause_per_state_mb_s:.2f} s/MB x {s.fleet.state_mb_per_task:.1f} MB, "
         f"a scale-up's workers start in {s.fleet.scale_up_start_s:.0f} s, "
-        f"MCTS {s.mcts.samples} expansions, horizon {s.mcts.horizon_s / 3600:.1f} h; "
+        f"MCTS {s.mcts.samples} expansions, horizon {s.mcts.horizon_s / 3600:.1f} h, "
+        f"{s.mcts.search} search, {args.forecast} forecast; "
         f"{args.spot_share:.0%} on spot at ${s.spot.spot_hour_price}/h (on demand "
         f"${s.spot.on_demand_hour_price}/h), {s.spot.interruptions_per_worker_day} interruptions "
         f"per worker-day, {s.spot.task_move_pause_s:.0f} s per task an interruption moves "

@@ -377,14 +377,24 @@ class MctsSettings(BaseModel):
         "tree",
         description="How the plan is searched: `tree`, the Monte-Carlo tree search on the cost "
         "model above; `horizon`, the offline optimum's exact programme over the forecast "
-        "horizon (10 ticks a plan step, the SLA x sla_safety held at every tick, a rescale "
-        "priced horizon_rescale_price_h x the budget's factor; the tree where no plan holds it).",
+        "horizon (10 ticks a plan step, the SLA x sla_safety held at every tick, counts up to the "
+        "one carrying twice the forecast peak, a rescale priced horizon_rescale_price_h + "
+        "horizon_rescale_price_per_worker_h x the new count, times the budget's factor; the tree "
+        "where no plan holds it).",
     )
     horizon_rescale_price_h: float = Field(
-        3.0,
+        1.0,
         ge=0,
         description="`horizon` search: what a rescale costs on top of the capacity its pause and "
-        "start lose, worker-hours (raised while the fleet is over its rescale budget).",
+        "start lose, worker-hours (raised while the fleet is over its rescale budget; 3 with no "
+        "part per worker held a one-worker fleet's burst count for hours on the Twitter traces).",
+    )
+    horizon_rescale_price_per_worker_h: float = Field(
+        0.25,
+        ge=0,
+        description="`horizon` search: what a rescale costs per worker of the new count, "
+        "worker-hours, on top of horizon_rescale_price_h (scaled by the budget's factor too): a "
+        "price that follows the fleet's size, as the tree's rescale_penalty_s does.",
     )
 
 

@@ -229,9 +229,25 @@ class MctsPolicy:
             }
         )
         floor = min(p.down_floor, metrics.workers) if p.down_floor > 0 else 0
-        levels = efficient_levels(p.partitions, p.min_workers, p.upper, p.max_factor)
-        counts = [c for c in levels if c >= floor]
-        price = m.horizon_rescale_price_h * p.penalty_factor * 3600.0 / p.step_s
+        # as the offline optimum, no count above the one carrying twice the forecast peak (or
+        # draining the backlog in half the SLA): more only drains faster what the SLA allows,
+        # and every count more is a row and a column more of the programme's pairs
+        sla_plan = s.simulation.sla_s * m.sla_safety
+        top = max(
+            workers_for_rate(
+                2.0 * max(float(np.max(p.rates)), p.backlog / sla_plan),
+                p.partitions,
+                p.worker_rate,
+                p.upper,
+                p.max_factor,
+            ),
+            metrics.workers,
+        )
+        levels = efficient_levels(p.partitions, p.min_workers, top, p.max_factor)
+        counts = [c for c in levels if c >= floor] or [metrics.workers]
+        to_steps = p.penalty_factor * 3600.0 / p.step_s  # worker-hours -> worker-steps
+        price = m.horizon_rescale_price_h * to_steps
+        per_worker = m.horizon_rescale_price_per_worker_h * to_steps
         try:
             plan = horizon_plan(
                 fleet,
@@ -240,8 +256,9 @@ class MctsPolicy:
                 metrics.time_lag,
                 p.rates,
                 p.step_s,
-                s.simulation.sla_s * m.sla_safety,
+                sla_plan,
                 price,
+                per_worker,
                 counts=counts,
             )
         except NoFeasiblePlan:
@@ -262,6 +279,7 @@ class MctsPolicy:
                 "search": "horizon",
                 "schedule": list(plan.schedule),
                 "rescale_price_worker_steps": price,
+                "rescale_price_per_worker_steps": per_worker,
                 "down_floor": p.down_floor,
                 "worker_rate": p.worker_rate,
             },

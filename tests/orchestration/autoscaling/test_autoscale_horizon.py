@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
 from orchestration.autoscaling.config import AutoscaleSettings, FleetSettings
 from orchestration.autoscaling.exceptions import NoFeasiblePlan
 from orchestration.autoscaling.horizon import horizon_plan
+from orchestration.autoscaling.mcts import efficient_levels
 from orchestration.autoscaling.policies import make_policy
 from orchestration.autoscaling.simulator import Simulator, load_trace
 
@@ -51,3 +54,75 @@ def test_the_horizon_search_keeps_the_sla_on_a_shipped_trace(settings: Autoscale
     assert any("horizon plan" in r.reason for r in result.records)
     # every decision either planned over the horizon or fell back to the tree, never crashed
     assert all(r.reason.startswith(("horizon plan", "plan:")) for r in result.records[1:])
+
+
+def plan_cost(schedule: Sequence[int], start: int, price: float, per_worker: float) -> float:
+    """What the programme minimises: worker-steps and each rescale's price."""
+    moves = [b for a, b in zip([start, *schedule], schedule, strict=False) if a != b]
+    return sum(schedule) + len(moves) * price + per_worker * sum(moves)
+
+
+def test_capping_the_counts_at_twice_the_peak_loses_no_plan(settings: AutoscaleSettings) -> None:
+    """The policy offers the programme only counts up to the one carrying twice the forecast
+    peak (a decision in milliseconds); on a shipped trace's decisions, the plan it finds costs
+    what the programme over every efficient count finds."""
+    s = settings.updated(simulation={"days": 0.25}, mcts={"search": "horizon"})
+    policy = make_policy("mcts", s)
+    seen: list[tuple] = []
+
+    class Recording:
+        name = "mcts"
+
+        def decide(self, metrics, history):
+            seen.append((metrics, list(history)))
+            return policy.decide(metrics, history)
+
+    Simulator(load_trace("elb_request_count_8c0756"), s).run(Recording())
+    m = s.mcts
+    compared = 0
+    for metrics, history in seen[1::6]:
+        p = policy.problem(metrics, history)
+        decision = policy._horizon(metrics, p)
+        if decision is None:
+            continue
+        price = decision.explanation["rescale_price_worker_steps"]
+        per_worker = decision.explanation["rescale_price_per_worker_steps"]
+        floor = min(p.down_floor, metrics.workers) if p.down_floor > 0 else 0
+        every = [c for c in efficient_levels(p.partitions, 1, p.upper) if c >= floor]
+        fleet = s.fleet.model_copy(
+            update={
+                "worker_rate": p.worker_rate,
+                "move_pause_s": p.task_pause_s,
+                "move_pause_per_state_mb_s": 0.0,
+            }
+        )
+        full = horizon_plan(
+            fleet,
+            metrics.workers,
+            p.backlog,
+            metrics.time_lag,
+            p.rates,
+            p.step_s,
+            s.simulation.sla_s * m.sla_safety,
+            price,
+            per_worker,
+            counts=every,
+        )
+
+        costs = [
+            plan_cost(schedule, metrics.workers, price, per_worker)
+            for schedule in (decision.explanation["schedule"], full.schedule)
+        ]
+        assert costs[0] == pytest.approx(costs[1])
+        compared += 1
+    assert compared >= 5
+
+
+def test_the_per_worker_price_charges_each_rescale_by_its_new_count() -> None:
+    rates = [1500.0, 1500.0] + [500.0] * 10
+    # up to 2 and back to 1 costs 2 + 1 = 3 x the per-worker price; holding 2 costs 10 steps
+    cheap = horizon_plan(FLEET, 1, 0.0, 0.0, rates, 300.0, 120.0, 0.0, rescale_price_per_worker=1.0)
+    assert cheap.schedule == (1, 2) + (1,) * 10
+    # at 12 a worker-step per worker, up and down (36) cost more than up (24) and holding (10)
+    dear = horizon_plan(FLEET, 1, 0.0, 0.0, rates, 300.0, 120.0, 0.0, rescale_price_per_worker=12.0)
+    assert dear.schedule == (1,) + (2,) * 11
