@@ -111,3 +111,22 @@ def control_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
     empty_database(url)  # each test starts from an empty store
     return url
+
+
+LONGEST_FILES = ("test_dagster_e2e.py", "test_agents.py", "test_deadlines.py", "test_up.py")
+"""The files of 2-5 minutes each (one process, quiet VM), started first of all."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The longest files first, then the other end-to-end files, then the rest (stable within
+    each): with two workers taking a file at a time (scripts/run.sh), a minutes-long file
+    started last would run alone at the end."""
+
+    def rank(item: pytest.Item) -> int:
+        if item.path.name in LONGEST_FILES:
+            return LONGEST_FILES.index(item.path.name)
+        if item.get_closest_marker("e2e") or item.path.parent.name == "e2e":
+            return len(LONGEST_FILES)
+        return len(LONGEST_FILES) + 1
+
+    items.sort(key=rank)
