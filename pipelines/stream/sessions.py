@@ -109,6 +109,10 @@ class SessionState:
         self.frontier = NO_WATERMARK
         self._segment_ms = view.segment_ms
         self.dirty: set[int] = set()
+        self._open_rows: dict[tuple[str, int], tuple] = {}
+        """Rows of open sessions written since sessions last changed: a flush's segment
+        tables serialize them and the checkpoint that follows reuses them (settle, the only
+        place sessions change, forgets them; the checkpoint's :meth:`all_table` too)."""
         self.processed = 0
         self.late = 0
 
@@ -151,6 +155,7 @@ class SessionState:
         if frontier <= self.frontier:
             return
         self.frontier = frontier
+        self._open_rows.clear()  # sessions may change from here on
         if self.pending:
             rows = _concat(self.pending)
             ready = rows["event_time"] < frontier
@@ -357,10 +362,17 @@ class SessionState:
         )
 
     def _rows(self, items: Iterable[tuple[tuple[str, int], _Session | tuple]]) -> list[tuple]:
-        return [
-            item if isinstance(item, tuple) else self._row(key[0], item, True)
-            for key, item in items
-        ]
+        memo = self._open_rows
+        rows = []
+        for key, item in items:
+            if isinstance(item, tuple):
+                rows.append(item)
+                continue
+            row = memo.get(key)
+            if row is None:
+                row = memo[key] = self._row(key[0], item, True)
+            rows.append(row)
+        return rows
 
     def segment_table(
         self, segment: int, current: Callable[[], pa.Table | None] | None = None
@@ -396,7 +408,9 @@ class SessionState:
 
     def all_table(self) -> pa.Table:
         items = (item for bucket in self.buckets.values() for item in bucket.items())
-        return self._table(self._rows(items))
+        table = self._table(self._rows(items))
+        self._open_rows.clear()  # not held in memory until the next flush
+        return table
 
     def _table(self, rows: list[tuple]) -> pa.Table:
         schema = session_table_schema(self.view)
@@ -415,6 +429,7 @@ class SessionState:
     def load(self, table: pa.Table, pending: pa.Table | None = None) -> None:
         """Restore from :meth:`all_table` and :meth:`pending_table` output (a checkpoint)."""
         key_col = self.spec.key
+        self._open_rows.clear()
         names = table.schema.names
         for values in zip(*(table.column(n).to_pylist() for n in names), strict=True):
             row = dict(zip(names, values, strict=True))

@@ -331,3 +331,27 @@ def test_kept_events_are_written_as_orjson_writes_them():
         assert msgspec.json.decode(written, type=list[kept]) == [kept(*e) for e in events]
 
     agree()
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_checkpoint_reuses_a_flush_rows_only_while_the_sessions_are_unchanged(tmp_path, seed):
+    """The open sessions' rows a flush wrote are reused by the checkpoint's state: whatever
+    was processed, flushed or settled in between, they equal rows serialized afresh."""
+    view = _view(gap="10m", max_duration="1h", allowed_lateness="15m", max_kept_events=4)
+    records = _random_partition(seed, 2000)
+    task, _ = _task(tmp_path, view)
+    state = task.states["visits"]
+    rng = random.Random(seed)
+    position, reused_rows = 0, 0
+    for cut in [*sorted(rng.sample(range(1, len(records)), 30)), len(records)]:
+        task.process(records[position:cut])
+        position = cut
+        if rng.random() < 0.7:
+            task.flush()
+        if rng.random() < 0.3:
+            state.settle(task.watermark + rng.choice([0, 5 * MIN]))  # sessions may change
+        reused_rows += len(state._open_rows)
+        reused = state.all_table()  # from the rows memoised, if any
+        assert not state._open_rows
+        assert reused.equals(state.all_table())  # all serialized afresh
+    assert reused_rows > 0  # the memo was used at all
