@@ -112,9 +112,10 @@ class SessionState:
         self._segment_ms = view.segment_ms
         self.dirty: set[int] = set()
         self._open_rows: dict[tuple[str, int], tuple] = {}
-        """Rows of open sessions written since sessions last changed: a flush's segment
-        tables serialize them and the checkpoint that follows reuses them (settle, the only
-        place sessions change, forgets them; the checkpoint's :meth:`all_table` too)."""
+        """Rows of open sessions written since sessions last changed: a checkpoint's flush
+        serializes them for the segment tables and its state reuses them (settle, the only
+        place sessions change, forgets them, and so do a flush without a checkpoint and
+        :meth:`all_table`, so they are never held between flushes)."""
         self.processed = 0
         self.late = 0
 
@@ -413,8 +414,11 @@ class SessionState:
     def _same_definition(self, table: pa.Table) -> bool:
         return written_for(table.schema, self.view.fingerprint)
 
-    def flushed(self) -> None:
-        """The dirty buckets' files are written: their closed sessions leave memory."""
+    def flushed(self, checkpoint: bool = False) -> None:
+        """The dirty buckets' files are written: their closed sessions leave memory, and the
+        open ones' rows too unless a ``checkpoint``'s :meth:`all_table` follows."""
+        if not checkpoint:
+            self._open_rows.clear()
         for segment in self.dirty:
             bucket = self.buckets.get(segment)
             if bucket:

@@ -280,7 +280,7 @@ class WindowState:
                     )
         return windows
 
-    def flushed(self) -> None:
+    def flushed(self, checkpoint: bool = False) -> None:
         self.dirty.clear()
 
     def all_table(self) -> pa.Table:

@@ -335,8 +335,9 @@ def test_kept_events_are_written_as_orjson_writes_them():
 
 @pytest.mark.parametrize("seed", [1, 2])
 def test_a_checkpoint_reuses_a_flush_rows_only_while_the_sessions_are_unchanged(tmp_path, seed):
-    """The open sessions' rows a flush wrote are reused by the checkpoint's state: whatever
-    was processed, flushed or settled in between, they equal rows serialized afresh."""
+    """The open sessions' rows a checkpoint's flush wrote are reused by its state: whatever
+    was processed, flushed or settled before, they equal rows serialized afresh; a flush
+    without a checkpoint keeps none of them in memory."""
     view = _view(gap="10m", max_duration="1h", allowed_lateness="15m", max_kept_events=4)
     records = _random_partition(seed, 2000)
     task, _ = _task(tmp_path, view)
@@ -346,8 +347,11 @@ def test_a_checkpoint_reuses_a_flush_rows_only_while_the_sessions_are_unchanged(
     for cut in [*sorted(rng.sample(range(1, len(records)), 30)), len(records)]:
         task.process(records[position:cut])
         position = cut
-        if rng.random() < 0.7:
+        if rng.random() < 0.3:
             task.flush()
+            assert not state._open_rows
+        if rng.random() < 0.7:
+            task.flush(checkpoint=True)  # what checkpoint() does before writing the state
         if rng.random() < 0.3:
             state.settle(task.watermark + rng.choice([0, 5 * MIN]))  # sessions may change
         reused_rows += len(state._open_rows)
