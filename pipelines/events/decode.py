@@ -1,12 +1,11 @@
 """Decode and validate a batch of raw messages into columns, in partition order.
 
-A run of :data:`RUN` messages is parsed and type-checked in one C call (msgspec's
-``decode_lines`` over the values joined by newlines, against :class:`_Event`), when that call
-can be sure each line is one message (:func:`_lines`); a run it refuses is decoded message by
-message, and only a message the fast path refuses takes the slow path (:func:`_classify`),
-which says exactly why it is bad, so the reasons and details of dead letters do not depend on
-the fast path. Each bad message becomes a :class:`DeadLetter` with a reason code; none
-raises, whatever the bytes.
+A run of :data:`RUN` messages is parsed and type-checked by msgspec against :class:`_Event`
+in one ``map`` (no Python step per message); a run with a message it refuses is decoded
+message by message, and only a message the fast path refuses takes the slow path
+(:func:`_classify`), which says exactly why it is bad, so the reasons and details of dead
+letters do not depend on the fast path. Each bad message becomes a :class:`DeadLetter` with a
+reason code; none raises, whatever the bytes.
 
 No decoder recurses into deep nesting (msgspec raises RecursionError a few thousand levels
 down, which escaped as a crash). The fast path's schema forbids fields beyond the event's and
@@ -276,37 +275,10 @@ def _check(value: bytes | None, max_message_bytes: int) -> tuple[str, str] | _Ev
     return _Event(**{name: event[name] for name in _FIELDS})
 
 
-_decode_lines = msgspec.json.Decoder(_ExactEvent).decode_lines
-_BLANK_LINE = re.compile(rb"\n[ \t\r]*\n")
-RUN = 64
-"""Messages decoded in one call. A run with a bad message is decoded message by message, so
-the longer the run, the more a rare bad message costs: at the generator's 0.5% of bad
-messages, 32 to 256 did about as well (benchmarks/ingest.py (g))."""
-
-
-def _lines(run: Sequence[bytes | None], max_message_bytes: int) -> list[_Event] | None:
-    """Every message of ``run`` decoded by the fast path in one C call over the values joined
-    by newlines, or None if that call refuses one or cannot be sure each line is one message.
-
-    One call decodes a line holding two values as two events and skips a blank line; so a
-    blank message is refused, a message with a newline in it makes the newline count wrong,
-    and a count of events other than the count of messages is refused (with no blank line,
-    every line holds at least one value: the same count means exactly one each)."""
-    try:
-        if None in run or max(map(len, run)) > max_message_bytes:  # type: ignore[arg-type]
-            return None
-        joined = b"\n".join(run)  # type: ignore[arg-type]
-        if (
-            joined.count(b"\n") != len(run) - 1
-            or not run[0].strip(b" \t\r")  # type: ignore[union-attr]
-            or not run[-1].strip(b" \t\r")  # type: ignore[union-attr]
-            or _BLANK_LINE.search(joined)
-        ):
-            return None
-        events = _decode_lines(joined)
-    except Exception:  # refused: the run is decoded message by message
-        return None
-    return events if len(events) == len(run) else None
+RUN = 32
+"""Messages decoded by one ``map`` over the fast path. A run with a bad message is decoded
+again message by message, so the longer the run, the more a rare bad message costs; at the
+generator's 0.5% of bad messages 32 did best of 16 to 128 (docs/benchmarks.md)."""
 
 
 def _one(value: bytes | None, max_message_bytes: int) -> tuple[str, str] | _Event:
@@ -325,17 +297,22 @@ def _decode_values(
     """Append each message's event, or its (reason, detail), to ``out``, in order; the
     indices of those that are not events.
 
-    Runs of :data:`RUN` messages are decoded in one call (:func:`_lines`); each message of a
-    run it refuses is decoded alone by the exact per-message path, so reasons and details
-    are the classifier's and the result never depends on how runs were cut."""
+    Each run of :data:`RUN` messages goes through the fast path in one ``map`` (no Python
+    step per message: msgspec costs about as much per message called once per message as
+    over lines joined, and each message is decoded alone, so no line can hold two); a run
+    with any message it refuses is decoded again message by message by :func:`_one`, so
+    reasons and details are the classifier's and the result never depends on the runs."""
+    decode = _decode_event
     one = _one
     refused: list[int] = []
     for lo in range(0, len(values), RUN):
         run = values[lo : lo + RUN]
-        decoded = _lines(run, max_message_bytes) if len(run) > 1 else None
-        if type(decoded) is list:
-            out.extend(decoded)
-            continue
+        try:
+            if max(map(len, run)) <= max_message_bytes:  # type: ignore[arg-type]  # None: below
+                out.extend(list(map(decode, run)))  # all or nothing: a refusal raises
+                continue
+        except Exception:  # refused: the run is decoded message by message
+            pass
         for i, value in enumerate(run, start=lo):
             checked = one(value, max_message_bytes)
             if type(checked) is tuple:

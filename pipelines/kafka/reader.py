@@ -24,6 +24,7 @@ from pipelines.config import KafkaSettings
 from pipelines.events.decode import RecordBatch
 from pipelines.exceptions import BrokerUnavailable
 from pipelines.kafka.client import CONSUMER_FETCH, beginning_offsets, consumer, end_offsets
+from pipelines.kafka.columns import by_partition
 
 __all__ = ["ConfluentReader", "KafkaPythonReader", "Reader", "RecordBatch", "open_reader"]
 
@@ -178,33 +179,7 @@ class ConfluentReader:
     def poll(self, timeout_s: float, max_records: int) -> dict[TopicPartition, RecordBatch]:
         if not self.assigned:
             return {}
-        messages = self.client.consume(num_messages=max_records, timeout=timeout_s)
-        out: dict[TopicPartition, RecordBatch] = {}
-        # librdkafka hands out runs of one partition: switch columns only where a run ends.
-        where: tuple[str, int] | None = None
-        offsets = stamps = values = keys = None
-        for message in messages:
-            if message.error() is not None:
-                log.warning("read error: %s", message.error())
-                continue
-            here = (message.topic(), message.partition())
-            if here != where:
-                where = here
-                tp = TopicPartition(*here)
-                batch = out.get(tp)
-                if batch is None:
-                    batch = out[tp] = RecordBatch([], [], [], [])
-                offsets, stamps, values, keys = (
-                    batch.offsets,
-                    batch.timestamps,
-                    batch.values,
-                    batch.keys,
-                )
-            offsets.append(message.offset())
-            stamps.append(message.timestamp()[1])
-            values.append(message.value())
-            keys.append(message.key())
-        return out
+        return by_partition(self.client.consume(num_messages=max_records, timeout=timeout_s))
 
     def commit(self, tp: TopicPartition, offset: int) -> None:
         """Through kafka-python, within ``COMMIT_TIMEOUT_S``: with the broker gone,

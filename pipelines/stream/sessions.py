@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterable
+from itertools import repeat
+from operator import attrgetter, itemgetter
 from typing import Any
 
 import msgspec
@@ -109,6 +111,11 @@ class SessionState:
         self.frontier = NO_WATERMARK
         self._segment_ms = view.segment_ms
         self.dirty: set[int] = set()
+        self._open_rows: dict[tuple[str, int], tuple] = {}
+        """Rows of open sessions written since sessions last changed: a checkpoint's flush
+        serializes them for the segment tables and its state reuses them (settle, the only
+        place sessions change, forgets them, and so do a flush without a checkpoint and
+        :meth:`all_table`, so they are never held between flushes)."""
         self.processed = 0
         self.late = 0
 
@@ -151,6 +158,7 @@ class SessionState:
         if frontier <= self.frontier:
             return
         self.frontier = frontier
+        self._open_rows.clear()  # sessions may change from here on
         if self.pending:
             rows = _concat(self.pending)
             ready = rows["event_time"] < frontier
@@ -222,8 +230,7 @@ class SessionState:
             times,
             np.array(starts, dtype=np.int64),
         )
-        for key, session in closed:
-            self._close_row(key, session)
+        self._close_rows(closed)
 
     def _pieces(
         self, key: str, times: np.ndarray, a: int, b: int, first: bool
@@ -290,6 +297,7 @@ class SessionState:
 
     def _close_due(self, frontier: int) -> None:
         heap = self.deadlines
+        closed: list[tuple[str, _Session]] = []
         while heap and heap[0][0] <= frontier:
             deadline, key, start = heapq.heappop(heap)
             session = self.open.get(key)
@@ -297,25 +305,22 @@ class SessionState:
                 continue  # closed already
             current = min(session.end + self.spec.gap_ms, session.start + self.spec.max_duration_ms)
             if current == deadline:
-                self._close(key, session)
+                self._close(key, session, closed)
+        self._close_rows(closed)
 
-    def _close(
-        self, key: str, session: _Session, closed: list[tuple[str, _Session]] | None = None
-    ) -> None:
-        """Keep only the closed session's row; its live states leave memory now (or, given
-        ``closed``, once the caller has folded its last events into them)."""
+    def _close(self, key: str, session: _Session, closed: list[tuple[str, _Session]]) -> None:
+        """No longer open: appended to ``closed``, whose rows the caller writes in one batch
+        (:meth:`_close_rows`) once its last events are folded into its states."""
         del self.open[key]
         segment = self._segment(session.start)
         self.open_in[segment] -= 1
         self.dirty.add(segment)
-        if closed is None:
-            self._close_row(key, session)
-        else:
-            closed.append((key, session))
+        closed.append((key, session))
 
-    def _close_row(self, key: str, session: _Session) -> None:
-        segment = self._segment(session.start)
-        self.buckets[segment][(key, session.start)] = self._row(key, session, False)
+    def _close_rows(self, closed: list[tuple[str, _Session]]) -> None:
+        """Keep only the closed sessions' rows: their live states leave memory now."""
+        for row in self._rows_of(closed, False):
+            self.buckets[self._segment(row[1])][(row[0], row[1])] = row
 
     def _segment(self, t: int) -> int:
         return t - t % self._segment_ms
@@ -344,23 +349,47 @@ class SessionState:
 
     # --- serialization -------------------------------------------------------------------
 
-    def _row(self, key: str, session: _Session, is_open: bool) -> tuple:
-        return (
-            key,
-            session.start,
-            session.end,
-            session.count,
-            is_open,
-            _encode(session.kept).decode(),
-            session.dropped,
-            *(agg.serialize(s) for agg, s in zip(self.aggregators, session.states, strict=True)),
+    def _rows_of(self, sessions: list[tuple[str, _Session]], is_open: bool) -> list[tuple]:
+        """The rows of ``(key, session)`` pairs, built a column at a time (each a C-level map
+        over the sessions) rather than a Python step per session and field."""
+        if not sessions:
+            return []
+        held = [session for _, session in sessions]
+        states = list(map(_STATES, held))
+        return list(
+            zip(
+                [key for key, _ in sessions],
+                list(map(_START, held)),
+                list(map(_END, held)),
+                list(map(_COUNT, held)),
+                repeat(is_open, len(held)),
+                list(map(bytes.decode, map(_encode, map(_KEPT, held)))),
+                list(map(_DROPPED, held)),
+                *(
+                    list(map(agg.serialize, map(itemgetter(j), states)))
+                    for j, agg in enumerate(self.aggregators)
+                ),
+                strict=True,
+            )
         )
 
     def _rows(self, items: Iterable[tuple[tuple[str, int], _Session | tuple]]) -> list[tuple]:
-        return [
-            item if isinstance(item, tuple) else self._row(key[0], item, True)
-            for key, item in items
-        ]
+        memo = self._open_rows
+        rows = []
+        fresh: list[tuple[str, _Session]] = []
+        for key, item in items:
+            if isinstance(item, tuple):
+                rows.append(item)
+                continue
+            row = memo.get(key)
+            if row is None:
+                fresh.append((key[0], item))
+            else:
+                rows.append(row)
+        for row in self._rows_of(fresh, True):
+            memo[(row[0], row[1])] = row
+            rows.append(row)
+        return rows
 
     def segment_table(
         self, segment: int, current: Callable[[], pa.Table | None] | None = None
@@ -385,8 +414,11 @@ class SessionState:
     def _same_definition(self, table: pa.Table) -> bool:
         return written_for(table.schema, self.view.fingerprint)
 
-    def flushed(self) -> None:
-        """The dirty buckets' files are written: their closed sessions leave memory."""
+    def flushed(self, checkpoint: bool = False) -> None:
+        """The dirty buckets' files are written: their closed sessions leave memory, and the
+        open ones' rows too unless a ``checkpoint``'s :meth:`all_table` follows."""
+        if not checkpoint:
+            self._open_rows.clear()
         for segment in self.dirty:
             bucket = self.buckets.get(segment)
             if bucket:
@@ -396,7 +428,9 @@ class SessionState:
 
     def all_table(self) -> pa.Table:
         items = (item for bucket in self.buckets.values() for item in bucket.items())
-        return self._table(self._rows(items))
+        table = self._table(self._rows(items))
+        self._open_rows.clear()  # not held in memory until the next flush
+        return table
 
     def _table(self, rows: list[tuple]) -> pa.Table:
         schema = session_table_schema(self.view)
@@ -415,6 +449,7 @@ class SessionState:
     def load(self, table: pa.Table, pending: pa.Table | None = None) -> None:
         """Restore from :meth:`all_table` and :meth:`pending_table` output (a checkpoint)."""
         key_col = self.spec.key
+        self._open_rows.clear()
         names = table.schema.names
         for values in zip(*(table.column(n).to_pylist() for n in names), strict=True):
             row = dict(zip(names, values, strict=True))
@@ -442,6 +477,8 @@ class SessionState:
 
 
 _encode = msgspec.json.Encoder().encode
+_START, _END, _COUNT = attrgetter("start"), attrgetter("end"), attrgetter("count")
+_KEPT, _DROPPED, _STATES = attrgetter("kept"), attrgetter("dropped"), attrgetter("states")
 
 
 def kept_event_type(names: tuple[str, ...]) -> type:

@@ -26,7 +26,7 @@ from pipelines.events.decode import DecodedBatch
 from pipelines.segments import segment_schema, state_column
 from pipelines.views.model import WINDOW_START, View
 
-__all__ = ["WindowState", "fold_groups"]
+__all__ = ["WindowState", "code_time_order", "fold_groups"]
 
 GroupKey = tuple  # (window_start_ms, *group values)
 
@@ -50,9 +50,22 @@ def _time_order(batch: DecodedBatch, col: str) -> tuple[np.ndarray, np.ndarray]:
     cached = batch.codes.get(name)
     if cached is None:
         codes = _factorized(batch, col)[0]
-        order = np.lexsort((batch.columns["event_time"], codes))
+        order = code_time_order(codes, batch.columns["event_time"])
         cached = batch.codes[name] = (order, codes[order])
     return cached
+
+
+def code_time_order(codes: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """The stable order of rows by (code, time), as ``np.lexsort((times, codes))`` gives it:
+    one stable argsort of ``code * span + (time - min)`` when that fits in 62 bits (over twice
+    as fast as lexsort's two passes on a batch), else lexsort."""
+    if not len(times):
+        return np.empty(0, dtype=np.intp)
+    low = int(times.min())
+    span = int(times.max()) - low + 1
+    if (int(codes.max()) + 1) * span >= 2**62 or int(codes.min()) < 0:
+        return np.lexsort((times, codes))
+    return np.argsort(codes.astype(np.int64) * span + (times - low), kind="stable")
 
 
 def fold_groups(
@@ -152,7 +165,7 @@ class WindowState:
             times,
             firsts,
         )
-        for window in np.unique(starts[firsts]).tolist():
+        for window in set(starts[firsts].tolist()):  # a few: a set beats np.unique's sort
             self.dirty.add(window - window % view.segment_ms)
             if view.is_sliding:  # windows of earlier segments that reach into this pane
                 self.dirty.update(self._segments_reaching(window))
@@ -267,7 +280,7 @@ class WindowState:
                     )
         return windows
 
-    def flushed(self) -> None:
+    def flushed(self, checkpoint: bool = False) -> None:
         self.dirty.clear()
 
     def all_table(self) -> pa.Table:

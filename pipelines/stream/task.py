@@ -411,8 +411,9 @@ class StreamTask:
 
     # --- durability ----------------------------------------------------------------------
 
-    def flush(self) -> None:
-        """Make everything consumed so far durable, except the offset itself.
+    def flush(self, checkpoint: bool = False) -> None:
+        """Make everything consumed so far durable, except the offset itself (for a
+        ``checkpoint``, whose state is written next).
 
         1. Archive the events and dead letters consumed since the last flush.
         2. Fold settled events into session views' sessions (closing those due), then rewrite
@@ -438,7 +439,7 @@ class StreamTask:
                 )
                 table = state.segment_table(segment, lambda key=key: self._current(key))
                 self.store.put(key, to_parquet(table))
-            state.flushed()
+            state.flushed(checkpoint)
         self.sink.flush()  # 3
 
     def _current(self, key: str) -> pa.Table | None:
@@ -457,7 +458,7 @@ class StreamTask:
         4. Commit the next offset to the Kafka consumer group, so external lag tools agree.
         """
         started = time.monotonic()
-        self.flush()  # 1
+        self.flush(checkpoint=True)  # 1
         for state in self.states.values():  # 2 (not a segment still held unwritten)
             state.evict([s for s in state.closed_segments(self.watermark) if s not in state.dirty])
         checkpoint = TaskCheckpoint(  # 3

@@ -39,8 +39,8 @@ class ViewState(Protocol):
         """The segment's realtime file as it should be now; ``current`` reads the file as the
         last flush wrote it, for state that keeps part of its rows only there."""
 
-    def flushed(self) -> None:
-        """The dirty segments' files are written."""
+    def flushed(self, checkpoint: bool = False) -> None:
+        """The dirty segments' files are written (for a ``checkpoint``: its state follows)."""
 
     def closed_segments(self, watermark: int) -> list[int]:
         """Segments no in-time event can change any more."""

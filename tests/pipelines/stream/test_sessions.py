@@ -331,3 +331,71 @@ def test_kept_events_are_written_as_orjson_writes_them():
         assert msgspec.json.decode(written, type=list[kept]) == [kept(*e) for e in events]
 
     agree()
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_checkpoint_reuses_a_flush_rows_only_while_the_sessions_are_unchanged(tmp_path, seed):
+    """The open sessions' rows a checkpoint's flush wrote are reused by its state: whatever
+    was processed, flushed or settled before, they equal rows serialized afresh; a flush
+    without a checkpoint keeps none of them in memory."""
+    view = _view(gap="10m", max_duration="1h", allowed_lateness="15m", max_kept_events=4)
+    records = _random_partition(seed, 2000)
+    task, _ = _task(tmp_path, view)
+    state = task.states["visits"]
+    rng = random.Random(seed)
+    position, reused_rows = 0, 0
+    for cut in [*sorted(rng.sample(range(1, len(records)), 30)), len(records)]:
+        task.process(records[position:cut])
+        position = cut
+        if rng.random() < 0.3:
+            task.flush()
+            assert not state._open_rows
+        if rng.random() < 0.7:
+            task.flush(checkpoint=True)  # what checkpoint() does before writing the state
+        if rng.random() < 0.3:
+            state.settle(task.watermark + rng.choice([0, 5 * MIN]))  # sessions may change
+        reused_rows += len(state._open_rows)
+        reused = state.all_table()  # from the rows memoised, if any
+        assert not state._open_rows
+        assert reused.equals(state.all_table())  # all serialized afresh
+    assert reused_rows > 0  # the memo was used at all
+
+
+def test_rows_built_a_column_at_a_time_equal_one_row_per_session(tmp_path):
+    """The batch row builder against the per-session row it replaced, on open and closed
+    sessions of a random partition (kept events written as orjson writes the dicts)."""
+    view = _view(gap="10m", max_duration="1h", allowed_lateness="15m", max_kept_events=4)
+    task, _ = _task(tmp_path, view)
+    task.process(_random_partition(5, 1500))
+    state = task.states["visits"]
+    state.settle(task.watermark)
+    assert state.open and len(state.open) < sum(map(len, state.buckets.values()))
+    for is_open in (True, False):
+        pairs = list(state.open.items())
+        expected = [
+            (
+                key,
+                s.start,
+                s.end,
+                s.count,
+                is_open,
+                orjson.dumps(
+                    [
+                        dict(zip(state._kept_names, (k.event_time, k.event_type), strict=True))
+                        for k in s.kept
+                    ]
+                ).decode(),
+                s.dropped,
+                *(agg.serialize(x) for agg, x in zip(state.aggregators, s.states, strict=True)),
+            )
+            for key, s in pairs
+        ]
+        assert state._rows_of(pairs, is_open) == expected
+    assert state._rows_of([], True) == []
+    closed = [
+        row
+        for bucket in state.buckets.values()
+        for row in bucket.values()
+        if isinstance(row, tuple)
+    ]
+    assert closed and all(row[4] is False for row in closed)
