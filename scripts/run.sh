@@ -53,8 +53,8 @@ case "$cmd" in
     # Three pytest workers, a test file each at a time (its module fixtures stay in one process), in
     # the order tests/conftest.py gives (longest files first; xdist would otherwise order files by
     # their count of tests): the end-to-end tests mostly wait on real processes, so two workers
-    # left the 2 cores idle two-fifths of the time (1,470 s of CPU in 1,214 s). SLUICE_TEST_WORKERS=0 runs in one process; a later
-    # -n in the arguments wins.
+    # left the 2 cores idle two-fifths of the time (1,470 s of CPU in 1,214 s of wall).
+    # SLUICE_TEST_WORKERS=0 runs in one process; a later -n in the arguments wins.
     workers=${SLUICE_TEST_WORKERS:-3}
     if [ "$workers" = 0 ]; then exec .venv/bin/python -m pytest "$@"; fi
     exec .venv/bin/python -m pytest -n "$workers" --dist loadfile --no-loadscope-reorder "$@" ;;
