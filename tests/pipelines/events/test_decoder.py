@@ -284,7 +284,7 @@ def test_the_classifier_turns_its_own_failure_into_a_dead_letter(monkeypatch):
     assert checked == ("decoder_error", "RuntimeError: a bug")
 
 
-# --- the one-call decoder (a run of messages joined by newlines) agrees too ------------------
+# --- the run decoder (a run of messages through the fast path in one map) agrees too ---------
 
 _VALID = orjson.dumps(BASE)
 _HALF = len(_VALID) // 2
@@ -292,10 +292,10 @@ _HALF = len(_VALID) // 2
 
 @st.composite
 def _joinable(draw) -> bytes | None:
-    """Events far ahead, and messages that could fool one decoding call over a run joined by
-    newlines: blank ones,
-    ones with newlines in them (a pretty-printed event is valid), two events in one, an event
-    cut in two across messages, or anything of the other strategies."""
+    """Events far ahead, and messages that would fool a decoder of a run's values joined by
+    newlines (the run decoder once was one; kept so that no such decoder comes back unnoticed):
+    blank ones, ones with newlines in them (a pretty-printed event is valid), two events in one,
+    an event cut in two across messages, or anything of the other strategies."""
     kinds = ["valid", "valid", "future", "blank", "newline", "two", "cut", "other"]
     kind = draw(st.sampled_from(kinds))
     if kind == "valid":
@@ -321,8 +321,9 @@ def _joinable(draw) -> bytes | None:
 @settings(max_examples=150, deadline=None)
 @given(st.lists(_joinable(), min_size=1, max_size=40))
 def test_the_one_call_decoder_agrees_with_the_exact_classifier(run, values):
-    """Runs of ``run`` messages go through one decoding call first (the worker's runs are
-    longer; made short here so that runs with and without bad messages both occur)."""
+    """Runs of ``run`` messages go through the fast path together first, message by message
+    only if it refuses one (the worker's runs are longer; made short here so that runs with and
+    without bad messages both occur)."""
     import pipelines.events.decode as decode
 
     default, decode.RUN = decode.RUN, run
