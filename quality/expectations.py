@@ -15,21 +15,26 @@ code here:
 
 Validation runs in one ephemeral great-expectations context per process (no files, no
 network) over a pandas frame, and returns a plain :class:`SuiteResult`. Importing
-great-expectations takes ~13 s, so it happens on first use, never at import of this module
-(Dagster loads the code location without paying for it).
+great-expectations takes 5-9 s of CPU, so it happens on first use, never at import of this
+module (Dagster loads the code location without paying for it), without pyspark (see
+:func:`_without_pyspark`), and a run that will check can start it early in a background
+thread (:func:`preload`) while it waits on Spark.
 """
 
 from __future__ import annotations
 
+import importlib.abc
 import itertools
 import json
 import logging
 import math
 import os
 import statistics
+import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -62,6 +67,7 @@ __all__ = [
     "checked_range",
     "expected_windows",
     "learn_row_bounds",
+    "preload",
     "validate_table",
     "validate_view",
 ]
@@ -411,12 +417,13 @@ class _Validator:
             gx_log = logging.getLogger("great_expectations")
             if gx_log.level == logging.NOTSET:
                 gx_log.setLevel(logging.WARNING)
-            import great_expectations as gx
-            from great_expectations.data_context.types.base import (
-                DataContextConfig,
-                InMemoryStoreBackendDefaults,
-                ProgressBarsConfig,
-            )
+            with _without_pyspark():
+                import great_expectations as gx
+                from great_expectations.data_context.types.base import (
+                    DataContextConfig,
+                    InMemoryStoreBackendDefaults,
+                    ProgressBarsConfig,
+                )
 
             config = DataContextConfig(  # in-memory stores, no docs site, no analytics
                 store_backend_defaults=InMemoryStoreBackendDefaults(init_temp_docs_sites=False),
@@ -448,6 +455,55 @@ class _Validator:
 
 
 _VALIDATOR = _Validator()
+
+
+class _NoPysparkHere(importlib.abc.MetaPathFinder):
+    """Refuses pyspark to one thread: others importing it meanwhile are not affected."""
+
+    def __init__(self) -> None:
+        self.thread = threading.get_ident()
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        if threading.get_ident() == self.thread and name.partition(".")[0] == "pyspark":
+            raise ModuleNotFoundError(f"No module named {name!r} (not for great-expectations)")
+        return None
+
+
+@contextmanager
+def _without_pyspark() -> Iterator[None]:
+    """great-expectations probes for pyspark at import (pyspark, pyspark.ml, Spark Connect:
+    1-2 s of CPU, and pyspark in a Dagster run worker that otherwise never loads it). The
+    suites validate pandas frames, so where pyspark is not loaded yet the probe, in this
+    thread only, finds it missing; a later ``import pyspark`` works as ever."""
+    if "pyspark" in sys.modules:
+        yield
+        return
+    finder = _NoPysparkHere()
+    sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(finder)
+
+
+def preload() -> threading.Thread:
+    """Import great-expectations and make its context in a daemon thread, and return it.
+
+    A correction run calls this before it waits on Spark: the import then overlaps the
+    Spark job instead of delaying the run's first expectations check. A check that comes
+    first simply waits for the context's lock; an error here is logged, and the check's own
+    call raises it again.
+    """
+
+    def load() -> None:
+        try:
+            _VALIDATOR.context()
+        except Exception:
+            log.warning("preloading great-expectations failed", exc_info=True)
+
+    thread = threading.Thread(target=load, name="gx-preload", daemon=True)
+    thread.start()
+    return thread
 
 
 def _plain(value: Any) -> Any:

@@ -10,10 +10,10 @@ May import: the control-plane library (``orchestration.autoscaling``, ``.setting
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import dagster as dg
-from dagster_aws.s3 import S3Resource
 
 from orchestration.resources.control import (
     ControlStoreResource,
@@ -31,18 +31,14 @@ from orchestration.resources.spark import (
     LocalSparkResource,
     SparkResource,
 )
-from orchestration.resources.storage import (
-    LocalStorageResource,
-    S3StorageResource,
-    StorageResource,
-)
+from orchestration.resources.storage import LocalStorageResource, StorageResource
 from orchestration.settings import DagsterSettings
 from pipelines.config import get_settings
 from pipelines.settings import load_settings
 
 __all__ = [
     "ENVS",
-    "RESOURCES_BY_ENV",
+    "RESOURCE_SETS",
     "ControlStoreResource",
     "FleetResource",
     "KafkaResource",
@@ -74,15 +70,23 @@ def local_resources() -> dict[str, Any]:
     }
 
 
-RESOURCES_BY_ENV: dict[str, dict[str, Any]] = {
-    "local": {
+def _local_set() -> dict[str, Any]:
+    return {
         "kafka": EmbeddedKafkaResource(),
         "spark": LocalSparkResource(),
         "storage": LocalStorageResource(),
         "control_store": LocalControlStoreResource(),
         "fleet": LocalFleetResource(),
-    },
-    "prod": {
+    }
+
+
+def _prod_set() -> dict[str, Any]:
+    # dagster-aws is imported here, not at module level: the local set never needs it.
+    from dagster_aws.s3 import S3Resource
+
+    from orchestration.resources.s3_storage import S3StorageResource
+
+    return {
         "kafka": ClusterKafkaResource(
             bootstrap_servers=dg.EnvVar("KAFKA_BOOTSTRAP_SERVERS"),
             sasl_username=dg.EnvVar("SLUICE_KAFKA_SASL_USERNAME"),
@@ -97,10 +101,12 @@ RESOURCES_BY_ENV: dict[str, dict[str, Any]] = {
             database_url=dg.EnvVar("SLUICE_CONTROL_STORE_URL")
         ),
         "fleet": AwsFleetResource(),
-    },
-}
-"""The resource sets (local with every field unset: read from settings at use); a test
-compares their keys."""
+    }
+
+
+RESOURCE_SETS: dict[str, Callable[[], dict[str, Any]]] = {"local": _local_set, "prod": _prod_set}
+"""Each environment's resource set, built on demand (local with every field unset: read from
+settings at use); a test compares their keys."""
 
 
 def get_env() -> str:
@@ -114,7 +120,7 @@ def get_resources(env: str | None = None) -> dict[str, Any]:
     if env == "local":
         return local_resources()
     return {
-        **RESOURCES_BY_ENV[env],
+        **RESOURCE_SETS[env](),
         "spark": EmrServerlessSparkResource.from_settings(),
         "fleet": AwsFleetResource.from_settings(),
     }

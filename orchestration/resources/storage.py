@@ -1,7 +1,8 @@
 """Storage as a Dagster resource: the storage root holding segments and the raw archive.
 
 Assets annotate :class:`StorageResource`; the environment decides whether that is a local
-directory (one machine, tests) or an S3 prefix reached through dagster-aws' ``S3Resource``.
+directory (one machine, tests) or an S3 prefix (:mod:`orchestration.resources.s3_storage`,
+imported only by the ``prod`` set: dagster-aws costs every run worker 1.3 s of imports).
 """
 
 from __future__ import annotations
@@ -9,17 +10,16 @@ from __future__ import annotations
 from abc import abstractmethod
 
 import dagster as dg
-from dagster_aws.s3 import S3Resource
 from pydantic import Field
 
 from pipelines.config import get_settings
 from pipelines.storage import ObjectStore, open_store
 from pipelines.tables import TablesConfig, ViewTables, register_tables, tables_for
 
-__all__ = ["LocalStorageResource", "S3StorageResource", "StorageResource"]
+__all__ = ["LocalStorageResource", "StorageResource", "with_tables"]
 
 
-def _with_tables(store: ObjectStore) -> ObjectStore:
+def with_tables(store: ObjectStore) -> ObjectStore:
     """The root's views publish to and are read from their Iceberg tables (docs/serving.md)."""
     if tables_for(store) is None:
         root = store.root
@@ -48,26 +48,9 @@ class LocalStorageResource(StorageResource):
 
     def open(self) -> ObjectStore:
         settings = get_settings()
-        return _with_tables(
+        return with_tables(
             open_store(self.location(), settings.s3_endpoint_url, settings.storage_timeout_s)
         )
 
     def location(self) -> str:
         return self.root or get_settings().resolved_storage_root
-
-
-class S3StorageResource(StorageResource):
-    """An ``s3://bucket/prefix`` root; credentials and region come from the nested S3Resource."""
-
-    root: str = Field(description="s3://bucket/prefix of the storage root.")
-    s3: S3Resource = Field(default_factory=S3Resource, description="boto3 S3 client settings.")
-
-    def open(self) -> ObjectStore:
-        from pipelines.storage.s3 import S3ObjectStore
-
-        store = S3ObjectStore(self.root, endpoint_url=self.s3.endpoint_url)
-        store.client = self.s3.get_client()  # the resource's credentials, region and retries
-        return _with_tables(store)
-
-    def location(self) -> str:
-        return self.root

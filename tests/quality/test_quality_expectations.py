@@ -7,6 +7,8 @@ the hours the tests check, so the row-count bounds are learned from real publish
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -26,7 +28,7 @@ from assets.views.factory import build_corrected_assets
 from orchestration.correction_job import SEGMENT_RULES_CHECK
 from orchestration.resources import LocalStorageResource
 from pipelines.batch import archive_hours, correct_hours
-from pipelines.config import get_settings
+from pipelines.config import PROJECT_ROOT, get_settings
 from pipelines.exceptions import ConfigError, QueryError
 from pipelines.generator import GeneratorOptions
 from pipelines.segments import HOUR_MS
@@ -420,3 +422,60 @@ def test_one_non_blocking_check_per_enabled_view() -> None:
     assert [s.asset_key.path[0] for s in specs] == [f"corrected_{v.name}" for v in views]
     assert {s.name for s in specs} == {EXPECTATIONS_CHECK}
     assert not any(s.blocking for s in specs)
+
+
+def test_preload_imports_great_expectations_without_pyspark():
+    """A run worker preloads great-expectations while it waits on Spark, without loading
+    pyspark (a fresh interpreter: pytest's has pyspark already); pyspark stays importable."""
+    script = """
+import sys
+from quality import expectations
+expectations.preload().join(120)
+assert expectations._VALIDATOR._source is not None, "no context"
+assert "pyspark" not in sys.modules, sorted(m for m in sys.modules if m.startswith("pyspark"))[:5]
+import pyspark.sql
+print("ok")
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=PROJECT_ROOT,
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_the_pyspark_block_holds_in_its_own_thread_only():
+    """While one thread imports great-expectations with pyspark refused, another thread's
+    ``import pyspark`` works, and the block is gone afterwards."""
+    script = """
+import sys, threading
+from quality import expectations
+refused, inside, imported = [], threading.Event(), threading.Event()
+def preloading():
+    with expectations._without_pyspark():
+        try:
+            import pyspark
+        except ModuleNotFoundError as exc:
+            refused.append(str(exc))
+        inside.set()
+        imported.wait(120)
+thread = threading.Thread(target=preloading)
+thread.start()
+assert inside.wait(120)
+import pyspark.sql  # while the other thread is still inside the block
+imported.set()
+thread.join(120)
+assert len(refused) == 1 and "pyspark" in refused[0], refused
+assert not any(isinstance(f, expectations._NoPysparkHere) for f in sys.meta_path)
+print("ok")
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=PROJECT_ROOT,
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]

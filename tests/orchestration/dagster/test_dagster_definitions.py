@@ -131,10 +131,10 @@ def test_partitions_span_the_archive_or_the_settings(monkeypatch, tmp_path: Path
 
 
 def test_resource_sets_have_identical_keys_and_env_selects_one(monkeypatch) -> None:
-    assert set(resources.RESOURCES_BY_ENV) == {"local", "prod"}
+    assert set(resources.RESOURCE_SETS) == {"local", "prod"}
     assert (
-        set(resources.RESOURCES_BY_ENV["local"])
-        == set(resources.RESOURCES_BY_ENV["prod"])
+        set(resources.RESOURCE_SETS["local"]())
+        == set(resources.RESOURCE_SETS["prod"]())
         == {"kafka", "spark", "storage", "control_store", "fleet"}
     )
     monkeypatch.delenv("SLUICE_ENV", raising=False)
