@@ -332,7 +332,8 @@ class Agent:
     def _on_event(self, event: TaskEvent) -> None:
         """From the worker thread: record what became of a task in the job model."""
         name = str(event.task)
-        if event.kind == "crashed":  # logged before the task may be started again
+        if event.kind == "crashed":  # logged before the task may be started again: the
+            # worker keeps it in running() until this returns, so sync() cannot start it yet
             self._record_crash(event)
         with self.lock:
             self.requested.pop(name, None)

@@ -314,27 +314,37 @@ class StreamWorker:
 
     def _crash(self, task: StreamTask, exc: Exception) -> None:
         """``task`` raised: drop it without writing (it resumes from its checkpoint) and say
-        where, so its next start isolates those offsets; the worker goes on."""
-        self.tasks.pop(task.id, None)  # its state is not to be checkpointed, even at shutdown
+        where, so its next start isolates those offsets; the worker goes on.
+
+        The task stays in :meth:`running` until ``on_event`` has returned: an agent records
+        the crash there, and its control thread starts a task that is neither running nor
+        asked for, so a task dropped first could be started again, on a crash log without
+        this crash, and crash on the whole batch again (one more crash toward disabling the
+        view, and no record isolated). Nothing else sees it meanwhile: only this thread
+        processes, flushes or checkpoints tasks."""
         if self.on_event is None:
+            self.tasks.pop(task.id, None)
             raise exc  # no agent to restart it: the process fails, its supervisor sees it
-        view = exc.view if isinstance(exc, ViewCrash) else None
-        cause = exc.cause if isinstance(exc, ViewCrash) else exc
-        error = traceback.format_exception_only(cause)[-1].strip()[:1000]
-        first, end, stamp = task.processing
-        if isinstance(cause, NOT_THE_RECORDS):
-            first, end, stamp = task.next_offset, task.next_offset, None
-        detail = str(exc) if view else f"{task.name} crashed: {error}"
-        self._emit(
-            "crashed",
-            task,
-            detail,
-            view,
-            first_offset=first,
-            end_offset=end,
-            record_ts=stamp,
-            error=error,
-        )
+        try:
+            view = exc.view if isinstance(exc, ViewCrash) else None
+            cause = exc.cause if isinstance(exc, ViewCrash) else exc
+            error = traceback.format_exception_only(cause)[-1].strip()[:1000]
+            first, end, stamp = task.processing
+            if isinstance(cause, NOT_THE_RECORDS):
+                first, end, stamp = task.next_offset, task.next_offset, None
+            detail = str(exc) if view else f"{task.name} crashed: {error}"
+            self._emit(
+                "crashed",
+                task,
+                detail,
+                view,
+                first_offset=first,
+                end_offset=end,
+                record_ts=stamp,
+                error=error,
+            )
+        finally:  # its state is not to be checkpointed, even at shutdown
+            self.tasks.pop(task.id, None)
 
     def _check_reset(self, tp: TopicPartition, tasks: list[StreamTask], first: int) -> None:
         """A read that starts past where the tasks were is a gap (compaction, transaction

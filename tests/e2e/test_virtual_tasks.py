@@ -1,7 +1,13 @@
 """More agents than partitions on stateful views: the coordinator splits 4 partitions into 8 and
 then 16 key buckets for 6 agents, an agent is SIGKILLed during a split and another after it,
 the fleet shrinks and the buckets merge back to 4 tasks; what the views serve equals an oracle
-computed from the topic, and the archive lost nothing."""
+computed from the topic, and the archive lost nothing.
+
+The replay is produced in three parts: half before the agents start, a quarter after the kill
+during the split (data arrives while the split goes on), the rest after the kill that follows
+it, so both kills land mid-replay however fast the agents read (with everything produced up
+front, a loaded machine once finished the replay before the second kill). The oracle is then
+read back from the topic while the buckets wait to merge."""
 
 from __future__ import annotations
 
@@ -16,6 +22,10 @@ from tests.fixtures.stream import check_against_oracle, make_stream
 
 PARTITIONS = 4
 EVENTS = 60_000
+HOLD_BACK = 0.5
+"""The share of the replay not produced before the agents start."""
+AFTER_FIRST_KILL = EVENTS // 4
+"""What of it is produced after the kill during the split (the rest after the next kill)."""
 
 
 @pytest.fixture(scope="module")
@@ -28,6 +38,7 @@ def bucket_stream(broker, tmp_path_factory):
         PARTITIONS,
         seed=15,
         edit_views=windowed_views_that_drop_nothing,
+        hold_back=HOLD_BACK,
     )
 
 
@@ -43,7 +54,7 @@ def test_more_agents_than_partitions_split_and_merge_exactly(
         SLUICE_WORKER_MAX_RATE="1500",  # slow enough that the splits happen mid-replay
         SLUICE_BUCKET_MERGE_DELAY_S="15",  # longer than a killed agent takes to come back
     )
-    fleet = Fleet(agents, bucket_stream["ends"], PARTITIONS)
+    fleet = Fleet(agents, {}, PARTITIONS)  # the partitions' ends: read back at the end
     try:
         first = ["a0", "a1"]
         for agent_id in first:
@@ -70,7 +81,9 @@ def test_more_agents_than_partitions_split_and_merge_exactly(
             "a split under way",
             "a0",
         )
-        assert agents.kill("a1") == -signal.SIGKILL  # during the split
+        assert fleet.progress() <= bucket_stream["produced"] < EVENTS  # mid-replay: half is
+        assert agents.kill("a1") == -signal.SIGKILL  # during the split; produced after it
+        bucket_stream["release"](AFTER_FIRST_KILL)
         fleet.replace("a1")
         agents.wait_until(lambda: fleet.running(4, six), 180, "16 virtual tasks Running", "a0")
         owners = {a.agent_id for a in fleet.tasks().values()}
@@ -80,13 +93,16 @@ def test_more_agents_than_partitions_split_and_merge_exactly(
         # 4 whole tasks, then 8 buckets, each split once: the kill merged nothing back
         assert len(splits) == PARTITIONS * 3, [e.reason for e in splits]
 
-        assert fleet.progress() < EVENTS  # the kill after the split lands mid-replay too
+        # the kill after the split lands mid-replay too: the rest is produced after it
+        assert fleet.progress() <= bucket_stream["produced"] < EVENTS
         assert agents.kill("a3") == -signal.SIGKILL  # after the split
+        bucket_stream["release"]()
         fleet.replace("a3")
         agents.wait_until(lambda: fleet.running(4, six), 120, "16 tasks Running again", "a0")
 
         for agent_id in six[2:]:  # back to two agents: the buckets merge back
             assert agents.kill(agent_id, signal.SIGTERM) == 0
+        fleet.ends = bucket_stream["oracle"]()["ends"]  # while a merge waits its delay
         agents.wait_until(
             lambda: fleet.running(1, first) and fleet.caught_up(),
             240,

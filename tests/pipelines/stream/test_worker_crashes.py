@@ -89,6 +89,13 @@ def test_a_crash_drops_its_task_alone_and_a_restart_quarantines_the_record(
         poll_max_records=100,
     )
     events = []
+    running_at_crash = []
+
+    def on_event(event) -> None:
+        if event.kind == "crashed":  # an agent records it now: no restart may come before
+            running_at_crash.append(event.task in worker.running())
+        events.append(event)
+
     views = _views(topic, poison)
     if not crash_names_the_record:
         monkeypatch.setattr(poison_fixture.FailsOn, "raises", OSError)
@@ -100,7 +107,7 @@ def test_a_crash_drops_its_task_alone_and_a_restart_quarantines_the_record(
         broker.bootstrap,
         LocalObjectStore(settings.resolved_storage_root),
         topic=topic,
-        on_event=events.append,
+        on_event=on_event,
     )
     thread = threading.Thread(target=worker.run, daemon=True)
     try:
@@ -110,6 +117,7 @@ def test_a_crash_drops_its_task_alone_and_a_restart_quarantines_the_record(
         wait_until(lambda: any(e.kind == "crashed" for e in events), 30, "the crash")
         (crash,) = [e for e in events if e.kind == "crashed"]
         assert crash.task == TaskId(topic, 0) and crash.view == "fragile"
+        assert running_at_crash == [True]  # still running() while its crash is reported
         if crash_names_the_record:
             assert crash.first_offset <= POISON_AT < crash.end_offset
             assert crash.error.endswith("PoisonedRecord: event_id is 'boom'")
@@ -151,6 +159,7 @@ def test_a_crash_drops_its_task_alone_and_a_restart_quarantines_the_record(
         assert task.dead_lettered == {"crashed_task": 1}
         assert task.states["counts"].processed == COUNT - 1
         assert sum(e.kind == "crashed" for e in events) == 2
+        assert running_at_crash == [True, True]
     finally:
         worker.stop_event.set()
         thread.join(timeout=30)
