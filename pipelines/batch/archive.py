@@ -18,6 +18,7 @@ from pipelines.storage import ObjectStore
 __all__ = [
     "COPIES",
     "HOUR",
+    "archive_bytes",
     "archive_hours",
     "check_hours",
     "events_hour_prefix",
@@ -72,6 +73,18 @@ def list_hour_files(store: ObjectStore, hours: Sequence[int]) -> dict[int, list[
         if keys:
             files[hour] = keys
     return files
+
+
+def archive_bytes(store: ObjectStore, files: dict[int, list[str]]) -> int | None:
+    """Bytes of the listed archive files, or None where the store cannot say cheaply (S3)."""
+    total = 0
+    for keys in files.values():
+        for key in keys:
+            size = store.size(key)
+            if size is None:
+                return None
+            total += size
+    return total
 
 
 def read_deduplicated(spark: SparkSession, uris: list[str]) -> DataFrame:

@@ -39,9 +39,9 @@ class SparkSettings(SluiceBaseSettings):
     shuffle_partitions: int | None = Field(
         default=None,
         ge=1,
-        description="spark.sql.shuffle.partitions; unset = 4 per core on local masters "
-        "(Spark's 200 costs more in task overhead than small hours take to compute), "
-        "Spark's default on clusters.",
+        description="spark.sql.shuffle.partitions; unset = on local masters, each correction "
+        "fits it to its input (one per 6 MB of archive, at most 4 per core; adaptive "
+        "execution off), Spark's default on clusters.",
     )
     ui_enabled: bool = Field(default=False, description="Start the Spark web UI (port 4040+).")
     log_level: str = Field(default="WARN", description="Log level of the JVM side of Spark.")

@@ -34,6 +34,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pipelines.batch.archive import archive_hours, check_hours
 from pipelines.batch.publish import CorrectionResult, TableTarget, publishing_to
 from pipelines.batch.sessions import correct_session_hours
+from pipelines.batch.spark import shuffle_partitions_kept
 from pipelines.batch.windows import batch_schema, correct_window_hours, segment_hours
 from pipelines.storage import ObjectStore
 from pipelines.tables import ViewTables
@@ -87,7 +88,7 @@ def correct_hours(
             on_result(result)
 
     target = TableTarget(tables, run_id) if tables is not None else None
-    with publishing_to(target):
+    with publishing_to(target), shuffle_partitions_kept(spark):
         counted = correct_window_hours(
             spark,
             store,

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,7 +20,15 @@ from pipelines.storage import ObjectStore
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["build_spark", "spark_conf", "spark_uri", "submitted"]
+__all__ = [
+    "BYTES_PER_SHUFFLE_PARTITION",
+    "build_spark",
+    "fit_shuffle_partitions",
+    "shuffle_partitions_kept",
+    "spark_conf",
+    "spark_uri",
+    "submitted",
+]
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +36,14 @@ CODEGEN_CACHE_ENTRIES = 2000
 """Generated classes Spark keeps compiled (``spark.sql.codegen.cache.maxEntries``)."""
 LOCAL_FILE_OPEN_COST = 256 * 1024
 """``spark.sql.files.openCostInBytes`` on local masters (Spark's default: 4 MB)."""
+BYTES_PER_SHUFFLE_PARTITION = 6 * 1024 * 1024
+"""Archive bytes per shuffle partition a local correction fits to its input (about 250,000
+events; see :func:`fit_shuffle_partitions`)."""
+_FIT_KEY = "spark.sluice.shuffle.bytesPerPartition"
+"""Set on sessions whose shuffle partitions a correction may fit: local masters with
+Sluice's default, never a cluster or an explicit ``SLUICE_SPARK_SHUFFLE_PARTITIONS``."""
+_MOST_KEY = "spark.sluice.shuffle.maxPartitions"
+"""The most partitions a fitted correction gets: Sluice's local default (4 per core)."""
 
 
 def submitted() -> bool:
@@ -80,7 +98,16 @@ def spark_conf(
         conf["spark.sql.shuffle.partitions"] = str(settings.shuffle_partitions)
     elif local:
         conf["spark.sql.shuffle.partitions"] = str(4 * settings.local_cores())
+        conf[_FIT_KEY] = str(BYTES_PER_SHUFFLE_PARTITION)
+        conf[_MOST_KEY] = conf["spark.sql.shuffle.partitions"]
     if local:
+        # Adaptive execution runs every shuffle stage as a job of its own and re-plans
+        # between them: a correction of one hour (5,000 events) was 34 jobs, ~0.3 s each
+        # on 2 cores whatever their size. Without it the same correction is 13 jobs, and
+        # the partitions it would have coalesced are fitted to the input instead
+        # (fit_shuffle_partitions): 6.0-7.2 s -> 4.5-4.7 s for that hour, and no slower at
+        # 1M events (docs/benchmarks.md). Clusters keep it: skew and sizes vary there.
+        conf["spark.sql.adaptive.enabled"] = "false"
         # The correction caches its deduplicated events once per run; compressing Spark's
         # columnar cache doubled the cost of building it (~17 against ~9 CPU s for 4M
         # events) for no gain at one machine's sizes. Clusters keep Spark's default.
@@ -127,6 +154,35 @@ def build_spark(
     spark.sparkContext.setLogLevel(settings.log_level)
     log.info("Spark %s session on %s", spark.version, spark.sparkContext.master)
     return spark
+
+
+def fit_shuffle_partitions(spark: SparkSession, input_bytes: int | None) -> int | None:
+    """Shuffle partitions for a correction reading ``input_bytes`` of archive: one per
+    :data:`BYTES_PER_SHUFFLE_PARTITION`, at most Sluice's local default (4 per core), at
+    least 1. Only on sessions Sluice configured for it (a local master, partitions not set
+    explicitly); elsewhere, or with the size unknown (S3), the session is left alone.
+
+    Set for the session (Spark Connect: the client's own session), so call it inside
+    :func:`shuffle_partitions_kept`. Returns what it set, or None."""
+    bytes_per, most = spark.conf.get(_FIT_KEY, None), spark.conf.get(_MOST_KEY, None)
+    if not bytes_per or not most or input_bytes is None:
+        return None
+    partitions = max(1, min(int(most), -(-input_bytes // int(bytes_per))))
+    spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
+    log.info("%d shuffle partition(s) for %.1f MB of archive", partitions, input_bytes / 2**20)
+    return partitions
+
+
+@contextmanager
+def shuffle_partitions_kept(spark: SparkSession) -> Iterator[None]:
+    """Restore the session's shuffle partitions afterwards: a local session is shared by
+    every correction of the process (tests, the CLI, benchmarks)."""
+    before = spark.conf.get("spark.sql.shuffle.partitions")
+    try:
+        yield
+    finally:
+        with suppress(Exception):  # a lost Spark Connect server: not to hide why it failed
+            spark.conf.set("spark.sql.shuffle.partitions", before)
 
 
 def spark_uri(store: ObjectStore, key: str, s3_scheme: str = "s3a") -> str:

@@ -20,11 +20,13 @@ from pyspark.sql import functions as F
 from pipelines.batch.archive import (
     COPIES,
     HOUR,
+    archive_bytes,
     list_hour_files,
     read_hours,
 )
 from pipelines.batch.frames import join_on_keys, spark_frame_of
 from pipelines.batch.publish import CorrectionResult, is_corrected, publish_version
+from pipelines.batch.spark import fit_shuffle_partitions
 from pipelines.segments import HOUR_MS, hour_label, segment_schema, state_column
 from pipelines.storage import ObjectStore
 from pipelines.views.model import WINDOW_START, View
@@ -205,6 +207,7 @@ def correct_window_hours(
 
     # 2. One read of every needed hour, deduplicated and cached for all views.
     started = time.monotonic()
+    fit_shuffle_partitions(spark, archive_bytes(store, files))  # for this and the sessions
     # Cache only the columns the views read: building Spark's columnar cache is the most
     # expensive step after deduplication, and event_id (unique strings) rarely is one.
     used = {c for view in views if view.name in todo for c in _columns_read(view)}

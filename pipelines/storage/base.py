@@ -39,6 +39,10 @@ class ObjectStore(ABC):
             return False
         return True
 
+    def size(self, key: str) -> int | None:
+        """Bytes at ``key`` where the backend knows them without a request, else None."""
+        return None
+
     def uri(self, key: str) -> str:
         """A URI Spark, DuckDB or pyarrow can read the object from."""
         return f"{self.root.rstrip('/')}/{key}"

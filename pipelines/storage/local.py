@@ -60,5 +60,11 @@ class LocalObjectStore(ObjectStore):
     def delete(self, key: str) -> None:
         self._file(key).unlink(missing_ok=True)
 
+    def size(self, key: str) -> int | None:
+        try:
+            return self._file(key).stat().st_size
+        except FileNotFoundError:
+            return None
+
     def uri(self, key: str) -> str:
         return str(self.path / key)
