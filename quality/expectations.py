@@ -34,7 +34,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -73,6 +73,9 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+PRELOAD_NICENESS = 10
+"""Niceness of :func:`preload`'s thread: below the Spark job it overlaps."""
 
 CRITICAL = "critical"
 """Severity of expectations a correct segment can never break."""
@@ -496,6 +499,9 @@ def preload() -> threading.Thread:
     """
 
     def load() -> None:
+        # Niced (Linux sets priorities per thread): the Spark job it overlaps goes first.
+        with suppress(OSError, AttributeError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), PRELOAD_NICENESS)
         try:
             _VALIDATOR.context()
         except Exception:
