@@ -28,15 +28,13 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from itertools import pairwise
 
 import numpy as np
 import orjson
 import pyarrow as pa
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import LongType, StructField, StructType
 
 from pipelines.batch.archive import (
     COPIES,
@@ -58,40 +56,13 @@ from pipelines.views.model import (
     View,
 )
 
-__all__ = ["correct_session_hours", "session_batch_schema", "session_hours", "session_starts"]
+__all__ = ["correct_session_hours", "session_batch_schema", "session_hours", "sessionize"]
 
 log = logging.getLogger(__name__)
 
 _KEPT = "__kept"
-
-
-def session_starts(
-    times: np.ndarray,
-    gap_ms: int,
-    max_duration_ms: int,
-    open_session: tuple[int, int] | None = None,
-) -> np.ndarray:
-    """The start of each event's session, for one key's event times in ascending order;
-    ``open_session`` is the (start, last event time) of a session the first event may join."""
-    starts = np.empty(len(times), dtype=np.int64)
-    if not len(times):
-        return starts
-    breaks = np.flatnonzero(np.diff(times) >= gap_ms) + 1
-    bounds = [0, *breaks.tolist(), len(times)]
-    for a, b in pairwise(bounds):
-        start = int(times[a])
-        if a == 0 and open_session is not None:
-            first, last = open_session
-            if start - last < gap_ms and start - first < max_duration_ms:
-                start = first
-        if int(times[b - 1]) - start < max_duration_ms:
-            starts[a:b] = start
-            continue
-        for i in range(a, b):  # a run longer than max_duration: cut it event by event
-            if int(times[i]) - start >= max_duration_ms:
-                start = int(times[i])
-            starts[i] = start
-    return starts
+_RUN_START = "__run_start"
+_CUTS = "__cuts"
 
 
 def session_hours(view: View, segments: Sequence[int]) -> tuple[list[int], list[int]]:
@@ -115,38 +86,51 @@ def session_batch_schema(view: View) -> pa.Schema:
     return segment_schema(fields, view.name, view.fingerprint, "batch")
 
 
-def _sessionize(events: DataFrame, view: View) -> DataFrame:
-    """Each event with the start of its session: the events are partitioned by key and sorted
-    by (key, event time, event id) in Spark, then cut in one pandas call per Arrow batch,
-    carrying the open session of the last key over to the next batch of the partition."""
+def sessionize(events: DataFrame, view: View) -> DataFrame:
+    """Each event with the start of its session, in Spark's own operators (no Python worker).
+
+    Per key, ordered by (event time, event id): a gap of at least ``gap`` starts a *run*, and
+    a run shorter than ``max_duration`` is one session (a running window over the key). Only
+    the events at least ``max_duration`` after their run's start need the sequential rule (a
+    session ends where an event comes ``max_duration`` after its start): their run's times
+    are folded into its cut points (``aggregate``, one row per long run, broadcast back), and
+    each such event takes the last cut at or before it.
+
+    Not ``mapInPandas``: through the warm Spark Connect server every correction run is a new
+    session, and each session started a Python worker daemon of its own (2-3 s per run, and
+    one more idle daemon on the server per run).
+    """
     spec = view.session
     assert spec is not None
-    schema = StructType([*events.schema.fields, StructField(SESSION_START, LongType(), False)])
+    ordered = Window.partitionBy(spec.key).orderBy("event_time", "event_id")
+    so_far = ordered.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    previous = F.lag("event_time").over(ordered)
+    starts_run = previous.isNull() | (F.col("event_time") - previous >= F.lit(spec.gap_ms))
+    rows = events.withColumn(_RUN_START, F.when(starts_run, F.col("event_time")))
+    # Times ascend within a key, so the latest run start so far is the running maximum.
+    rows = rows.withColumn(_RUN_START, F.max(_RUN_START).over(so_far))
+    beyond = F.col("event_time") - F.col(_RUN_START) >= F.lit(spec.max_duration_ms)
+    short = rows.where(~beyond).withColumn(SESSION_START, F.col(_RUN_START))
+    late = rows.where(beyond)
+    limit = F.lit(spec.max_duration_ms)
 
-    def cut(frames):
-        carry: tuple[str, int, int] | None = None  # (key, session start, last event time)
-        for frame in frames:
-            if frame.empty:
-                yield frame.assign(**{SESSION_START: np.empty(0, dtype=np.int64)})
-                continue
-            keys = frame[spec.key].to_numpy()
-            times = frame["event_time"].to_numpy(dtype=np.int64)
-            starts = np.empty(len(times), dtype=np.int64)
-            edges = np.flatnonzero(keys[1:] != keys[:-1]) + 1
-            bounds = [0, *edges.tolist(), len(times)]
-            for a, b in pairwise(bounds):
-                # The partition's previous batch may have ended inside this key's session.
-                open_session = carry[1:] if carry is not None and carry[0] == keys[a] else None
-                starts[a:b] = session_starts(
-                    times[a:b], spec.gap_ms, spec.max_duration_ms, open_session
-                )
-            if len(times):
-                last = len(times) - 1
-                carry = (keys[last], int(starts[last]), int(times[last]))
-            yield frame.assign(**{SESSION_START: starts})
+    def fold(acc: Column, t: Column) -> Column:
+        cut = t - acc["start"] >= limit
+        return F.struct(
+            F.when(cut, t).otherwise(acc["start"]).alias("start"),
+            F.when(cut, F.concat(acc["cuts"], F.array(t))).otherwise(acc["cuts"]).alias("cuts"),
+        )
 
-    ordered = events.repartition(spec.key).sortWithinPartitions(spec.key, "event_time", "event_id")
-    return ordered.mapInPandas(cut, schema=schema)
+    zero = F.struct(F.col(_RUN_START).alias("start"), F.array().cast("array<bigint>").alias("cuts"))
+    cuts = (
+        late.groupBy(spec.key, _RUN_START)
+        .agg(F.array_sort(F.collect_list("event_time")).alias(_CUTS))
+        .select(spec.key, _RUN_START, F.aggregate(_CUTS, zero, fold)["cuts"].alias(_CUTS))
+    )
+    matched = late.join(F.broadcast(cuts), on=[spec.key, _RUN_START])
+    own_cut = F.element_at(F.filter(_CUTS, lambda c: c <= F.col("event_time")), -1)
+    long = matched.withColumn(SESSION_START, own_cut).drop(_CUTS)
+    return short.unionByName(long).drop(_RUN_START)
 
 
 def _aggregate_sessions(events: DataFrame, view: View, segments: Sequence[int]) -> pa.Table:
@@ -159,7 +143,7 @@ def _aggregate_sessions(events: DataFrame, view: View, segments: Sequence[int]) 
     if view.filter is not None:
         events = events.where(view.filter.spark())
         columns |= set(view.filter.fields)
-    rows = _sessionize(events.select(*sorted(columns)), view)
+    rows = sessionize(events.select(*sorted(columns)), view)
     segment = F.col(SESSION_START) - F.col(SESSION_START) % F.lit(HOUR_MS)
     rows = rows.where(segment.isin(list(segments)))
     keys = [spec.key, SESSION_START]

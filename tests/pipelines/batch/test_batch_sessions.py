@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from pipelines.batch import archive_hours, correct_hours
-from pipelines.batch.sessions import session_starts
+from pipelines.batch.sessions import sessionize
 from pipelines.generator import GeneratorOptions
 from pipelines.segments import HOUR_MS
 from pipelines.serving import query_view
@@ -137,11 +137,50 @@ def _assert_equal(served: dict, expected: dict) -> None:
                 assert got[col] == value, (key, col)
 
 
-def test_session_starts_follow_gap_and_maximum_duration():
-    # gap 10: 9 -> 30 and 31 -> 60 break; max 25: 87 - 60 >= 25 cuts the last run.
-    times = pd.Series([0, 5, 9, 30, 31, 60, 69, 78, 87, 96]).to_numpy()
-    starts = session_starts(times, gap_ms=10, max_duration_ms=25).tolist()
-    assert starts == [0, 0, 0, 30, 30, 60, 60, 60, 87, 87]
+def test_sessions_follow_gap_and_maximum_duration_in_spark(spark):
+    """The cutting rule on known times (minutes), in Spark: gap 10, max 25."""
+    (view,) = parse_views([{**SESSION_VIEW, "gap": "10m", "max_duration": "25m"}])
+    expected = {  # key: [(minute, session start)]
+        # 9 -> 30 and 31 -> 60 break; 87 - 60 >= 25 cuts the last run.
+        "a": [
+            (0, 0),
+            (5, 0),
+            (9, 0),
+            (30, 30),
+            (31, 30),
+            (60, 60),
+            (69, 60),
+            (78, 60),
+            (87, 87),
+            (96, 87),
+        ],
+        # one run of 64 minutes cut twice by the maximum; two events tie at 32.
+        "b": [
+            (0, 0),
+            (8, 0),
+            (16, 0),
+            (24, 0),
+            (32, 32),
+            (32, 32),
+            (40, 32),
+            (48, 32),
+            (56, 32),
+            (64, 64),
+        ],
+        "c": [(100, 100)],
+    }
+    rows = [
+        (key, minute * 60_000, f"{key}-{i}")
+        for key, events in expected.items()
+        for i, (minute, _) in enumerate(events)
+    ]
+    frame = spark.createDataFrame(rows, "client string, event_time long, event_id string")
+    got = sorted(
+        (r["client"], r["event_time"] // 60_000, r["session_start"] // 60_000)
+        for r in sessionize(frame, view).collect()
+    )
+    want = sorted((k, m, s) for k, events in expected.items() for m, s in events)
+    assert got == want
 
 
 def test_all_hours_equal_the_pandas_oracle(corrected, streamed, view):
@@ -235,12 +274,3 @@ def test_reconciliation_explains_late_and_duplicate_events_and_catches_lost_sess
     assert not after.passed and result.passed
     assert len(after.comparison.missing) == len(result.comparison.missing) + 1
     assert "session(s) missing or extra" in after.failures[0]
-
-
-def test_session_starts_continue_an_open_session():
-    """A batch of Spark rows may start inside a session: the open one is continued."""
-    times = pd.Series([70, 75, 90, 95]).to_numpy()
-    # joins (70 - 62 < 10, 70 - 50 < 25), then 75 - 50 >= 25 cuts; 90 - 75 >= 10 breaks.
-    starts = session_starts(times, gap_ms=10, max_duration_ms=25, open_session=(50, 62))
-    assert starts.tolist() == [50, 75, 90, 90]
-    assert session_starts(times, 10, 25, open_session=(40, 55)).tolist() == [70, 70, 90, 90]
