@@ -50,12 +50,12 @@ case "$cmd" in
     need tmux "the terminal test of sluice up" command -v tmux
     echo "checking the import contracts (pyproject.toml: the package graph runs one way) ..." >&2
     .venv/bin/lint-imports --no-cache || die "an import runs back up the layers (see above)"
-    # Two pytest workers, a test file each at a time (its module fixtures stay in one process), in
-    # the order tests/conftest.py gives (longest files first; xdist would otherwise order files by
-    # their count of tests): the end-to-end tests mostly wait on real processes. Three were faster
-    # (17 min against 20) but two timing-bound end-to-end tests failed once under them (the note
-    # of 2026-11-28). SLUICE_TEST_WORKERS=0 runs in one process; a later -n in the arguments wins.
-    workers=${SLUICE_TEST_WORKERS:-2}
+    # Three pytest workers, a test file each at a time (its module fixtures stay in one process),
+    # in the order tests/conftest.py gives (longest files first; xdist would otherwise order files
+    # by their count of tests): the end-to-end tests mostly wait on real processes, so on 2 cores
+    # three take 17 min where two take 20 and one process 23 (docs/testing.md).
+    # SLUICE_TEST_WORKERS=0 runs in one process; a later -n in the arguments wins.
+    workers=${SLUICE_TEST_WORKERS:-3}
     if [ "$workers" = 0 ]; then exec .venv/bin/python -m pytest "$@"; fi
     exec .venv/bin/python -m pytest -n "$workers" --dist loadfile --no-loadscope-reorder "$@" ;;
   sluice) exec .venv/bin/sluice "$@" ;;
