@@ -105,7 +105,7 @@ def spark_conf(
         # between them: a correction of one hour (5,000 events) was 34 jobs, ~0.3 s each
         # on 2 cores whatever their size. Without it the same correction is 13 jobs, and
         # the partitions it would have coalesced are fitted to the input instead
-        # (fit_shuffle_partitions): 6.0-7.2 s -> 4.5-4.7 s for that hour, and no slower at
+        # (fit_shuffle_partitions): 7.0-7.8 s -> 5.2-6.0 s for that hour, and no slower at
         # 1M events (docs/benchmarks.md). Clusters keep it: skew and sizes vary there.
         conf["spark.sql.adaptive.enabled"] = "false"
         # The correction caches its deduplicated events once per run; compressing Spark's
