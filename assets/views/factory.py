@@ -258,6 +258,7 @@ def build_corrected_assets(
             c for c in checks if dg.AssetCheckKey(c.asset_key, c.check_name) in selected_checks
         )
         store = storage.open()
+        targeted = set(context.partition_keys)
         for result in done:
             for hour, metadata in _table_state(store, by_key[result.asset_key], hours).items():
                 context.add_asset_metadata(
@@ -266,6 +267,16 @@ def build_corrected_assets(
             segments = result.metadata.get("segments") if result.metadata else None
             for segment in getattr(segments, "value", segments) or []:
                 hour = partition_key_for(segment["segment_start_ms"])
+                if hour not in targeted:
+                    # A sliding view's earlier segment, corrected again because its windows
+                    # reach into this run's hours: Dagster takes metadata only for the run's
+                    # partitions (it failed the run), so the run's log says it instead.
+                    context.log.info(
+                        "%s %s: corrected again (its windows reach into this run's hours)",
+                        result.asset_key.to_user_string(),
+                        hour,
+                    )
+                    continue
                 context.add_asset_metadata(
                     _segment_metadata(segment), asset_key=result.asset_key, partition_key=hour
                 )

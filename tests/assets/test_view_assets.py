@@ -182,6 +182,32 @@ def test_corrected_assets_and_blocking_checks_for_a_range_in_one_run(
     assert columns == VIEWS[names[0]].output_schema().names
 
 
+def test_a_sliding_view_corrects_the_segment_before_its_run_without_failing_it(
+    archive, storage_root: Path
+) -> None:
+    """Correcting an hour of a sliding view corrects again the earlier, already corrected
+    segment its windows reach into: the run succeeds, with metadata for its own hour only."""
+    _, hours = archive
+    (asset,) = corrected_assets
+    name = next(n for n, v in VIEWS.items() if v.is_sliding and not v.disabled)
+    resources = {
+        "storage": LocalStorageResource(root=str(storage_root)),
+        "spark": InProcessSparkResource(),
+    }
+    for hour in hours[:2]:
+        result = dg.materialize(
+            [asset], selection=_corrected([name]), resources=resources, tags=_range_tags([hour])
+        )
+        assert result.success
+        partitions = {
+            e.materialization.partition for e in result.get_asset_materialization_events()
+        }
+        assert partitions == {partition_key_for(hour)}
+    store = LocalObjectStore(str(storage_root))
+    served = query_view(store, VIEWS[name], hours[0], hours[0] + HOUR_MS)
+    assert served.num_rows and set(served.column("source").to_pylist()) == {"batch v2"}
+
+
 def _tamper(store: ObjectStore, view: View, segment: int, column: str, factor: float) -> None:
     """Publish a new batch version of ``segment`` with ``column`` scaled by ``factor``."""
     table = published_table(store, view, segment)
