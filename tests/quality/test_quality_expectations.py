@@ -424,6 +424,18 @@ def test_one_non_blocking_check_per_enabled_view() -> None:
     assert not any(s.blocking for s in specs)
 
 
+def _in_a_fresh_interpreter(script: str) -> None:
+    """Run ``script`` where pyspark is not imported yet (pytest's has it); it prints ok."""
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=PROJECT_ROOT,
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
 def test_preload_imports_great_expectations_without_pyspark():
     """A run worker preloads great-expectations while it waits on Spark, without loading
     pyspark (a fresh interpreter: pytest's has pyspark already); pyspark stays importable."""
@@ -436,14 +448,7 @@ assert "pyspark" not in sys.modules, sorted(m for m in sys.modules if m.startswi
 import pyspark.sql
 print("ok")
 """
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=PROJECT_ROOT,
-    )
-    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+    _in_a_fresh_interpreter(script)
 
 
 def test_the_pyspark_block_holds_in_its_own_thread_only():
@@ -471,11 +476,4 @@ assert len(refused) == 1 and "pyspark" in refused[0], refused
 assert not any(isinstance(f, expectations._NoPysparkHere) for f in sys.meta_path)
 print("ok")
 """
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=PROJECT_ROOT,
-    )
-    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+    _in_a_fresh_interpreter(script)
