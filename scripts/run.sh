@@ -24,7 +24,13 @@ if ! "$PYTHON" -m uv --version >/dev/null 2>&1; then
   echo "installing uv (the lock-file installer) ..." >&2
   "$PYTHON" -m pip install --quiet uv || die "could not install uv: $PYTHON -m pip install uv"
 fi
-"$PYTHON" -m uv sync --frozen --quiet || die "dependency install failed: $PYTHON -m uv sync --frozen"
+# Bytecode compiled once here: every Dagster run, Pipes job and stream worker is a new
+# interpreter, and where PYTHONDONTWRITEBYTECODE is set (or the tree is read-only) none would
+# ever be cached: great-expectations alone took 8.9 s to import from source, 4.4 s compiled.
+"$PYTHON" -m uv sync --frozen --quiet --compile-bytecode \
+  || die "dependency install failed: $PYTHON -m uv sync --frozen --compile-bytecode"
+.venv/bin/python -m compileall -q -j 0 pipelines orchestration assets quality >/dev/null \
+  || die "could not compile the project's modules (a syntax error?)"
 
 # need PACKAGE WHY TEST...: run TEST; if it fails, install Debian's PACKAGE (as root) or say how.
 need() {
