@@ -2,7 +2,7 @@
 and through spark-submit, in the same session (called by ``benchmarks/batch.py``).
 
     .venv/bin/python benchmarks/batch_launch.py [--events 12000] [--repeat 2] [--timeline]
-        [--no-submit]
+        [--no-submit] [--hours 1]
 
 Streams ``--events`` messages of the main job's trace (``nyc_taxi``, as ``sluice up`` replays it:
 about 8,800 events an hour) through real stream tasks into a temporary state directory,
@@ -99,18 +99,29 @@ def timeline(handle: DagsterHandle, run_id: str, launched_at: float) -> list[str
 
 
 def correct_one_hour(
-    handle: DagsterHandle, partition: str, timeout_s: float = 900, show_timeline: bool = False
+    handle: DagsterHandle,
+    partition: str,
+    timeout_s: float = 900,
+    show_timeline: bool = False,
+    last: str | None = None,
 ) -> tuple[float, float]:
-    """Seconds from ``launchRun`` of ``correct_views`` for ``partition`` to its SUCCESS, and
-    of its ``corrected_views`` step alone (the launch and the Spark job, without the checks
-    and the run worker's start)."""
+    """Seconds from ``launchRun`` of ``correct_views`` for ``partition`` (to ``last``: one
+    run for the range, as a backfill launches it) to its SUCCESS, and of its
+    ``corrected_views`` step alone (the launch and the Spark job, without the checks and the
+    run worker's start)."""
+    tags = [{"key": "dagster/partition", "value": partition}]
+    if last is not None:
+        tags = [
+            {"key": "dagster/asset_partition_range_start", "value": partition},
+            {"key": "dagster/asset_partition_range_end", "value": last},
+        ]
     params = {
         "selector": {
             "repositoryLocationName": "sluice",
             "repositoryName": "__repository__",
             "jobName": "correct_views",
         },
-        "executionMetadata": {"tags": [{"key": "dagster/partition", "value": partition}]},
+        "executionMetadata": {"tags": tags},
     }
     started, launched_at = time.perf_counter(), time.time()
     launched = handle.graphql(LAUNCH, {"params": params})["launchRun"]
@@ -133,9 +144,15 @@ def correct_one_hour(
 
 
 def measure(
-    workdir: Path, events: int, repeat: int, timelines: bool = False, submit: bool = True
+    workdir: Path,
+    events: int,
+    repeat: int,
+    timelines: bool = False,
+    submit: bool = True,
+    hours: int = 1,
 ) -> dict[str, list[tuple[float, float]]]:
-    """Launch-to-success seconds of one hour's correction, warm server then spark-submit."""
+    """Launch-to-success seconds of one hour's correction (``hours``: the first so many
+    streamed, in one run), warm server then spark-submit."""
     state = workdir / "state"
     settings = SluiceSettings(state_dir=state)
     views = load_views(PROJECT_ROOT / "data" / "views.yaml")
@@ -144,8 +161,14 @@ def measure(
     frame = stream.events_frame(dedupe=True)
     per_hour = (frame["event_time"] - frame["event_time"] % 3_600_000).value_counts()
     hour, n = int(per_hour.idxmax()), int(per_hour.max())  # the fullest hour streamed
+    last = None
+    if hours > 1:  # the first hours streamed, but not the last one (it may still be open)
+        streamed = sorted(int(h) for h in per_hour.index)[:-1][:hours]
+        hour, n = streamed[0], int(per_hour[per_hour.index.isin(streamed)].sum())
+        last = time.strftime("%Y-%m-%d-%H:%M", time.gmtime(streamed[-1] / 1000))
     partition = time.strftime("%Y-%m-%d-%H:%M", time.gmtime(hour / 1000))
-    print(f"\none closed hour through Dagster: {partition}, {n:,} events in it")
+    what = f"{partition} .. {last}" if last else partition
+    print(f"\nclosed hours through Dagster, one run: {what}, {n:,} events in them")
     server = SparkConnectServer(state)
     times: dict[str, list[tuple[float, float]]] = {
         "warm Spark Connect server": [],
@@ -161,7 +184,9 @@ def measure(
             if label == "spark-submit":
                 _sluice_spark(state, "stop")
             for _ in range(repeat):
-                seconds, step = correct_one_hour(handle, partition, show_timeline=timelines)
+                seconds, step = correct_one_hour(
+                    handle, partition, show_timeline=timelines, last=last
+                )
                 times[label].append((seconds, step))
                 print(
                     f"  {label}: {seconds:.1f} s from launch to success, of which the "
@@ -193,6 +218,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--timeline", action="store_true", help="print each run's event log, timed from launch"
     )
+    parser.add_argument(
+        "--hours",
+        type=int,
+        default=1,
+        help="correct the first N closed hours streamed in one run (a backfill's range run)",
+    )
     args = parser.parse_args(argv)
     print(
         f"machine: {os.cpu_count()} cores, {platform.platform()}, Python "
@@ -202,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     workdir = Path(tempfile.mkdtemp(prefix="sluice-launch-"))
     try:
-        measure(workdir, args.events, args.repeat, args.timeline, not args.no_submit)
+        measure(workdir, args.events, args.repeat, args.timeline, not args.no_submit, args.hours)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return 0

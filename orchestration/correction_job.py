@@ -123,9 +123,11 @@ def run_correction(pipes: PipesContext, spark: Any = None) -> None:
     spark_settings = SparkSettings()
     started = time.monotonic()
     remote = spark_settings.remote if spark is None else None
-    if spark is None:
+    if remote:
+        spark = _remote_session(remote, settings.resolved_state_dir, pipes.log.warning)
+    elif spark is None:
         spark = build_spark(spark_settings, s3_endpoint_url=settings.s3_endpoint_url)
-    where = f"Spark Connect {remote}" if remote else "own JVM"
+    where = _where(remote)
     pipes.log.info(f"Spark ready in {time.monotonic() - started:.1f} s ({where})")
     store = open_store(request.storage_root, settings.s3_endpoint_url)
 
@@ -178,7 +180,7 @@ def run_correction(pipes: PipesContext, spark: Any = None) -> None:
     finally:
         if remote:
             with contextlib.suppress(Exception):
-                spark.stop()  # releases this run's session; the server keeps running
+                spark.stop()  # releases a session of its own; a shared one stays open
     seconds = time.monotonic() - started
     for view in views:
         mine = [r for r in results if r.view == view.name]
@@ -195,6 +197,25 @@ def run_correction(pipes: PipesContext, spark: Any = None) -> None:
         pipes.report_asset_materialization(
             metadata=_materialization(mine, seconds, where), asset_key=key
         )
+
+
+def _remote_session(url: str, state_dir: Any, say: Any) -> Any:
+    """The warm server's session: the shared one the launch named (renewed in the keeper's
+    record if the server no longer knows it), else one of this job's own."""
+    from orchestration.shared_session import open_session
+    from orchestration.spark_server import SparkConnectServer
+
+    return open_session(url, SparkConnectServer(state_dir).renew_session, say)
+
+
+def _where(remote: str | None) -> str:
+    """Where the job computes, for its log and its materializations' metadata."""
+    if not remote:
+        return "own JVM"
+    from orchestration.shared_session import session_id_of
+
+    url, shared = remote.partition("/;")[0], session_id_of(remote)
+    return f"Spark Connect {url}" + (f", shared session {shared[:8]}" if shared else "")
 
 
 class ServerLost(RuntimeError):

@@ -26,9 +26,11 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass
+import uuid
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from orchestration.shared_session import session_url
 from pipelines.batch.config import SparkSettings
 from pipelines.batch.spark import spark_conf
 from pipelines.kafka.embedded import free_port, pid_alive, wait_for_port
@@ -49,6 +51,10 @@ log = logging.getLogger(__name__)
 CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 STATE_FILE = "spark-connect.json"
 START_TIMEOUT_S = 120.0
+SESSION_IDLE_TIMEOUT = "24h"
+"""How long the server keeps a session no RPC reached (Spark's default: 60 min): the shared
+session of hourly corrections would otherwise expire between two of them
+(:mod:`orchestration.shared_session`)."""
 """How long a JVM may take to open its port (about 5 s idle here; minutes under load)."""
 
 
@@ -73,6 +79,7 @@ def server_command(settings: SparkSettings, port: int) -> list[str]:
     command += ["--name", "sluice Spark Connect", "--master", master]
     conf["spark.connect.grpc.binding.address"] = "127.0.0.1"
     conf["spark.connect.grpc.binding.port"] = str(port)
+    conf.setdefault("spark.connect.session.manager.defaultSessionTimeout", SESSION_IDLE_TIMEOUT)
     for key, value in conf.items():
         command += ["--conf", f"{key}={value}"]
     return command
@@ -98,6 +105,8 @@ class ServerInfo:
     started_at: float
     restarts: int
     log_file: str
+    session_id: str = ""
+    """The session every correction on this JVM shares (:mod:`orchestration.shared_session`)."""
 
 
 @dataclass(frozen=True)
@@ -112,6 +121,12 @@ class ServerHealth:
     rss_mb: float | None = None
     uptime_s: float | None = None
     restarts: int = 0
+    session_id: str | None = None
+
+    @property
+    def session_url(self) -> str | None:
+        """The URL of the shared session (the server's URL if the keeper named none)."""
+        return session_url(self.url, self.session_id) if self.url else None
 
     def line(self) -> str:
         if not self.running:
@@ -153,7 +168,12 @@ class SparkConnectServer:
         info = self.info()
         if info is None:
             return ServerHealth(False, "no keeper: `sluice spark start` or `sluice up` starts one")
-        common = {"url": info.url, "keeper_pid": info.keeper_pid, "restarts": info.restarts}
+        common = {
+            "url": info.url,
+            "keeper_pid": info.keeper_pid,
+            "restarts": info.restarts,
+            "session_id": info.session_id or None,
+        }
         if not pid_alive(info.pid):
             return ServerHealth(False, f"its JVM pid {info.pid} is gone (restarting)", **common)
         if not wait_for_port(info.port, 1.0):
@@ -194,6 +214,19 @@ class SparkConnectServer:
         assert info is not None
         return info
 
+    def renew_session(self, refused: str) -> str | None:
+        """A new shared session id in the record, unless it names another than ``refused``
+        already (a keeper restart, or another job renewed it first); the id to use now."""
+        info = self.info()
+        if info is None:
+            return None
+        if info.session_id and info.session_id != refused:
+            return info.session_id
+        renewed = replace(info, session_id=str(uuid.uuid4()))
+        _write_info(self.state_file, renewed)
+        log.info("shared Spark session %s refused; now %s", refused, renewed.session_id)
+        return renewed.session_id
+
     def wait_running(self, timeout_s: float = START_TIMEOUT_S) -> ServerHealth:
         """The health once the server answers (after a start or a restart), or the last one."""
         deadline = time.monotonic() + timeout_s
@@ -218,6 +251,13 @@ class SparkConnectServer:
                 os.killpg(pid, signal.SIGKILL)
         self.state_file.unlink(missing_ok=True)
         return True
+
+
+def _write_info(state_file: Path, info: ServerInfo) -> None:
+    state_file.parent.mkdir(parents=True, exist_ok=True)
+    tmp = state_file.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(asdict(info)))
+    tmp.replace(state_file)
 
 
 def _die_with_parent() -> None:
@@ -301,11 +341,9 @@ def keep_serving(
                 time.time(),
                 restarts,
                 str(log_file),
+                session_id=str(uuid.uuid4()),  # a new JVM knows no session
             )
-            server.state_dir.mkdir(parents=True, exist_ok=True)
-            tmp = server.state_file.with_suffix(".tmp")
-            tmp.write_text(json.dumps(asdict(info)))
-            tmp.replace(server.state_file)
+            _write_info(server.state_file, info)
             log.info("Spark Connect server pid %d at %s", process.pid, info.url)
             while not stop.wait(check_every_s):
                 if process.poll() is not None:

@@ -199,11 +199,12 @@ class LocalSparkResource(SparkResource):
             return client.run(
                 context=context, command=self.command(), extras=request.extras(), env=env
             )
+        shared = f", shared session {health.session_id[:8]}" if health.session_id else ""
         context.log.info(
             f"correcting through the warm Spark Connect server {health.url} (pid {health.pid}, "
-            f"{health.rss_mb or 0:.0f} MB RSS, {health.restarts} restart(s))"
+            f"{health.rss_mb or 0:.0f} MB RSS, {health.restarts} restart(s){shared})"
         )
-        env["SLUICE_SPARK_REMOTE"] = str(health.url)
+        env["SLUICE_SPARK_REMOTE"] = str(health.session_url)
         try:
             return client.run(
                 context=context,

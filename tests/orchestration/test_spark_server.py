@@ -46,3 +46,32 @@ def test_start_status_and_stop_by_pid(tmp_path) -> None:
     assert not pid_alive(info.keeper_pid) and not pid_alive(info.pid)
     assert not (state / "spark-connect.json").exists()
     assert sluice_spark(state, "status").returncode == 3
+
+
+def test_corrections_share_one_session_and_a_refused_one_is_renewed(tmp_path) -> None:
+    from orchestration.shared_session import open_session, session_id_of
+
+    state = tmp_path / "state"
+    said: list[str] = []
+    with warm_spark_server(state) as server:
+        health = server.health()
+        assert health.session_id and session_id_of(str(health.session_url)) == health.session_id
+        first = open_session(str(health.session_url), server.renew_session, said.append)
+        first.conf.set("spark.sluice.test.marker", "first")
+        first.range(3).createOrReplaceTempView("leftover")
+        first.catalog.cacheTable("leftover")  # as a correction killed mid-way leaves it
+        first.stop()
+        second = open_session(str(health.session_url), server.renew_session, said.append)
+        assert second.conf.get("spark.sluice.test.marker") == "first"  # the same session
+        assert not second.catalog.isCached("leftover")  # ... without what it cached
+        second.release_session_on_close = True
+        second.stop()  # released: the server refuses the id from now on
+        third = open_session(str(health.session_url), server.renew_session, said.append)
+        try:
+            renewed = server.health().session_id
+            assert renewed and renewed != health.session_id
+            assert third.conf.get("spark.sluice.test.marker", "none") == "none"  # a new one
+            assert any(health.session_id[:8] in line and renewed[:8] in line for line in said)
+        finally:
+            third.release_session_on_close = True
+            third.stop()
