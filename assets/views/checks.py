@@ -106,8 +106,10 @@ def evaluate_correction(
     start_ms: int,
     end_ms: int,
     tolerance: Tolerance | None = None,
+    reconciled: Sequence[Reconciliation] | None = None,
 ) -> dg.AssetCheckResult:
-    """Compare corrected with realtime values of ``view`` for windows in ``[start_ms, end_ms)``."""
+    """Compare corrected with realtime values of ``view`` for windows in ``[start_ms, end_ms)``;
+    ``reconciled``: the view's reconciliations of those hours, if the caller has them."""
     tolerance = tolerance or Tolerance.from_env()
     corrected = query_view(store, view, start_ms, end_ms, prefer="batch")
     realtime = query_view(store, view, start_ms, end_ms, prefer="realtime")
@@ -115,7 +117,9 @@ def evaluate_correction(
     metadata = comparison_metadata(comparison)
     metadata["hours"] = f"{hour_label(start_ms)} .. {hour_label(end_ms - 1)}"
     hours = range(start_ms - start_ms % HOUR_MS, end_ms, HOUR_MS)
-    results = reconcile(store, [view], list(hours), tolerance)
+    if reconciled is None:
+        reconciled = reconcile(store, [view], list(hours), tolerance)
+    results = [r for r in reconciled if r.hour_ms in hours]
     metadata.update(reconciliation_metadata(results))
     unexplained = [f for r in results for f in r.failures]
     if unexplained:
@@ -147,9 +151,16 @@ def evaluate_correction(
 def hourly_results(
     store: ObjectStore, view: View, hours: Sequence[int], tolerance: Tolerance
 ) -> list[tuple[str, dg.AssetCheckResult]]:
-    """(partition key, result) of the check for each hour, each hour compared on its own."""
+    """(partition key, result) of the check for each hour, each hour compared on its own.
+
+    The hours are reconciled in one pass (range records read once, each archive file once:
+    neighbouring hours share files), not one pass per hour."""
+    reconciled = reconcile(store, [view], list(hours), tolerance)
     return [
-        (partition_key_for(hour), evaluate_correction(store, view, hour, hour + HOUR_MS, tolerance))
+        (
+            partition_key_for(hour),
+            evaluate_correction(store, view, hour, hour + HOUR_MS, tolerance, reconciled),
+        )
         for hour in hours
     ]
 
