@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable
+from contextlib import suppress
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -57,7 +58,13 @@ def _connect(url: str) -> SparkSession:
 
     # create(), not getOrCreate(): a refused session must not come back as the default one
     spark = SparkSession.builder.remote(url).create()
-    spark.conf.get("spark.sql.shuffle.partitions")  # the first round trip: is it known?
+    try:
+        spark.conf.get("spark.sql.shuffle.partitions")  # the first round trip: is it known?
+    except Exception:
+        # closed, or its exit hook retries a cleanup against the server for minutes
+        with suppress(Exception):
+            spark.client.close()
+        raise
     return spark
 
 

@@ -177,9 +177,13 @@ def test_the_leader_is_killed_and_another_agent_takes_over(agents_factory, tmp_p
     killed_at = time.monotonic()
     agents.kill(leader)
 
+    seen: dict = {}
+
     def taken_over() -> bool:
         lease = agents.jobs.lease("coordinator")
         now = agents.assignments()
+        seen["lease"] = (lease["holder"], lease["term"])
+        seen["held"] = {t: (now[t].state, now[t].agent_id, now[t].generation) for t in held}
         return (
             lease["holder"] != leader
             and lease["term"] == term + 1
@@ -189,7 +193,13 @@ def test_the_leader_is_killed_and_another_agent_takes_over(agents_factory, tmp_p
             )
         )
 
-    wait_until(taken_over, LOSS_AFTER_S + 30, "a new leader to move the old leader's tasks")
+    try:
+        wait_until(taken_over, LOSS_AFTER_S + 30, "a new leader to move the old leader's tasks")
+    except AssertionError as exc:  # what was missing: the lease, or which task in what state
+        raise AssertionError(
+            f"{exc}; killed {leader} (term {term}, held {held}); last seen {seen}; "
+            f"events {[(e.task, e.agent_id, e.state, e.reason) for e in agents.jobs.events()][-12:]}"
+        ) from None
     assert time.monotonic() - killed_at < LOSS_AFTER_S + 15
     leaders = [e for e in agents.jobs.events() if e.state == "leader"]
     assert leaders[-1].agent_id != leader and "from " + leader in leaders[-1].reason

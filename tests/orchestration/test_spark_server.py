@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -48,30 +50,52 @@ def test_start_status_and_stop_by_pid(tmp_path) -> None:
     assert sluice_spark(state, "status").returncode == 3
 
 
+_SHARING = """
+import json, sys
+from pathlib import Path
+from orchestration.shared_session import open_session
+from orchestration.spark_server import SparkConnectServer
+
+url, said = sys.argv[1], []
+renew = SparkConnectServer(Path(sys.argv[2])).renew_session
+first = open_session(url, renew, said.append)
+first.conf.set("spark.sluice.test.marker", "first")
+first.range(3).createOrReplaceTempView("leftover")
+first.catalog.cacheTable("leftover")  # as a correction killed mid-way leaves it
+first.stop()
+second = open_session(url, renew, said.append)
+seen = {"marker": second.conf.get("spark.sluice.test.marker")}
+seen["cached"] = second.catalog.isCached("leftover")
+second.release_session_on_close = True
+second.stop()  # released: the server refuses the id from now on
+third = open_session(url, renew, said.append)
+seen["marker_after"] = third.conf.get("spark.sluice.test.marker", "none")
+third.release_session_on_close = True
+third.stop()
+print(json.dumps({**seen, "said": said}))
+"""
+
+
 def test_corrections_share_one_session_and_a_refused_one_is_renewed(tmp_path) -> None:
-    from orchestration.shared_session import open_session, session_id_of
+    """In a process of its own, as the correction job: pyspark keeps a remote URL in its
+    builders' shared options and in os.environ, and a later local session here would fail."""
+    from orchestration.shared_session import session_id_of
 
     state = tmp_path / "state"
-    said: list[str] = []
     with warm_spark_server(state) as server:
         health = server.health()
         assert health.session_id and session_id_of(str(health.session_url)) == health.session_id
-        first = open_session(str(health.session_url), server.renew_session, said.append)
-        first.conf.set("spark.sluice.test.marker", "first")
-        first.range(3).createOrReplaceTempView("leftover")
-        first.catalog.cacheTable("leftover")  # as a correction killed mid-way leaves it
-        first.stop()
-        second = open_session(str(health.session_url), server.renew_session, said.append)
-        assert second.conf.get("spark.sluice.test.marker") == "first"  # the same session
-        assert not second.catalog.isCached("leftover")  # ... without what it cached
-        second.release_session_on_close = True
-        second.stop()  # released: the server refuses the id from now on
-        third = open_session(str(health.session_url), server.renew_session, said.append)
-        try:
-            renewed = server.health().session_id
-            assert renewed and renewed != health.session_id
-            assert third.conf.get("spark.sluice.test.marker", "none") == "none"  # a new one
-            assert any(health.session_id[:8] in line and renewed[:8] in line for line in said)
-        finally:
-            third.release_session_on_close = True
-            third.stop()
+        done = subprocess.run(
+            [sys.executable, "-c", _SHARING, str(health.session_url), str(state)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        seen = json.loads(done.stdout.strip().splitlines()[-1])
+        assert seen["marker"] == "first"  # the second correction found the first's session
+        assert seen["cached"] is False  # ... without what it cached
+        renewed = server.health().session_id
+        assert renewed and renewed != health.session_id  # the refused id was replaced
+        assert seen["marker_after"] == "none"  # in a new session
+        assert any(health.session_id[:8] in s and renewed[:8] in s for s in seen["said"]), seen

@@ -521,7 +521,9 @@ def test_a_replayed_day_corrects_and_reports_itself(dagster, artifacts_dir: Path
     with chromium_page(1600, 1400, shot) as page:
         page.goto(f"{handle.url}/assets/{key.path[-1]}")
         expect(page.get_by_text("Freshness policy").first).to_be_visible(timeout=60_000)
-        expect(page.get_by_text("Passing").first).to_be_visible()
+        # the freshness status comes by a query of its own, after the page (5 s was short on
+        # a loaded machine: the failure's screenshot showed it a moment later)
+        expect(page.get_by_text("Passing").first).to_be_visible(timeout=60_000)
         page.screenshot(path=str(overview), full_page=True)
         page.get_by_text("Checks", exact=True).first.click()
         expect(page.get_by_text(CORRECTION_CHECK).first).to_be_visible(timeout=60_000)
