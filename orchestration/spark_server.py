@@ -51,11 +51,11 @@ log = logging.getLogger(__name__)
 CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 STATE_FILE = "spark-connect.json"
 START_TIMEOUT_S = 120.0
+"""How long a JVM may take to open its port (about 5 s idle here; minutes under load)."""
 SESSION_IDLE_TIMEOUT = "24h"
 """How long the server keeps a session no RPC reached (Spark's default: 60 min): the shared
 session of hourly corrections would otherwise expire between two of them
 (:mod:`orchestration.shared_session`)."""
-"""How long a JVM may take to open its port (about 5 s idle here; minutes under load)."""
 
 
 def spark_submit_path() -> str:
