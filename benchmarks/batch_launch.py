@@ -27,6 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from assets.partitions import partition_key_for
 from orchestration.dagster_service import DagsterHandle, start_dagster
 from orchestration.spark_server import SparkConnectServer
 from pipelines.config import PROJECT_ROOT, SluiceSettings
@@ -165,8 +166,8 @@ def measure(
     if hours > 1:  # the first hours streamed, but not the last one (it may still be open)
         streamed = sorted(int(h) for h in per_hour.index)[:-1][:hours]
         hour, n = streamed[0], int(per_hour[per_hour.index.isin(streamed)].sum())
-        last = time.strftime("%Y-%m-%d-%H:%M", time.gmtime(streamed[-1] / 1000))
-    partition = time.strftime("%Y-%m-%d-%H:%M", time.gmtime(hour / 1000))
+        last = partition_key_for(streamed[-1])
+    partition = partition_key_for(hour)
     what = f"{partition} .. {last}" if last else partition
     print(f"\nclosed hours through Dagster, one run: {what}, {n:,} events in them")
     server = SparkConnectServer(state)
@@ -183,7 +184,7 @@ def measure(
         # to the present, a 2014 trace has 109,000 hourly partitions, and in a range run Dagster
         # lists them all for every check's result (about 2 s per check step here).
         last_hour = int(per_hour.index.max())
-        end = time.strftime("%Y-%m-%d-%H:%M", time.gmtime(last_hour / 1000 + 86_400))
+        end = partition_key_for(last_hour + 86_400_000)
         env = {"SLUICE_ENV": "local", "SLUICE_PARTITIONS_END": end}
         handle = start_dagster(settings, extra_env=env, timeout_s=300)
         for label in times:

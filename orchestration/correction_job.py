@@ -127,7 +127,7 @@ def run_correction(pipes: PipesContext, spark: Any = None) -> None:
         spark = _remote_session(remote, settings.resolved_state_dir, pipes.log.warning)
     elif spark is None:
         spark = build_spark(spark_settings, s3_endpoint_url=settings.s3_endpoint_url)
-    where = _where(remote)
+    where = _where(remote, spark)
     pipes.log.info(f"Spark ready in {time.monotonic() - started:.1f} s ({where})")
     store = open_store(request.storage_root, settings.s3_endpoint_url)
 
@@ -208,14 +208,15 @@ def _remote_session(url: str, state_dir: Any, say: Any) -> Any:
     return open_session(url, SparkConnectServer(state_dir).renew_session, say)
 
 
-def _where(remote: str | None) -> str:
-    """Where the job computes, for its log and its materializations' metadata."""
+def _where(remote: str | None, spark: Any) -> str:
+    """Where the job computes, for its log and its materializations' metadata: the session
+    it got, which is not the one the launch named when the server had refused that."""
     if not remote:
         return "own JVM"
-    from orchestration.shared_session import session_id_of
+    from orchestration.shared_session import server_url, session_id_of
 
-    url, shared = remote.partition("/;")[0], session_id_of(remote)
-    return f"Spark Connect {url}" + (f", shared session {shared[:8]}" if shared else "")
+    where = f"Spark Connect {server_url(remote)}"
+    return where + (f", shared session {spark.session_id[:8]}" if session_id_of(remote) else "")
 
 
 class ServerLost(RuntimeError):

@@ -25,12 +25,17 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["SESSION_PARAM", "open_session", "session_id_of", "session_url"]
+__all__ = ["SESSION_PARAM", "open_session", "server_url", "session_id_of", "session_url"]
 
 log = logging.getLogger(__name__)
 
 SESSION_PARAM = "session_id"
 """Spark Connect's connection-string parameter naming the session to attach to."""
+
+
+def server_url(url: str) -> str:
+    """The server's address of a connection string, without its parameters."""
+    return url.partition("/;")[0]
 
 
 def session_url(url: str, session_id: str | None) -> str:
@@ -94,7 +99,7 @@ def open_session(
             f"the shared Spark session {shared[:8]} is closed on the server (idle past its "
             f"timeout, or released); corrections share {renewed[:8]} from now on"
         )
-        url = session_url(url.partition("/;")[0], renewed)
+        url = session_url(server_url(url), renewed)
         spark = _connect(url)
     spark.release_session_on_close = False  # stop() closes the connection, not the session
     spark.catalog.clearCache()  # what a killed correction persisted stays otherwise
