@@ -350,3 +350,25 @@ def test_status_exits_within_15_s(case, hole, gone, sig, group) -> None:
     else:
         wait_until(lambda: hole.held, 60, "status to call the black hole")
     case.check(case.stop(sig, group))
+
+
+def test_a_closed_proxy_ends_the_sessions_it_froze(pg_proxy) -> None:
+    """The next case's store starts empty: a session frozen mid-transaction (its client killed
+    behind the frozen proxy) ends when the proxy closes, and its lock goes with it."""
+    import psycopg
+
+    proxy, url = pg_proxy
+    dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    direct = make_url(dsn).set(port=proxy.target[1]).render_as_string(hide_password=False)
+    with psycopg.connect(direct, autocommit=True) as conn:
+        conn.execute("CREATE TABLE frozen_lock (x int)")
+    client = psycopg.connect(dsn)
+    client.execute("LOCK TABLE frozen_lock")
+    proxy.freeze()
+    client.pgconn.send_query(b"SELECT 1")  # swallowed by the frozen proxy, never answered
+    client.pgconn.flush()
+    wait_until(lambda: proxy.swallowed, 5, "the proxy to swallow the query")
+    proxy.close()
+    with psycopg.connect(direct, autocommit=True) as conn:
+        conn.execute("SET lock_timeout = '10s'")
+        conn.execute("DROP TABLE frozen_lock")  # LockNotAvailable if the session lived on
