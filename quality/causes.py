@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -131,10 +132,16 @@ def _hour_files(reader: ArchiveReader, hour_ms: int, topic: str) -> list[tuple[s
 class ArchiveReader:
     """Reads archive files once per reconciliation run: neighbouring hours share files."""
 
+    HOURS_KEPT = 8
+    """Hours' archives kept for reuse: a session view's hour reads the hours its sessions
+    span (up to gap + max duration after it), and the next hour reads most of them again."""
+
     def __init__(self, store: ObjectStore) -> None:
         self.store = store
         self._tables: dict[tuple[str, tuple[str, ...]], pa.Table | None] = {}
         self._listings: dict[str, list[str]] = {}
+        self.hours: OrderedDict[tuple[str, int, tuple[str, ...]], HourArchive] = OrderedDict()
+        """The newest hours read, by (topic, hour, columns)."""
 
     def list(self, prefix: str) -> list[str]:
         if prefix not in self._listings:
@@ -230,6 +237,24 @@ def read_hour_archive(
     """
     reader = store if isinstance(store, ArchiveReader) else ArchiveReader(store)
     columns = ["event_id", "event_time", "partition", "offset", *sorted(set(grouping_cols))]
+    cache_key = (topic, hour_ms, tuple(columns))
+    if cache_key in reader.hours:
+        reader.hours.move_to_end(cache_key)
+        return reader.hours[cache_key]
+    found = _read_hour_archive(reader, topic, hour_ms, columns, ranges)
+    reader.hours[cache_key] = found
+    while len(reader.hours) > reader.HOURS_KEPT:
+        reader.hours.popitem(last=False)
+    return found
+
+
+def _read_hour_archive(
+    reader: ArchiveReader,
+    topic: str,
+    hour_ms: int,
+    columns: list[str],
+    ranges: Sequence[RangeRecord] | None,
+) -> HourArchive:
     files = _hour_files(reader, hour_ms, topic)
     last_end: dict[int, int] = {}
     for _, partition, _, end in files:

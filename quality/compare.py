@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from pipelines.exceptions import ConfigError
@@ -29,10 +30,15 @@ __all__ = [
     "INFORMATIONAL",
     "Comparison",
     "MetricError",
+    "RowMatch",
     "Tolerance",
+    "column_values",
     "compare_tables",
     "key_value",
+    "match_rows",
     "metric_kinds",
+    "nulls_first",
+    "row_keys",
     "rows_by_key",
     "view_keys",
 ]
@@ -274,35 +280,180 @@ def _metric_error(
     return MetricError(**{**metric.__dict__, "passed": passed})
 
 
+@dataclass(frozen=True)
+class RowMatch:
+    """Which rows of two tables share a key: positions, not copies of the rows.
+
+    A key that repeats within a table counts once, for its last row (as :func:`rows_by_key`
+    keeps it); matched rows are in the expected table's order of first appearance."""
+
+    expected_rows: int
+    """Distinct keys of the expected table."""
+    actual_rows: int
+    expected_index: np.ndarray
+    """Position in the expected table of each matched row."""
+    actual_index: np.ndarray
+    """Position in the actual table of the same row."""
+    missing_index: np.ndarray
+    """Positions in the expected table of keys the actual table lacks."""
+    extra_index: np.ndarray
+    """Positions in the actual table of keys the expected table lacks."""
+
+    @property
+    def matched(self) -> int:
+        return len(self.expected_index)
+
+
+def _key_columns(table: pa.Table, keys: Sequence[str], hashable: Sequence[pa.DataType]) -> list:
+    """The key tuples of ``table``'s rows: timestamps as integers when both tables type them
+    alike (equal instants, equal ISO strings), else as :func:`key_value` makes them."""
+    columns = []
+    for name, kind in zip(keys, hashable, strict=True):
+        column = table.column(name)
+        if pa.types.is_timestamp(column.type) and column.type == kind:
+            columns.append(column.cast(pa.int64()).to_pylist())
+        elif pa.types.is_temporal(column.type):
+            columns.append([key_value(v) for v in column.to_pylist()])
+        else:
+            columns.append(column.to_pylist())
+    return list(zip(*columns, strict=True)) if columns else [() for _ in range(len(table))]
+
+
+def _positions(keys: list[tuple]) -> dict[tuple, int]:
+    found: dict[tuple, int] = {}
+    for position, key in enumerate(keys):
+        found[key] = position  # the last row of a repeated key, at its first key's place
+    return found
+
+
+def match_rows(expected: pa.Table, actual: pa.Table, keys: Sequence[str]) -> RowMatch:
+    """Match the rows of ``actual`` to those of ``expected`` by their ``keys`` columns."""
+    kinds = [
+        expected.column(k).type if expected.column(k).type == actual.column(k).type else None
+        for k in keys
+    ]
+    want = _positions(_key_columns(expected, keys, kinds))
+    got = _positions(_key_columns(actual, keys, kinds))
+    pairs = [(position, got[key]) for key, position in want.items() if key in got]
+    index = np.array(pairs, dtype=np.int64).reshape(-1, 2)
+
+    def positions(values: list[int]) -> np.ndarray:
+        return np.array(values, dtype=np.int64)
+
+    return RowMatch(
+        expected_rows=len(want),
+        actual_rows=len(got),
+        expected_index=index[:, 0],
+        actual_index=index[:, 1],
+        missing_index=positions([p for key, p in want.items() if key not in got]),
+        extra_index=positions([p for key, p in got.items() if key not in want]),
+    )
+
+
+def nulls_first(key: tuple) -> tuple:
+    """A sort key for row keys in which a group value may be null (null first)."""
+    return tuple((value is not None, value) for value in key)
+
+
+def row_keys(table: pa.Table, keys: Sequence[str], positions: np.ndarray) -> list[tuple]:
+    """The keys of ``table``'s rows at ``positions``, as :func:`rows_by_key` writes them."""
+    picked = table.select(list(keys)).take(pa.array(positions, pa.int64()))
+    return [tuple(key_value(row[k]) for k in keys) for row in picked.to_pylist()]
+
+
+def column_values(table: pa.Table, column: str, positions: np.ndarray) -> pa.Array:
+    """``column`` of ``table`` at ``positions``; all null where the table lacks the column."""
+    if column not in table.column_names:
+        return pa.nulls(len(positions))
+    return table.column(column).take(pa.array(positions, pa.int64())).combine_chunks()
+
+
+def _numeric_pairs(expected: pa.Array, actual: pa.Array) -> tuple[np.ndarray, ...] | None:
+    """The two columns as numbers with their validity, when numpy can judge them exactly as
+    Python would: both integers or both floats of one type, no NaN."""
+    kind = expected.type
+    if kind != actual.type or not (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
+        return None
+    valid_e = np.asarray(expected.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    valid_a = np.asarray(actual.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    fill = 0 if pa.types.is_integer(kind) else 0.0
+    e = expected.fill_null(fill).to_numpy(zero_copy_only=False)
+    a = actual.fill_null(fill).to_numpy(zero_copy_only=False)
+    if pa.types.is_floating(kind) and (np.isnan(e).any() or np.isnan(a).any()):
+        return None  # Python's max and sum over NaN depend on the order: left to it
+    return e, a, valid_e, valid_a
+
+
+def _column_error(
+    column: str, kind: str, expected: pa.Array, actual: pa.Array, tolerance: Tolerance
+) -> MetricError:
+    """:func:`_metric_error` of two aligned columns, in numpy where that is exact."""
+    numeric = _numeric_pairs(expected, actual)
+    if numeric is None:
+        pairs = list(zip(expected.to_pylist(), actual.to_pylist(), strict=True))
+        return _metric_error(column, kind, pairs, tolerance)
+    e, a, valid_e, valid_a = numeric
+    both = valid_e & valid_a
+    equal = (both & (e == a)) | (~valid_e & ~valid_a)
+    differ_numbers = both & ~equal
+    # differences as Python's float(actual) - float(expected); zero references count fully
+    diff = np.abs(a.astype(np.float64) - e.astype(np.float64))
+    ref = np.abs(e.astype(np.float64))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel_diff = np.where(e != 0, diff / np.where(ref == 0, 1.0, ref), 1.0)
+    rel = np.where(equal, 0.0, np.where(differ_numbers, rel_diff, 1.0))
+    abs_errors = np.where(equal[both], 0.0, diff[both]).tolist()
+    rel_errors = rel.tolist()
+    bound = tolerance.bound(kind)
+    metric = MetricError(
+        column=column,
+        kind=kind,
+        compared=len(e),
+        abs_max=max(abs_errors) if abs_errors else None,
+        abs_mean=sum(abs_errors) / len(abs_errors) if abs_errors else None,
+        rel_max=max(rel_errors) if rel_errors else None,
+        rel_mean=sum(rel_errors) / len(rel_errors) if rel_errors else None,
+        mismatched=int((~equal).sum()),
+        bound=bound,
+        rel_errors=tuple(rel_errors),
+    )
+    passed = bound is None or _statistic(metric, tolerance.statistic) <= bound
+    return MetricError(**{**metric.__dict__, "passed": passed})
+
+
 def compare_tables(
     expected: pa.Table,
     actual: pa.Table,
     keys: Sequence[str],
     metrics: Mapping[str, str],
     tolerance: Tolerance | None = None,
+    match: RowMatch | None = None,
 ) -> Comparison:
     """Compare ``actual`` (realtime) against ``expected`` (corrected).
 
     ``keys`` identify a row (window start and group columns); ``metrics`` maps each metric
     column to its kind (:func:`metric_kinds`). Rows missing on either side count as group
-    mismatches, not as metric errors.
+    mismatches, not as metric errors. ``match``: the tables' :func:`match_rows`, if the caller
+    has it. Column by column: numbers in numpy, other values (strings, lists) row by row.
     """
     tolerance = tolerance or Tolerance()
-    want = rows_by_key(expected, keys)
-    got = rows_by_key(actual, keys)
-    matched = [k for k in want if k in got]
+    match = match or match_rows(expected, actual, keys)
     errors = [
-        _metric_error(
-            column, kind, [(want[k].get(column), got[k].get(column)) for k in matched], tolerance
+        _column_error(
+            column,
+            kind,
+            column_values(expected, column, match.expected_index),
+            column_values(actual, column, match.actual_index),
+            tolerance,
         )
         for column, kind in metrics.items()
     ]
     return Comparison(
-        expected_rows=len(want),
-        actual_rows=len(got),
-        matched=len(matched),
-        missing=sorted(k for k in want if k not in got),
-        extra=sorted(k for k in got if k not in want),
+        expected_rows=match.expected_rows,
+        actual_rows=match.actual_rows,
+        matched=match.matched,
+        missing=sorted(row_keys(expected, keys, match.missing_index), key=nulls_first),
+        extra=sorted(row_keys(actual, keys, match.extra_index), key=nulls_first),
         metrics=errors,
         tolerance=tolerance,
     )

@@ -111,15 +111,18 @@ def evaluate_correction(
     """Compare corrected with realtime values of ``view`` for windows in ``[start_ms, end_ms)``;
     ``reconciled``: the view's reconciliations of those hours, if the caller has them."""
     tolerance = tolerance or Tolerance.from_env()
-    corrected = query_view(store, view, start_ms, end_ms, prefer="batch")
-    realtime = query_view(store, view, start_ms, end_ms, prefer="realtime")
-    comparison = compare_tables(corrected, realtime, view_keys(view), metric_kinds(view), tolerance)
-    metadata = comparison_metadata(comparison)
-    metadata["hours"] = f"{hour_label(start_ms)} .. {hour_label(end_ms - 1)}"
     hours = range(start_ms - start_ms % HOUR_MS, end_ms, HOUR_MS)
     if reconciled is None:
         reconciled = reconcile(store, [view], list(hours), tolerance)
     results = [r for r in reconciled if r.hour_ms in hours]
+    comparison = _hour_comparison(results, start_ms, end_ms)
+    if comparison is None:
+        corrected = query_view(store, view, start_ms, end_ms, prefer="batch")
+        realtime = query_view(store, view, start_ms, end_ms, prefer="realtime")
+        keys, kinds = view_keys(view), metric_kinds(view)
+        comparison = compare_tables(corrected, realtime, keys, kinds, tolerance)
+    metadata = comparison_metadata(comparison)
+    metadata["hours"] = f"{hour_label(start_ms)} .. {hour_label(end_ms - 1)}"
     metadata.update(reconciliation_metadata(results))
     unexplained = [f for r in results for f in r.failures]
     if unexplained:
@@ -146,6 +149,16 @@ def evaluate_correction(
         metadata=metadata,
         description="realtime agrees with the correction",
     )
+
+
+def _hour_comparison(
+    results: Sequence[Reconciliation], start_ms: int, end_ms: int
+) -> Comparison | None:
+    """The comparison the hour's reconciliation made already (the same two queries of the
+    same hour), when ``[start_ms, end_ms)`` is that one hour."""
+    if end_ms - start_ms != HOUR_MS or start_ms % HOUR_MS or len(results) != 1:
+        return None
+    return results[0].comparison
 
 
 def hourly_results(

@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from pipelines.exceptions import QueryError
 from pipelines.segments import read_parquet, state_column, written_for
@@ -119,6 +120,8 @@ def query_sessions(
         if prefer == "newest":  # batch: no table = no correction
             require_table(store, tables, view)
         found = read_rows(tables, view, first, end_ms, batch_only=prefer == "batch", as_of=as_of)
+        if not sources:
+            return _table_sessions(view, found, start_ms, end_ms, match)
         rows = [_as_ms(row) for row in found.to_pylist()]
     for source in sources:
         files = [read_parquet(store.get(key)) for key in source.files]
@@ -138,6 +141,38 @@ def query_sessions(
     rows.sort(key=lambda r: (r[SESSION_START], r[key_col]))
     schema = view.output_schema().append(pa.field(SOURCE, pa.string()))
     return pa.Table.from_pylist(rows, schema=schema)
+
+
+def _table_sessions(
+    view: View, found: pa.Table, start_ms: int, end_ms: int, match: str
+) -> pa.Table:
+    """:func:`query_sessions`' answer from a table's rows, in Arrow (a day's sessions are
+    tens of thousands of rows): bounds in epoch ms, the range's sessions, sorted, the view's
+    output columns."""
+    assert view.session is not None
+    schema = view.output_schema().append(pa.field(SOURCE, pa.string()))
+    columns = {}
+    for field in schema:
+        if field.name not in found.column_names:
+            columns[field.name] = pa.nulls(found.num_rows, field.type)
+            continue
+        column = found.column(field.name)
+        if field.name in (SESSION_START, SESSION_END):
+            column = _ms_column(column)  # as the segments hold them, then the view's type
+        columns[field.name] = column.cast(field.type)
+    table = pa.table(columns, schema=schema)
+    starts, ends = (_ms_column(table.column(c)) for c in (SESSION_START, SESSION_END))
+    in_range = pc.and_(pc.greater_equal(starts, start_ms), pc.less(starts, end_ms))
+    if match != STARTED:
+        in_range = pc.and_(pc.less(starts, end_ms), pc.greater_equal(ends, start_ms))
+    table = table.filter(in_range)
+    return table.sort_by([(SESSION_START, "ascending"), (view.session.key, "ascending")])
+
+
+def _ms_column(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    if pa.types.is_timestamp(column.type):
+        column = column.cast(pa.timestamp("ms", tz=column.type.tz), safe=False)
+    return column.cast(pa.int64())
 
 
 def _as_ms(row: dict[str, Any]) -> dict[str, Any]:

@@ -25,6 +25,7 @@ __all__ = [
     "Pairs",
     "allowed_unexplained",
     "close",
+    "counted_metric",
     "exact_metric",
     "frequent_items_metric",
     "from_tally",
@@ -34,6 +35,7 @@ __all__ = [
     "rank_metric",
     "relative_error",
     "reproduced_metric",
+    "sample",
     "tally",
 ]
 
@@ -67,7 +69,7 @@ def relative_error(expected: Any, actual: Any, floor: float = 1e-12) -> float:
     return abs(float(actual) - float(expected)) / max(abs(float(expected)), floor)
 
 
-def _sample(key: tuple, expected: Any, actual: Any, causes: GroupCauses) -> dict[str, Any]:
+def sample(key: tuple, expected: Any, actual: Any, causes: GroupCauses) -> dict[str, Any]:
     return {
         "key": [str(k) for k in key],
         "exact": expected,
@@ -89,7 +91,7 @@ def tally(pairs: Pairs, causes_of: CausesOf, judge: Judge) -> tuple[int, int, li
         differing += differs
         explained += differs and ok
         if not ok:
-            unexplained.append(_sample(key, expected, actual, why))
+            unexplained.append(sample(key, expected, actual, why))
     return differing, explained, unexplained
 
 
@@ -117,6 +119,36 @@ def from_tally(
         rule=rule,
         passed=len(beyond) <= allowed,
         samples=beyond[:SAMPLES],
+    )
+
+
+def counted_metric(
+    column: str,
+    kind: str,
+    aggregation: str,
+    *,
+    compared: int,
+    differing: int,
+    unexplained: int,
+    samples: list[dict[str, Any]],
+    allowed: int,
+    rule: str,
+) -> MetricReconciliation:
+    """An exact metric whose rows the caller counted: of ``compared`` rows, ``differing``
+    differ and ``unexplained`` of those have no cause; it passes while no more than
+    ``allowed`` have none (the rows that agree need no judge)."""
+    return MetricReconciliation(
+        column=column,
+        kind=kind,
+        aggregation=aggregation,
+        compared=compared,
+        differing=differing,
+        explained=differing - unexplained,
+        unexplained=unexplained,
+        allowed=allowed,
+        rule=rule,
+        passed=unexplained <= allowed,
+        samples=samples[:SAMPLES],
     )
 
 

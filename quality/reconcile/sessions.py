@@ -21,11 +21,10 @@ sessions).
 
 from __future__ import annotations
 
-import bisect
-from collections import defaultdict
 from collections.abc import Sequence
-from datetime import datetime
+from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from pipelines.segments import (
@@ -40,13 +39,23 @@ from pipelines.storage import ObjectStore
 from pipelines.stream.checkpoint import load_checkpoint
 from pipelines.views.model import EVENT_COUNT, SESSION_END, SESSION_START, View
 from quality.causes import ArchiveReader, Causes, GroupCauses, read_hour_archive
-from quality.compare import EXACT, Tolerance, compare_tables, metric_kinds, rows_by_key
+from quality.compare import (
+    EXACT,
+    Tolerance,
+    column_values,
+    compare_tables,
+    match_rows,
+    metric_kinds,
+    row_keys,
+)
 from quality.reconcile.metrics import (
     NO_CAUSES,
+    SAMPLES,
     allowed_unexplained,
     close,
-    exact_metric,
+    counted_metric,
     other_metric,
+    sample,
 )
 from quality.reconcile.results import Reconciliation
 
@@ -54,58 +63,74 @@ __all__ = ["SessionCauses", "archive_rows", "reconcile_session_hour", "settled_f
 
 
 class SessionCauses:
-    """Per session key: its archived deliveries in time order, each with duplicate and late
-    flags, so the causes of any span are two binary searches away."""
+    """Per session key: its archived deliveries in time order, with running counts of the
+    duplicate and late ones, so the causes of any span are two binary searches away.
+
+    Columnar: the archive's rows sorted by key then time once; a span's counts are differences
+    of cumulative sums."""
 
     def __init__(self, view: View, rows: pa.Table) -> None:
         assert view.session is not None
         self.view = view
-        key_col = view.session.key
-        lateness = view.allowed_lateness_ms
-        seen: set[str] = set()
-        events: dict[str, list[tuple[int, bool, bool]]] = defaultdict(list)
         ordered = rows.sort_by(
             [("event_time", "ascending"), ("partition", "ascending"), ("offset", "ascending")]
-        ).to_pylist()
-        for row in ordered:
-            duplicate = row["event_id"] in seen
-            seen.add(row["event_id"])
-            prior = row["prior_watermark"]
-            late = prior is not None and row["event_time"] < prior - lateness
-            events[row[key_col]].append((row["event_time"], duplicate, late))
-        self.times = {k: [e[0] for e in v] for k, v in events.items()}
-        self.flags = {k: [(e[1], e[2]) for e in v] for k, v in events.items()}
-        gap = view.session.gap_ms
-        self.run_start: dict[str, list[int]] = {}
-        """Per key and event: the index of the first event of its run without a pause of
-        ``gap`` (where a maximum-duration cut, shifted by a cause, starts to cascade)."""
-        for key, times in self.times.items():
-            starts, first = [], 0
-            for i, t in enumerate(times):
-                if i and t - times[i - 1] >= gap:
-                    first = i
-                starts.append(first)
-            self.run_start[key] = starts
+        )
+        size = ordered.num_rows
+        ids = _codes(ordered.column("event_id"))[0]
+        duplicate = np.ones(size, dtype=bool)
+        duplicate[np.unique(ids, return_index=True)[1]] = False  # a repeat of an earlier id
+        times = ordered.column("event_time").to_numpy().astype(np.int64)
+        prior = ordered.column("prior_watermark").combine_chunks()
+        late = np.asarray(prior.is_valid(), dtype=bool) & (
+            times < prior.fill_null(0).to_numpy().astype(np.int64) - view.allowed_lateness_ms
+        )
+        keys, values = _codes(ordered.column(view.session.key))
+        by_key = np.argsort(keys, kind="stable")  # each key's deliveries stay in time order
+        keys, self.times = keys[by_key], times[by_key]
+        new_key = np.ones(size, dtype=bool)
+        new_key[1:] = keys[1:] != keys[:-1]
+        firsts = np.flatnonzero(new_key)
+        ends = np.append(firsts[1:], size) if size else firsts
+        self.slices = {
+            values[keys[first]]: (int(first), int(end))
+            for first, end in zip(firsts, ends, strict=True)
+        }
+        """Per key, the positions of its deliveries."""
+        new_run = new_key.copy()
+        new_run[1:] |= np.diff(self.times) >= view.session.gap_ms
+        self.run_start = np.maximum.accumulate(np.where(new_run, np.arange(size), 0))
+        """Per delivery: the first of its key's run without a pause of ``gap`` (where a
+        maximum-duration cut, shifted by a cause, starts to cascade)."""
+        self.duplicates_before = np.append(0, np.cumsum(duplicate[by_key]))
+        self.late_before = np.append(0, np.cumsum(late[by_key]))
         self.total = Causes(
-            events=len(ordered),
-            duplicates=sum(d for v in self.flags.values() for d, _ in v),
-            late_dropped=sum(late for v in self.flags.values() for _, late in v),
+            events=size, duplicates=int(duplicate.sum()), late_dropped=int(late.sum())
         )
 
-    def of(self, key: str, start_ms: int, end_ms: int) -> GroupCauses:
+    def of(self, key: Any, start_ms: int, end_ms: int) -> GroupCauses:
         """Deliveries, distinct events and late drops of ``key`` within the session's span,
         extended back to the start of the key's uninterrupted activity before it."""
         gap = self.view.session.gap_ms  # type: ignore[union-attr]
-        times = self.times.get(key)
-        if not times:
+        found = self.slices.get(key)
+        if found is None:
             return NO_CAUSES
-        lo = bisect.bisect_left(times, start_ms - gap)
-        hi = bisect.bisect_right(times, end_ms + gap)
-        if lo < len(times):
-            lo = self.run_start[key][lo]
-        flags = self.flags[key][lo:hi]
-        duplicates = sum(d for d, _ in flags)
-        return GroupCauses(len(flags), len(flags) - duplicates, sum(late for _, late in flags))
+        first, end = found
+        times = self.times[first:end]
+        lo = first + int(np.searchsorted(times, start_ms - gap, side="left"))
+        hi = first + int(np.searchsorted(times, end_ms + gap, side="right"))
+        if lo < end:
+            lo = int(self.run_start[lo])
+        deliveries = max(0, hi - lo)
+        duplicates = int(self.duplicates_before[hi] - self.duplicates_before[lo])
+        late = int(self.late_before[hi] - self.late_before[lo])
+        return GroupCauses(deliveries, deliveries - duplicates, late)
+
+
+def _codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list[Any]]:
+    """Integer codes of ``column``'s values (null is a value too) and the values coded."""
+    encoded = column.combine_chunks().dictionary_encode(null_encoding="encode")
+    codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    return codes, encoded.dictionary.to_pylist()
 
 
 def settled_frontier(store: ObjectStore, view: View) -> int | None:
@@ -122,10 +147,6 @@ def settled_frontier(store: ObjectStore, view: View) -> int | None:
         if checkpoint is not None:
             frontiers.append(checkpoint.watermark - view.allowed_lateness_ms)
     return min(frontiers) if frontiers else None
-
-
-def _ms(value: datetime | int) -> int:
-    return value if isinstance(value, int) else int(value.timestamp() * 1000)
 
 
 def archive_rows(
@@ -158,6 +179,47 @@ def archive_rows(
     return pa.concat_tables(tables)
 
 
+def _span_ms(table: pa.Table, column: str) -> np.ndarray:
+    """``column`` (a time) in epoch ms, as integers."""
+    values = table.column(column)
+    if pa.types.is_timestamp(values.type):
+        values = values.cast(pa.timestamp("ms", tz=values.type.tz), safe=False)
+    return values.cast(pa.int64()).to_numpy().astype(np.int64)
+
+
+class _Sessions:
+    """One side's sessions, by position: key, span and whether realtime still had it open."""
+
+    def __init__(self, table: pa.Table, key_col: str) -> None:
+        self.keys = table.column(key_col).to_pylist()
+        self.starts = _span_ms(table, SESSION_START)
+        self.ends = _span_ms(table, SESSION_END)
+        self.open = (
+            np.asarray(table.column("open").fill_null(False).to_numpy(), dtype=bool)
+            if "open" in table.column_names
+            else np.zeros(table.num_rows, dtype=bool)
+        )
+
+    def causes(self, causes: SessionCauses, position: int) -> GroupCauses:
+        return causes.of(self.keys[position], int(self.starts[position]), int(self.ends[position]))
+
+
+def _differing(expected: pa.Array, actual: pa.Array) -> np.ndarray:
+    """Positions of the aligned rows whose values are not :func:`close`."""
+    if (
+        expected.type == actual.type
+        and (pa.types.is_integer(expected.type) or pa.types.is_floating(expected.type))
+        and expected.null_count == 0
+        and actual.null_count == 0
+    ):
+        e = expected.to_numpy(zero_copy_only=False).astype(np.float64)
+        a = actual.to_numpy(zero_copy_only=False).astype(np.float64)
+        within = np.abs(a - e) <= 1e-9 * np.maximum(1.0, np.abs(e))
+        return np.flatnonzero(~within)
+    pairs = zip(expected.to_pylist(), actual.to_pylist(), strict=True)
+    return np.array([i for i, (e, a) in enumerate(pairs) if not close(e, a)], dtype=np.int64)
+
+
 def reconcile_session_hour(
     store: ObjectStore,
     view: View,
@@ -167,7 +229,10 @@ def reconcile_session_hour(
     ranges: Sequence[RangeRecord] | None = None,
 ) -> Reconciliation:
     """Reconcile the sessions of ``view`` that started in the hour ``hour_ms``; the causes
-    are those of every hour read (the sessions' spans)."""
+    are those of every hour read (the sessions' spans).
+
+    Column by column: only the sessions that are missing, extra or differ are looked up in
+    the archive's causes (a session whose values agree needs no cause)."""
     tolerance = tolerance or Tolerance.from_env()
     assert view.session is not None
     key_col = view.session.key
@@ -181,35 +246,23 @@ def reconcile_session_hour(
     kinds = {EVENT_COUNT: EXACT, **metric_kinds(view)}
     aggregation = {f.name: a.name for a in view.aggregators for f in a.output_fields()}
     aggregation[EVENT_COUNT] = "count"
-    comparison = compare_tables(corrected, realtime, keys, kinds, tolerance)
-    want, got = rows_by_key(corrected, keys), rows_by_key(realtime, keys)
-
+    match = match_rows(corrected, realtime, keys)
+    comparison = compare_tables(corrected, realtime, keys, kinds, tolerance, match)
+    want, got = _Sessions(corrected, key_col), _Sessions(realtime, key_col)
     frontier = settled_frontier(store, view)
 
-    def explained(key: tuple) -> bool:
+    def explained(sessions: _Sessions, position: int, still_open: bool) -> bool:
         """Duplicates or late drops in the session's span, or the session not settled."""
-        row = want.get(key) or got[key]
-        if causes.of(
-            row[key_col], _ms(row[SESSION_START]), _ms(row[SESSION_END])
-        ).explains_difference:
+        if sessions.causes(causes, position).explains_difference:
             return True
-        return (frontier is not None and _ms(row[SESSION_END]) >= frontier) or (
-            key in got and got[key]["open"]
-        )
+        unsettled = frontier is not None and int(sessions.ends[position]) >= frontier
+        return unsettled or still_open
 
-    def causes_of(key: tuple) -> GroupCauses:
-        row = want[key]
-        return causes.of(row[key_col], _ms(row[SESSION_START]), _ms(row[SESSION_END]))
-
-    def judge(key: tuple, expected: object, actual: object, _why: GroupCauses) -> bool:
-        return close(expected, actual) or explained(key)
-
-    missing_explained = sum(explained(k) for k in comparison.missing)
-    extra_explained = sum(explained(k) for k in comparison.extra)
+    missing_explained = sum(explained(want, int(i), False) for i in match.missing_index)
+    extra_explained = sum(explained(got, int(i), bool(got.open[i])) for i in match.extra_index)
     unexplained_groups = (
         len(comparison.missing) - missing_explained + len(comparison.extra) - extra_explained
     )
-    matched = [k for k in want if k in got]
     rule = (
         "differences only in sessions whose span had duplicates or late drops, "
         "or not settled in realtime"
@@ -219,15 +272,42 @@ def reconcile_session_hour(
         if kind != EXACT:
             metrics.append(other_metric(column, kind, aggregation[column], comparison))
             continue
-        pairs = [(k, want[k].get(column), got[k].get(column)) for k in matched]
+        expected = column_values(corrected, column, match.expected_index)
+        actual = column_values(realtime, column, match.actual_index)
+        differing = _differing(expected, actual)
+        beyond = []
+        for row in differing:
+            at, where = int(match.expected_index[row]), int(match.actual_index[row])
+            if not explained(want, at, bool(got.open[where])):
+                beyond.append(row)
+        samples = [
+            sample(key, expected[int(row)].as_py(), actual[int(row)].as_py(), why)
+            for row in beyond[:SAMPLES]
+            for key, why in [
+                (
+                    row_keys(corrected, keys, match.expected_index[[row]])[0],
+                    want.causes(causes, int(match.expected_index[row])),
+                )
+            ]
+        ]
         metrics.append(
-            exact_metric(
-                column, kind, aggregation[column], pairs, causes_of, judge, rule, tolerance
+            counted_metric(
+                column,
+                kind,
+                aggregation[column],
+                compared=match.matched,
+                differing=len(differing),
+                unexplained=len(beyond),
+                samples=samples,
+                allowed=allowed_unexplained(tolerance.unexplained_share, match.matched),
+                rule=rule,
             )
         )
     label = f"{view.name} {hour_label(hour_ms)}"
     failures = []
-    if unexplained_groups > allowed_unexplained(tolerance.unexplained_share, max(1, len(want))):
+    if unexplained_groups > allowed_unexplained(
+        tolerance.unexplained_share, max(1, match.expected_rows)
+    ):
         failures.append(
             f"{label}: {unexplained_groups} session(s) missing or extra without duplicates or "
             f"late drops to explain them ({len(comparison.missing)} missing from realtime, "

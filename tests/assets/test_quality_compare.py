@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pipelines.exceptions import ConfigError
 from quality.compare import (
@@ -117,3 +119,70 @@ def test_metric_kinds_follow_the_aggregations_of_the_example_views() -> None:
     assert kinds["bytes_quantiles_by_type"]["bytes_p95"] == APPROXIMATE
     assert kinds["top_clients_hourly"]["top_clients"] == INFORMATIONAL
     assert kinds["top_clients_hourly"]["first_type"] == EXACT
+
+
+def _reference(expected: pa.Table, actual: pa.Table, keys, metrics, tolerance):
+    """The comparison's definition, row by row in Python (what the columnar one replaced)."""
+    from quality.compare import _metric_error, nulls_first, rows_by_key
+
+    want, got = rows_by_key(expected, keys), rows_by_key(actual, keys)
+    matched = [k for k in want if k in got]
+    errors = [
+        _metric_error(c, kind, [(want[k].get(c), got[k].get(c)) for k in matched], tolerance)
+        for c, kind in metrics.items()
+    ]
+    return (
+        len(want),
+        len(got),
+        len(matched),
+        sorted((k for k in want if k not in got), key=nulls_first),
+        sorted((k for k in got if k not in want), key=nulls_first),
+        errors,
+    )
+
+
+@given(st.data())
+@settings(max_examples=150, deadline=None)
+def test_the_columnar_comparison_agrees_with_the_row_by_row_definition(data) -> None:
+    """Repeated keys, nulls, zeros, NaN and infinities, strings, a column one side lacks, and
+    timestamps typed alike or not: every figure equal, not merely close."""
+    ints = st.one_of(st.none(), st.integers(-3, 3), st.integers(-(2**62), 2**62))
+    floats = st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True, width=64))
+    row = st.fixed_dictionaries(
+        {
+            "window_start": st.integers(0, 3),
+            "org": st.one_of(st.none(), st.sampled_from("abc")),
+            "events": ints,
+            "mean": floats,
+            "top": st.one_of(st.none(), st.sampled_from(["x", "y"])),
+        }
+    )
+    unit = data.draw(st.sampled_from(["ms", "us"]))
+
+    def table(rows, time_unit="ms", drop=()):
+        made = pa.Table.from_pylist(
+            rows,
+            schema=pa.schema(
+                [
+                    ("window_start", pa.int64()),
+                    ("org", pa.string()),
+                    ("events", pa.int64()),
+                    ("mean", pa.float64()),
+                    ("top", pa.string()),
+                ]
+            ),
+        )
+        start = made.column("window_start").cast(pa.timestamp(time_unit, tz="UTC"))
+        made = made.set_column(0, "window_start", start)
+        return made.drop_columns(list(drop))
+
+    expected = table(data.draw(st.lists(row, max_size=12)))
+    drop = data.draw(st.sampled_from([(), ("top",)]))
+    actual = table(data.draw(st.lists(row, max_size=12)), unit, drop)
+    metrics = {"events": EXACT, "mean": APPROXIMATE, "top": INFORMATIONAL}
+    tolerance = Tolerance()
+    got = compare_tables(expected, actual, KEYS, metrics, tolerance)
+    want = _reference(expected, actual, KEYS, metrics, tolerance)
+    assert (got.expected_rows, got.actual_rows, got.matched, got.missing, got.extra) == want[:5]
+    for mine, theirs in zip(got.metrics, want[5], strict=True):
+        assert repr(mine.__dict__) == repr(theirs.__dict__)  # NaN equal to NaN, -0.0 to -0.0
