@@ -72,7 +72,7 @@ def correct_hours(
     ``validate_rows(table, view)`` does the same on the collected Arrow rows, in the driver:
     no Spark job and no round trip to a Spark Connect server per view.
 
-    With ``tables``, each segment is one commit to its view's Iceberg table (``run_id`` in
+    With ``tables``, each view's segments are one commit to its Iceberg table (``run_id`` in
     the snapshot summary); without, the older ``batch/v<N>/`` + ``_published.json`` layout.
 
     Session views are corrected by :func:`pipelines.batch.sessions.correct_session_hours`

@@ -43,7 +43,7 @@ from pipelines.batch.archive import (
     read_hours,
 )
 from pipelines.batch.frames import join_on_keys, spark_frame_of
-from pipelines.batch.publish import CorrectionResult, publish_version
+from pipelines.batch.publish import CorrectionResult, SegmentRows, publish_versions
 from pipelines.segments import HOUR_MS, hour_label, segment_schema
 from pipelines.storage import ObjectStore
 from pipelines.views.model import (
@@ -256,29 +256,37 @@ def correct_session_hours(
         table, counts = _aggregate_and_count(events, view, todo)  # 2, 3
     share = (time.monotonic() - started) / len(todo)
     starts = table.column(SESSION_START).to_numpy()
-    for segment in todo:  # 4
-        write_started = time.monotonic()
-        part = table.filter(pa.array((starts >= segment) & (starts < segment + HOUR_MS)))
-        n_events, duplicates = counts.get(segment, (0, 0))
-        read = [hour_label(h) for h in sorted(files)]
-        version, keys = publish_version(store, view, segment, part, n_events, duplicates, read)
+    write_started = time.monotonic()
+    read = [hour_label(h) for h in sorted(files)]
+    parts = [
+        SegmentRows(
+            segment,
+            table.filter(pa.array((starts >= segment) & (starts < segment + HOUR_MS))),
+            *counts.get(segment, (0, 0)),
+            read,
+        )
+        for segment in todo
+    ]
+    published = publish_versions(store, view, parts)  # 4, one commit
+    write_share = (time.monotonic() - write_started) / len(parts)
+    for part, (version, keys) in zip(parts, published, strict=True):
         log.info(
             "%s %s: published batch v%d, %d sessions",
             view.name,
-            hour_label(segment),
+            hour_label(part.segment),
             version,
-            part.num_rows,
+            part.table.num_rows,
         )
         emit(
             CorrectionResult(
                 view.name,
-                segment,
+                part.segment,
                 version,
-                part.num_rows,
-                n_events,
-                duplicates,
+                part.table.num_rows,
+                part.events,
+                part.duplicates,
                 tuple(keys),
-                round(share + time.monotonic() - write_started, 3),
+                round(share + write_share, 3),
                 hours=tuple(read),
             )
         )

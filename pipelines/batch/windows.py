@@ -25,7 +25,12 @@ from pipelines.batch.archive import (
     read_hours,
 )
 from pipelines.batch.frames import join_on_keys, spark_frame_of
-from pipelines.batch.publish import CorrectionResult, is_corrected, publish_version
+from pipelines.batch.publish import (
+    CorrectionResult,
+    SegmentRows,
+    is_corrected,
+    publish_versions,
+)
 from pipelines.batch.spark import fit_shuffle_partitions
 from pipelines.segments import HOUR_MS, hour_label, segment_schema, state_column
 from pipelines.storage import ObjectStore
@@ -261,18 +266,16 @@ def _publish_view(
     counts: dict[tuple[str, int], tuple[int, int]],
     emit: Callable[[CorrectionResult], None],
 ) -> None:
-    """Publish each segment's rows of ``table`` (step 4) and report it."""
+    """Publish each segment's rows of ``table`` (step 4, one commit) and report them."""
+    write_started = time.monotonic()
     starts = table.column(WINDOW_START).to_numpy()
+    parts, missing_of = [], {}
     for segment in segments:
-        write_started = time.monotonic()
         in_segment = (starts >= segment) & (starts < segment + view.segment_ms)
-        part = table.filter(pa.array(in_segment))
         seg_hours = segment_hours(view, segment)
         read = [hour_label(h) for h in seg_hours if h in files]
         missing = tuple(hour_label(h) for h in seg_hours if h not in files)
         own = seg_hours[: view.segment_ms // HOUR_MS]  # not the hours sliding windows reach
-        n_events = sum(counts[(view.topic, h)][0] for h in own)
-        duplicates = sum(counts[(view.topic, h)][1] for h in own)
         if missing:
             log.warning(
                 "%s %s: no archive for hour(s) %s; publishing what the others hold",
@@ -280,30 +283,39 @@ def _publish_view(
                 hour_label(segment),
                 ", ".join(missing),
             )
-        version, keys = publish_version(  # 4
-            store, view, segment, part, n_events, duplicates, read
+        missing_of[segment] = missing
+        parts.append(
+            SegmentRows(
+                segment,
+                table.filter(pa.array(in_segment)),
+                sum(counts[(view.topic, h)][0] for h in own),
+                sum(counts[(view.topic, h)][1] for h in own),
+                read,
+            )
         )
-        seconds = share + time.monotonic() - write_started
+    published = publish_versions(store, view, parts)  # 4
+    write_share = (time.monotonic() - write_started) / max(1, len(parts))
+    for part, (version, keys) in zip(parts, published, strict=True):
         log.info(
             "%s %s: published batch v%d, %d rows from %d events (%d duplicates)",
             view.name,
-            hour_label(segment),
+            hour_label(part.segment),
             version,
-            part.num_rows,
-            n_events,
-            duplicates,
+            part.table.num_rows,
+            part.events,
+            part.duplicates,
         )
         emit(
             CorrectionResult(
                 view.name,
-                segment,
+                part.segment,
                 version,
-                part.num_rows,
-                n_events,
-                duplicates,
+                part.table.num_rows,
+                part.events,
+                part.duplicates,
                 tuple(keys),
-                round(seconds, 3),
-                hours=tuple(read),
-                hours_missing=missing,
+                round(share + write_share, 3),
+                hours=tuple(part.hours),
+                hours_missing=missing_of[part.segment],
             )
         )

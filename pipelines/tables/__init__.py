@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         hour_files,
         hours_filter,
         replace_hours,
+        replace_segments,
         write_hour_files,
     )
     from pipelines.tables.read import AsOf, read_rows, resolve_snapshot
@@ -67,6 +68,7 @@ __all__ = [
     "read_rows",
     "register_tables",
     "replace_hours",
+    "replace_segments",
     "resolve_snapshot",
     "table_rows",
     "tables_for",
@@ -88,6 +90,7 @@ _EXPORTS = {
     "hour_files": "pipelines.tables.commit",
     "hours_filter": "pipelines.tables.commit",
     "replace_hours": "pipelines.tables.commit",
+    "replace_segments": "pipelines.tables.commit",
     "write_hour_files": "pipelines.tables.commit",
     "AsOf": "pipelines.tables.read",
     "read_rows": "pipelines.tables.read",

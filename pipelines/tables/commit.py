@@ -15,8 +15,8 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -55,6 +55,7 @@ __all__ = [
     "hour_files",
     "hours_filter",
     "replace_hours",
+    "replace_segments",
     "write_hour_files",
 ]
 
@@ -81,6 +82,10 @@ class CommitOutcome:
     attempts: int
     files: tuple[str, ...] = ()
     """The data files added."""
+    versions: tuple[int, ...] = ()
+    """:func:`replace_segments`: the batch version of each segment, in its order."""
+    file_of_hour: Mapping[int, str] = field(default_factory=dict)
+    """The data file added for each hour that has rows."""
 
 
 def hours_filter(view: View, hours: Iterable[int]) -> BooleanExpression:
@@ -145,7 +150,35 @@ def replace_hours(
     """
     if source not in (BATCH, REALTIME):
         raise ValueError(f"source must be {BATCH} or {REALTIME}")
-    wanted = sorted(set(hours))
+    made = rows if not callable(rows) else (lambda versions: rows(versions[0]))
+    return _replace([sorted(set(hours))], view, tables, made, source, summary, force_version)
+
+
+def replace_segments(
+    tables: ViewTables,
+    view: View,
+    segments: Sequence[Sequence[int]],
+    rows: Callable[[list[int]], pa.Table],
+    *,
+    summary: Mapping[str, str] | None = None,
+) -> CommitOutcome:
+    """Replace the hours of several segments with batch rows in one snapshot: each segment
+    gets its own next version (highest batch version of its hours + 1), and ``rows`` makes
+    every segment's rows from the list of versions. A correction of a day publishes its 24
+    hours in one commit, not 24 (each commit re-reads the table's metadata)."""
+    return _replace([sorted(set(s)) for s in segments], view, tables, rows, BATCH, summary, None)
+
+
+def _replace(
+    groups: list[list[int]],
+    view: View,
+    tables: ViewTables,
+    rows: Callable[[list[int]], pa.Table] | pa.Table,
+    source: str,
+    summary: Mapping[str, str] | None,
+    force_version: int | None,
+) -> CommitOutcome:
+    wanted = sorted({h for group in groups for h in group})
     by_filter = False
     for attempt in range(1, MAX_ATTEMPTS + 1):
         table = tables.load(view)
@@ -153,23 +186,26 @@ def replace_hours(
         if source == REALTIME:
             todo = [h for h in wanted if h not in corrected]
             skipped = tuple(h for h in wanted if h in corrected)
-            version = 0
+            versions = [0] * len(groups)
         else:
             todo, skipped = wanted, ()
-            newest = max(corrected.values(), default=0)
-            version = newest + 1
-            if force_version is not None and force_version > newest:
-                version = force_version
+            versions = []
+            for group in groups:
+                newest = max((corrected.get(h, 0) for h in group), default=0)
+                forced = force_version is not None and force_version > newest
+                versions.append(force_version if forced else newest + 1)  # type: ignore[arg-type]
+        version = max(versions, default=0)
         if not todo:
-            return CommitOutcome(None, (), skipped, version, attempt)
-        data = rows(version) if callable(rows) else rows
+            return CommitOutcome(None, (), skipped, version, attempt, versions=tuple(versions))
+        data = rows(versions) if callable(rows) else rows
         props = {
             f"{SUMMARY_PREFIX}source": source,
             f"{SUMMARY_PREFIX}hours": ",".join(hour_label(h) for h in todo),
             f"{SUMMARY_PREFIX}batch-version": str(version),
             **{f"{SUMMARY_PREFIX}{k}": str(v) for k, v in (summary or {}).items()},
         }
-        files = write_hour_files(table, view, data, todo, f"{source}-v{version}")
+        written = _write_hour_files(table, view, data, todo, f"{source}-v{version}")
+        files = list(written.values())
         try:
             tx = table.transaction()
             if not by_filter:
@@ -211,6 +247,8 @@ def replace_hours(
             version,
             attempt,
             tuple(files),
+            versions=tuple(versions),
+            file_of_hour=written,
         )
     raise TableConflictError(
         f"{view.name}: {MAX_ATTEMPTS} commits of {source} rows for "
@@ -248,9 +286,15 @@ def write_hour_files(
     table: Table, view: View, rows: pa.Table, hours: Iterable[int], prefix: str
 ) -> list[str]:
     """``rows`` of each of ``hours`` as one Parquet file under the table's ``data/``."""
+    return list(_write_hour_files(table, view, rows, hours, prefix).values())
+
+
+def _write_hour_files(
+    table: Table, view: View, rows: pa.Table, hours: Iterable[int], prefix: str
+) -> dict[int, str]:
     col = partition_field(view)
     starts = rows.column(col).cast(pa.timestamp("ms", tz="UTC")).cast(pa.int64()).to_numpy()
-    paths = []
+    paths = {}
     for hour in hours:
         part = rows.filter(pa.array((starts >= hour) & (starts < hour + HOUR_MS)))
         if part.num_rows == 0:
@@ -261,7 +305,7 @@ def write_hour_files(
         )
         with table.io.new_output(path).create(overwrite=True) as out:
             pq.write_table(part, out, compression="zstd")
-        paths.append(path)
+        paths[hour] = path
     return paths
 
 

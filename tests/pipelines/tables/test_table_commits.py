@@ -11,7 +11,13 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from pipelines.batch.publish import TableTarget, publish_version, publishing_to
+from pipelines.batch.publish import (
+    SegmentRows,
+    TableTarget,
+    publish_version,
+    publish_versions,
+    publishing_to,
+)
 from pipelines.config import PROJECT_ROOT
 from pipelines.segments import HOUR_MS
 from pipelines.storage import LocalObjectStore
@@ -81,6 +87,34 @@ def test_a_correction_replaces_its_hours_in_one_snapshot(control_url, tmp_path, 
     before = _hour_rows(table, view, H, first_batch.parent_snapshot_id)
     assert {(r["source"], r["events"]) for r in before} == {(REALTIME, 1)}
     assert batch_hours(table, view) == {H: 2}
+    tables.close()
+
+
+def test_a_run_publishes_its_segments_in_one_snapshot_each_with_its_version(
+    control_url, tmp_path, views
+) -> None:
+    """Two hours, one corrected before: one commit replaces both, each hour with its own next
+    version; the summary sums the segments."""
+    view = views["traffic_by_org"]
+    tables = _tables(control_url, tmp_path / "root")
+    store = LocalObjectStore(str(tmp_path / "root"))
+    second = H + HOUR_MS
+    with publishing_to(TableTarget(tables, run_id="run-1")):
+        publish_version(store, view, H, _window_rows(view, H, 1), 10, 0, ["a"])
+        before = len(tables.load(view).snapshots())
+        parts = [
+            SegmentRows(H, _window_rows(view, H, 2), 20, 1, ["a"]),
+            SegmentRows(second, _window_rows(view, second, 3), 30, 2, ["b"]),
+        ]
+        published = publish_versions(store, view, parts)
+    assert [version for version, _ in published] == [2, 1]
+    assert all(len(files) == 1 for _, files in published)
+    table = tables.load(view)
+    assert len(table.snapshots()) == before + 1
+    summary = table.current_snapshot().summary
+    assert (summary["sluice.events"], summary["sluice.archive-hours"]) == ("50", "a,b")
+    assert batch_hours(table, view) == {H: 2, second: 1}
+    assert {(r["batch_version"], r["events"]) for r in _hour_rows(table, view, second)} == {(1, 3)}
     tables.close()
 
 
