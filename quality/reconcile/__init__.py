@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from pipelines.segments import HOUR_MS, read_range_records
+from pipelines.serving import corrected_segments
 from pipelines.storage import ObjectStore
 from pipelines.views.model import View
 from quality.causes import ArchiveReader, archive_columns, read_hour_archive
@@ -45,6 +46,12 @@ def reconcile(
         by_topic.setdefault(view.topic, []).append(view)
     ranges = {topic: read_range_records(store, topic) for topic in by_topic}
     reader = ArchiveReader(store)
+    corrected = {  # one scan of each view's table for the pass, not two per hour
+        view.name: set(
+            corrected_segments(store, view, sorted({view.segment_start(h) for h in hours}))
+        )
+        for view in enabled
+    }
     for hour in hours:
         for topic, topic_views in by_topic.items():
             columns = archive_columns(topic_views)
@@ -53,12 +60,15 @@ def reconcile(
             if any(v.is_sliding for v in topic_views):  # their windows reach the next hour
                 following = read_hour_archive(reader, topic, hour + HOUR_MS, columns, ranges[topic])
             for view in topic_views:
+                done = view.segment_start(hour) in corrected[view.name]
                 if view.is_session:
                     result = reconcile_session_hour(
-                        store, view, hour, tolerance, reader, ranges[topic]
+                        store, view, hour, tolerance, reader, ranges[topic], corrected=done
                     )
                 else:
-                    result = reconcile_hour(store, view, hour, tolerance, archive, following)
+                    result = reconcile_hour(
+                        store, view, hour, tolerance, archive, following, corrected=done
+                    )
                 results.append(result)
                 if on_result is not None:
                     on_result(result)

@@ -227,16 +227,21 @@ def reconcile_session_hour(
     tolerance: Tolerance | None = None,
     reader: ArchiveReader | None = None,
     ranges: Sequence[RangeRecord] | None = None,
+    *,
+    corrected: bool | None = None,
 ) -> Reconciliation:
     """Reconcile the sessions of ``view`` that started in the hour ``hour_ms``; the causes
     are those of every hour read (the sessions' spans).
 
     Column by column: only the sessions that are missing, extra or differ are looked up in
-    the archive's causes (a session whose values agree needs no cause)."""
+    the archive's causes (a session whose values agree needs no cause). ``corrected``:
+    whether the hour has a correction, if the caller knows."""
     tolerance = tolerance or Tolerance.from_env()
     assert view.session is not None
     key_col = view.session.key
-    if hour_ms not in corrected_segments(store, view, [hour_ms]):
+    if corrected is None:
+        corrected = hour_ms in corrected_segments(store, view, [hour_ms])
+    if not corrected:
         return Reconciliation(view.name, hour_ms, False, None, Causes())
     causes = SessionCauses(view, archive_rows(reader or store, view, hour_ms, ranges))
     end = hour_ms + HOUR_MS

@@ -224,9 +224,12 @@ def reconcile_hour(
     tolerance: Tolerance | None = None,
     archive: HourArchive | None = None,
     following: HourArchive | None = None,
+    *,
+    corrected: bool | None = None,
 ) -> Reconciliation:
     """Reconcile ``view``'s windows starting in the hour ``hour_ms`` (epoch ms); a sliding
-    view's windows also read the next hour's archive (``following``)."""
+    view's windows also read the next hour's archive (``following``). ``corrected``: whether
+    the hour's segment has a correction, if the caller knows."""
     tolerance = tolerance or Tolerance.from_env()
     columns = archive_columns([view])
     if archive is None:
@@ -234,7 +237,9 @@ def reconcile_hour(
     if view.is_sliding and following is None:
         following = read_hour_archive(store, view.topic, hour_ms + HOUR_MS, columns)
     total, causes = view_causes(archive, view, following)
-    if not _has_correction(store, view, hour_ms):
+    if corrected is None:
+        corrected = _has_correction(store, view, hour_ms)
+    if not corrected:
         return Reconciliation(view.name, hour_ms, False, None, total)
     end = hour_ms + HOUR_MS
     corrected = query_view(store, view, hour_ms, end, prefer="batch")
