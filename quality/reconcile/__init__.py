@@ -15,7 +15,7 @@ from pipelines.storage import ObjectStore
 from pipelines.views.model import View
 from quality.causes import ArchiveReader, archive_columns, read_hour_archive
 from quality.compare import Tolerance
-from quality.reconcile.results import MetricReconciliation, Reconciliation
+from quality.reconcile.results import MetricReconciliation, Reconciliation, TablesRead
 from quality.reconcile.sessions import SessionCauses, reconcile_session_hour, settled_frontier
 from quality.reconcile.windows import reconcile_hour
 
@@ -23,6 +23,7 @@ __all__ = [
     "MetricReconciliation",
     "Reconciliation",
     "SessionCauses",
+    "TablesRead",
     "reconcile",
     "reconcile_hour",
     "reconcile_session_hour",
@@ -36,8 +37,12 @@ def reconcile(
     hours: Sequence[int],
     tolerance: Tolerance | None = None,
     on_result: Callable[[Reconciliation], None] | None = None,
+    on_tables: TablesRead | None = None,
 ) -> list[Reconciliation]:
-    """Reconcile every enabled view for every hour; the archive is read once per topic-hour."""
+    """Reconcile every enabled view for every hour; the archive is read once per topic-hour.
+
+    ``on_tables(view, hour, corrected, realtime)`` sees the two sides read for each corrected
+    hour (the report draws its series from them instead of reading the day again)."""
     tolerance = tolerance or Tolerance.from_env()
     enabled = [v for v in views if not v.disabled]
     results = []
@@ -63,11 +68,25 @@ def reconcile(
                 done = view.segment_start(hour) in corrected[view.name]
                 if view.is_session:
                     result = reconcile_session_hour(
-                        store, view, hour, tolerance, reader, ranges[topic], corrected=done
+                        store,
+                        view,
+                        hour,
+                        tolerance,
+                        reader,
+                        ranges[topic],
+                        has_correction=done,
+                        on_tables=on_tables,
                     )
                 else:
                     result = reconcile_hour(
-                        store, view, hour, tolerance, archive, following, corrected=done
+                        store,
+                        view,
+                        hour,
+                        tolerance,
+                        archive,
+                        following,
+                        has_correction=done,
+                        on_tables=on_tables,
                     )
                 results.append(result)
                 if on_result is not None:

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
+
 from pipelines.segments import hour_label
+from pipelines.views.model import View
 from quality.causes import Causes
 from quality.compare import Comparison
 
-__all__ = ["MetricReconciliation", "Reconciliation"]
+__all__ = ["MetricReconciliation", "Reconciliation", "TablesRead"]
+
+TablesRead = Callable[[View, int, pa.Table, pa.Table], None]
+"""Told (view, hour, corrected, realtime) for each corrected hour a reconciliation read."""
 
 
 @dataclass(frozen=True)

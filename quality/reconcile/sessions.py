@@ -57,7 +57,7 @@ from quality.reconcile.metrics import (
     other_metric,
     sample,
 )
-from quality.reconcile.results import Reconciliation
+from quality.reconcile.results import Reconciliation, TablesRead
 
 __all__ = ["SessionCauses", "archive_rows", "reconcile_session_hour", "settled_frontier"]
 
@@ -228,25 +228,28 @@ def reconcile_session_hour(
     reader: ArchiveReader | None = None,
     ranges: Sequence[RangeRecord] | None = None,
     *,
-    corrected: bool | None = None,
+    has_correction: bool | None = None,
+    on_tables: TablesRead | None = None,
 ) -> Reconciliation:
     """Reconcile the sessions of ``view`` that started in the hour ``hour_ms``; the causes
     are those of every hour read (the sessions' spans).
 
     Column by column: only the sessions that are missing, extra or differ are looked up in
-    the archive's causes (a session whose values agree needs no cause). ``corrected``:
+    the archive's causes (a session whose values agree needs no cause). ``has_correction``:
     whether the hour has a correction, if the caller knows."""
     tolerance = tolerance or Tolerance.from_env()
     assert view.session is not None
     key_col = view.session.key
-    if corrected is None:
-        corrected = hour_ms in corrected_segments(store, view, [hour_ms])
-    if not corrected:
+    if has_correction is None:
+        has_correction = hour_ms in corrected_segments(store, view, [hour_ms])
+    if not has_correction:
         return Reconciliation(view.name, hour_ms, False, None, Causes())
     causes = SessionCauses(view, archive_rows(reader or store, view, hour_ms, ranges))
     end = hour_ms + HOUR_MS
     corrected = query_sessions(store, view, hour_ms, end, prefer="batch")
     realtime = query_sessions(store, view, hour_ms, end, prefer="realtime")
+    if on_tables is not None:
+        on_tables(view, hour_ms, corrected, realtime)
     keys = [key_col, SESSION_START]
     kinds = {EVENT_COUNT: EXACT, **metric_kinds(view)}
     aggregation = {f.name: a.name for a in view.aggregators for f in a.output_fields()}

@@ -72,7 +72,7 @@ from quality.reconcile.metrics import (
     rank_metric,
     reproduced_metric,
 )
-from quality.reconcile.results import MetricReconciliation, Reconciliation
+from quality.reconcile.results import MetricReconciliation, Reconciliation, TablesRead
 
 __all__ = ["reconcile_hour"]
 
@@ -225,11 +225,12 @@ def reconcile_hour(
     archive: HourArchive | None = None,
     following: HourArchive | None = None,
     *,
-    corrected: bool | None = None,
+    has_correction: bool | None = None,
+    on_tables: TablesRead | None = None,
 ) -> Reconciliation:
     """Reconcile ``view``'s windows starting in the hour ``hour_ms`` (epoch ms); a sliding
-    view's windows also read the next hour's archive (``following``). ``corrected``: whether
-    the hour's segment has a correction, if the caller knows."""
+    view's windows also read the next hour's archive (``following``). ``has_correction``:
+    whether the hour's segment has a correction, if the caller knows."""
     tolerance = tolerance or Tolerance.from_env()
     columns = archive_columns([view])
     if archive is None:
@@ -237,13 +238,15 @@ def reconcile_hour(
     if view.is_sliding and following is None:
         following = read_hour_archive(store, view.topic, hour_ms + HOUR_MS, columns)
     total, causes = view_causes(archive, view, following)
-    if corrected is None:
-        corrected = _has_correction(store, view, hour_ms)
-    if not corrected:
+    if has_correction is None:
+        has_correction = _has_correction(store, view, hour_ms)
+    if not has_correction:
         return Reconciliation(view.name, hour_ms, False, None, total)
     end = hour_ms + HOUR_MS
     corrected = query_view(store, view, hour_ms, end, prefer="batch")
     realtime = query_view(store, view, hour_ms, end, prefer="realtime")
+    if on_tables is not None:
+        on_tables(view, hour_ms, corrected, realtime)
     keys = view_keys(view)
     comparison = compare_tables(corrected, realtime, keys, metric_kinds(view), tolerance)
     want, got = rows_by_key(corrected, keys), rows_by_key(realtime, keys)

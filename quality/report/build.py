@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from pipelines.control import ControlStore, FleetSample
@@ -208,24 +209,60 @@ def series_metric(view: View) -> str | None:
 
 def _sums(table: pa.Table, metric: str, view: View) -> dict[int, float]:
     """Sums of ``metric`` per window (per start hour of the sessions, for a session view)."""
-    sums: dict[int, float] = defaultdict(float)
     column, size = (SESSION_START, HOUR_MS) if view.is_session else (WINDOW_START, 1)
-    starts = table.column(column).to_pylist()
-    for start, value in zip(starts, table.column(metric).to_pylist(), strict=True):
-        if value is not None:
-            ms = int(start.timestamp() * 1000)
-            sums[ms - ms % size] += float(value)
-    return dict(sums)
+    values = table.column(metric)
+    valid = np.asarray(values.is_valid(), dtype=bool)
+    if not valid.any():
+        return {}
+    starts = table.column(column)
+    if pa.types.is_timestamp(starts.type):
+        starts = starts.cast(pa.timestamp("ms", tz=starts.type.tz), safe=False)
+    ms = starts.cast(pa.int64()).to_numpy()[valid]
+    numbers = values.cast(pa.float64()).to_numpy(zero_copy_only=False)[valid]
+    windows, at = np.unique(ms - ms % size, return_inverse=True)
+    sums = np.zeros(len(windows))
+    for position, number in zip(at.tolist(), numbers.tolist(), strict=True):
+        sums[position] += number  # in row order, as Python's running sum adds them
+    return dict(zip(windows.tolist(), sums.tolist(), strict=True))
 
 
-def view_series(store: ObjectStore, view: View, start_ms: int, end_ms: int) -> ViewSeries:
-    """Realtime and corrected sums of :func:`series_metric` per window of ``[start, end)``."""
+def view_series(
+    store: ObjectStore,
+    view: View,
+    start_ms: int,
+    end_ms: int,
+    read: Mapping[int, tuple[pa.Table, pa.Table]] | None = None,
+) -> ViewSeries:
+    """Realtime and corrected sums of :func:`series_metric` per window of ``[start, end)``.
+
+    ``read``: (corrected, realtime) of hours already read (by the reconciliation); the other
+    hours are queried."""
     metric = series_metric(view)
     if metric is None:
         return ViewSeries(view.name, None)
-    realtime = _sums(query_view(store, view, start_ms, end_ms, prefer="realtime"), metric, view)
-    corrected = _sums(query_view(store, view, start_ms, end_ms, prefer="batch"), metric, view)
-    windows = sorted(set(realtime) | set(corrected))
+    read = read or {}
+    hours = range(start_ms - start_ms % HOUR_MS, end_ms, HOUR_MS)
+    if not any(h in read for h in hours):
+        sides = [
+            (query_view(store, view, start_ms, end_ms, prefer="batch"),
+             query_view(store, view, start_ms, end_ms, prefer="realtime"))
+        ]  # fmt: skip
+    else:
+        sides = [
+            read[h]
+            if h in read
+            else (
+                query_view(store, view, h, h + HOUR_MS, prefer="batch"),
+                query_view(store, view, h, h + HOUR_MS, prefer="realtime"),
+            )
+            for h in hours
+        ]
+    corrected: dict[int, float] = {}
+    realtime: dict[int, float] = {}
+    for batch_rows, realtime_rows in sides:
+        corrected.update(_sums(batch_rows, metric, view))
+        realtime.update(_sums(realtime_rows, metric, view))
+    windows = sorted(w for w in set(realtime) | set(corrected) if start_ms <= w < end_ms)
     return ViewSeries(
         view.name,
         metric,
@@ -264,8 +301,13 @@ def build_report(
     start_ms, end_ms = day_bounds(day)
     enabled = [v for v in views if not v.disabled]
     hours = list(range(start_ms, end_ms, HOUR_MS))
-    reconciliations = reconcile(store, enabled, hours, tolerance)
-    series = {v.name: view_series(store, v, start_ms, end_ms) for v in enabled}
+    read: dict[str, dict[int, tuple[pa.Table, pa.Table]]] = defaultdict(dict)
+
+    def keep(view: View, hour: int, corrected: pa.Table, realtime: pa.Table) -> None:
+        read[view.name][hour] = (corrected, realtime)
+
+    reconciliations = reconcile(store, enabled, hours, tolerance, on_tables=keep)
+    series = {v.name: view_series(store, v, start_ms, end_ms, read[v.name]) for v in enabled}
     samples = control.fleet_samples(topic, start_ms, end_ms) if control is not None else []
     return ReportData(
         day=day,
