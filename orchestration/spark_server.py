@@ -303,6 +303,13 @@ def _terminate(process: subprocess.Popen, timeout_s: float = 10.0) -> None:
         os.killpg(process.pid, signal.SIGKILL)  # Python workers left in the group
 
 
+def _warm_up(url: str, state_dir: Path) -> subprocess.Popen:
+    """:mod:`orchestration.spark_warmup` against the new server, killed with the keeper."""
+    command = [sys.executable, "-m", "orchestration.spark_warmup", "--url", url]
+    env = {**os.environ, "SLUICE_STATE_DIR": str(state_dir)}
+    return _detached(command, env, state_dir / "logs" / "spark-warm-up.log", tied=True)
+
+
 def keep_serving(
     state_dir: Path,
     settings: SparkSettings,
@@ -316,6 +323,7 @@ def keep_serving(
     log_file = state_dir / "logs" / "spark-connect.log"
     restarts = 0
     process: subprocess.Popen | None = None
+    warming: subprocess.Popen | None = None
     try:
         while not stop.is_set():
             process = _launch(settings, port, log_file)
@@ -345,6 +353,8 @@ def keep_serving(
             )
             _write_info(server.state_file, info)
             log.info("Spark Connect server pid %d at %s", process.pid, info.url)
+            if settings.warm_up:
+                warming = _warm_up(info.url, state_dir)
             while not stop.wait(check_every_s):
                 if process.poll() is not None:
                     break
@@ -358,7 +368,11 @@ def keep_serving(
                 port,
             )
             _terminate(process)
+            if warming is not None:
+                _terminate(warming)
     finally:
+        if warming is not None:
+            _terminate(warming)
         if process is not None:
             _terminate(process)
         server.state_file.unlink(missing_ok=True)

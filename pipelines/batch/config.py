@@ -64,6 +64,12 @@ class SparkSettings(SluiceBaseSettings):
         description="Corrections launched by Dagster use the warm Spark Connect server when "
         "it runs (else spark-submit), and `sluice up` starts one.",
     )
+    warm_up: bool = Field(
+        default=True,
+        description="A started Spark Connect server first corrects a few thousand synthetic "
+        "events in a process of its own, so that the JVM has compiled Spark's hot paths before "
+        "the first real correction (which it made 25-30 s slower).",
+    )
     connect_port: int | None = Field(
         default=None,
         ge=1,

@@ -122,6 +122,7 @@ def test_up_runs_the_live_half_in_dagster_scales_with_the_traffic_and_stops_clea
         "SLUICE_STATUS_INTERVAL_S": "1",
         "SLUICE_WORKER_MAX_RATE": "60",
         "SLUICE_AUTOMATION_INTERVAL_S": "10",
+        "SLUICE_SPARK_WARM_UP": "false",  # its cost on 2 cores: test_spark_server.py has it
     }
     exports = " ".join(f"{k}={v}" for k, v in env.items())
     command = (

@@ -7,12 +7,14 @@ import itertools
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from orchestration.spark_server import CONNECT_SERVER_CLASS, server_command
 from pipelines.batch import SparkSettings, spark_conf
 from pipelines.kafka.embedded import pid_alive
+from tests.fixtures.processes import wait_until
 from tests.fixtures.spark_connect import sluice_spark, warm_spark_server
 
 pytestmark = pytest.mark.spark
@@ -48,6 +50,41 @@ def test_start_status_and_stop_by_pid(tmp_path) -> None:
     assert not pid_alive(info.keeper_pid) and not pid_alive(info.pid)
     assert not (state / "spark-connect.json").exists()
     assert sluice_spark(state, "status").returncode == 3
+
+
+def _warming_up(url: str) -> list[int]:
+    """PIDs of warm-up processes aimed at ``url``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"orchestration.spark_warmup" in command and url.encode() in command:
+            found.append(int(entry.name))
+    return found
+
+
+def test_a_new_server_warms_up_beside_it_and_leaves_nothing(tmp_path) -> None:
+    """The keeper corrects synthetic events on each new JVM in a process of its own, which
+    removes its scratch directory when done, and is stopped with the keeper when not."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {"SLUICE_SPARK_WARM_UP": "true", "TMPDIR": str(scratch)}
+    state = tmp_path / "state"
+    with warm_spark_server(state, env) as server:
+        url = server.info().url
+        log = state / "logs" / "spark-warm-up.log"
+        wait_until(lambda: log.exists() and "warmed up in" in log.read_text(), 240, "warm-up")
+        wait_until(lambda: not _warming_up(url), 30, "the warm-up process to end")
+        assert not list(scratch.glob("sluice-warm-up-*"))
+    stopped = tmp_path / "stopped"
+    with warm_spark_server(stopped, env) as server:  # stopped while it warms up
+        url = server.info().url
+        wait_until(lambda: _warming_up(url), 60, "a warm-up process")
+    wait_until(lambda: not _warming_up(url), 15, "no warm-up process left after the stop")
 
 
 _SHARING = """
