@@ -263,11 +263,23 @@ def _metric_error(
             rel_errors.append(diff / abs(float(expected)) if expected else 1.0)
         else:  # a null on one side, or differing strings: entirely wrong
             rel_errors.append(1.0)
+    return _summary(column, kind, abs_errors, rel_errors, mismatched, tolerance)
+
+
+def _summary(
+    column: str,
+    kind: str,
+    abs_errors: list[float],
+    rel_errors: list[float],
+    mismatched: int,
+    tolerance: Tolerance,
+) -> MetricError:
+    """A metric's errors summed up (in Python, in row order: the same floats either way)."""
     bound = tolerance.bound(kind)
     metric = MetricError(
         column=column,
         kind=kind,
-        compared=len(pairs),
+        compared=len(rel_errors),
         abs_max=max(abs_errors) if abs_errors else None,
         abs_mean=sum(abs_errors) / len(abs_errors) if abs_errors else None,
         rel_max=max(rel_errors) if rel_errors else None,
@@ -403,22 +415,8 @@ def _column_error(
         rel_diff = np.where(e != 0, diff / np.where(ref == 0, 1.0, ref), 1.0)
     rel = np.where(equal, 0.0, np.where(differ_numbers, rel_diff, 1.0))
     abs_errors = np.where(equal[both], 0.0, diff[both]).tolist()
-    rel_errors = rel.tolist()
-    bound = tolerance.bound(kind)
-    metric = MetricError(
-        column=column,
-        kind=kind,
-        compared=len(e),
-        abs_max=max(abs_errors) if abs_errors else None,
-        abs_mean=sum(abs_errors) / len(abs_errors) if abs_errors else None,
-        rel_max=max(rel_errors) if rel_errors else None,
-        rel_mean=sum(rel_errors) / len(rel_errors) if rel_errors else None,
-        mismatched=int((~equal).sum()),
-        bound=bound,
-        rel_errors=tuple(rel_errors),
-    )
-    passed = bound is None or _statistic(metric, tolerance.statistic) <= bound
-    return MetricError(**{**metric.__dict__, "passed": passed})
+    mismatched = int((~equal).sum())
+    return _summary(column, kind, abs_errors, rel.tolist(), mismatched, tolerance)
 
 
 def compare_tables(
