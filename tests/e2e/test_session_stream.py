@@ -118,14 +118,13 @@ def test_sigkill_mid_session_then_sessions_equal_the_oracle(tmp_path, broker, se
             return query_view(store, view, 0, 2**62, prefer="realtime").to_pylist()
 
         def mid_session():
+            # Some partition well short of its end: librdkafka may drain one partition before
+            # it serves the other (seen in CI: partition 1 done while 0 sat at offset 0), so
+            # the topic as a whole can pass 80% before both have checkpointed any progress.
             tasks = control.tasks()
             checkpointed = [t for t in tasks if t.checkpointed_offset]
-            consumed = sum(t.consumed for t in tasks)
-            return (
-                len(checkpointed) == PARTITIONS
-                and consumed < EVENTS * 0.8
-                and any(r["open"] for r in served())
-            )
+            behind = [t for t in tasks if t.consumed < session_stream["ends"][t.partition] * 0.8]
+            return len(checkpointed) == PARTITIONS and behind and any(r["open"] for r in served())
 
         wait_until(mid_session, 120, "open sessions checkpointed mid-stream")
         assert stop_process(processes[0], signal.SIGKILL, timeout_s=10) == -signal.SIGKILL
