@@ -316,11 +316,13 @@ class RowMatch:
         return len(self.expected_index)
 
 
-def _key_columns(table: pa.Table, keys: Sequence[str], hashable: Sequence[pa.DataType]) -> list:
+def _key_columns(
+    table: pa.Table, keys: Sequence[str], shared: Sequence[pa.DataType | None]
+) -> list:
     """The key tuples of ``table``'s rows: timestamps as integers when both tables type them
     alike (equal instants, equal ISO strings), else as :func:`key_value` makes them."""
     columns = []
-    for name, kind in zip(keys, hashable, strict=True):
+    for name, kind in zip(keys, shared, strict=True):
         column = table.column(name)
         if pa.types.is_timestamp(column.type) and column.type == kind:
             columns.append(column.cast(pa.int64()).to_pylist())

@@ -287,16 +287,14 @@ def reconcile_session_hour(
         for row in differing:
             at, where = int(match.expected_index[row]), int(match.actual_index[row])
             if not explained(want, at, bool(got.open[where])):
-                beyond.append(row)
+                beyond.append(int(row))
+        first = beyond[:SAMPLES]
+        shown = match.expected_index[first]
         samples = [
-            sample(key, expected[int(row)].as_py(), actual[int(row)].as_py(), why)
-            for row in beyond[:SAMPLES]
-            for key, why in [
-                (
-                    row_keys(corrected, keys, match.expected_index[[row]])[0],
-                    want.causes(causes, int(match.expected_index[row])),
-                )
-            ]
+            sample(key, expected[row].as_py(), actual[row].as_py(), want.causes(causes, at))
+            for key, row, at in zip(
+                row_keys(corrected, keys, shown), first, shown.tolist(), strict=True
+            )
         ]
         metrics.append(
             counted_metric(

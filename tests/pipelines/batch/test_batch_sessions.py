@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from pipelines.batch import archive_hours, correct_hours
@@ -274,3 +275,22 @@ def test_reconciliation_explains_late_and_duplicate_events_and_catches_lost_sess
     assert not after.passed and result.passed
     assert len(after.comparison.missing) == len(result.comparison.missing) + 1
     assert "session(s) missing or extra" in after.failures[0]
+
+    # And miscount another such session: its event_count is unexplained, and named.
+    miscounted = next(
+        i
+        for i, r in enumerate(rows)
+        if i != victim
+        and not causes.of(r["client"], r["session_start"], r["session_end"]).explains_difference
+        and not r["open"]
+        and r["session_end"] < settled_frontier(streamed.store, view)
+    )
+    rows[miscounted]["event_count"] += 3
+    tampered = pa.Table.from_pylist(rows, schema=table.schema)
+    streamed.store.put(key, to_parquet(tampered.take(keep)))
+    (counted,) = reconcile(streamed.store, [view], [hour])
+    metric = next(m for m in counted.metrics if m.column == "event_count")
+    assert not metric.passed and metric.unexplained == 1
+    (shown,) = metric.samples
+    assert shown["key"][0] == rows[miscounted]["client"]
+    assert shown["realtime"] - shown["exact"] == 3 and shown["duplicates"] == shown["late"] == 0
