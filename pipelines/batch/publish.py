@@ -2,9 +2,9 @@
 
 Into the view's Iceberg table when the correction runs :func:`publishing_to` a
 :class:`~pipelines.tables.ViewTables` (the CLI, Dagster): the segment's rows are written as
-Parquet, one file per hour, and one commit deletes the segment's hours and adds the files, with
-the batch version, the run id and the archive hours read in the snapshot summary
-(:func:`pipelines.tables.replace_hours`, retried on conflicts). Without tables (library calls),
+Parquet, one file per hour, and one commit per view deletes its segments' hours and adds the
+files, with the batch version, the run id and the archive hours read in the snapshot summary
+(:func:`pipelines.tables.replace_segments`, retried on conflicts). Without tables (library calls),
 the older layout: ``batch/v<N>/`` file first, ``_published.json`` last.
 """
 
@@ -33,7 +33,6 @@ from pipelines.tables import (
     BATCH,
     ViewTables,
     batch_hours,
-    replace_hours,
     replace_segments,
     table_rows,
 )
@@ -150,28 +149,7 @@ def publish_versions(
             publish_version(store, view, p.segment, p.table, p.events, p.duplicates, p.hours)
             for p in parts
         ]
-    segments = [list(range(p.segment, p.segment + view.segment_ms, HOUR_MS)) for p in parts]
-
-    def rows(versions: list[int]) -> pa.Table:
-        made = [table_rows(view, p.table, BATCH, v) for p, v in zip(parts, versions, strict=True)]
-        return pa.concat_tables(made)
-
-    outcome = replace_segments(
-        target.tables,
-        view,
-        segments,
-        rows,
-        summary={
-            "run-id": target.run_id,
-            "events": str(sum(p.events for p in parts)),
-            "duplicates-dropped": str(sum(p.duplicates for p in parts)),
-            "archive-hours": ",".join(sorted({h for p in parts for h in p.hours})),
-        },
-    )
-    return [
-        (version, [outcome.file_of_hour[h] for h in hours if h in outcome.file_of_hour])
-        for version, hours in zip(outcome.versions, segments, strict=True)
-    ]
+    return _commit_versions(target, view, parts)
 
 
 def publish_version(
@@ -186,7 +164,9 @@ def publish_version(
     """Publish the segment's rows as its next batch version; returns (version, files)."""
     target = _target.get()
     if target is not None:
-        return _commit_version(target, view, segment, table, events, duplicates, hours)
+        return _commit_versions(
+            target, view, [SegmentRows(segment, table, events, duplicates, hours)]
+        )[0]
     current = read_manifest(store, view.name, segment)
     version = current.version + 1 if current else 1
     key = f"{batch_prefix(view.name, segment, version)}{PART_FILE}"
@@ -203,27 +183,29 @@ def publish_version(
     return version, [key]
 
 
-def _commit_version(
-    target: TableTarget,
-    view: View,
-    segment: int,
-    table: pa.Table,
-    events: int,
-    duplicates: int,
-    hours: list[str],
-) -> tuple[int, list[str]]:
-    """One commit replacing the segment's hours with ``table``'s rows (one file per hour)."""
-    outcome = replace_hours(
+def _commit_versions(
+    target: TableTarget, view: View, parts: Sequence[SegmentRows]
+) -> list[tuple[int, list[str]]]:
+    """One commit replacing every segment's hours with its rows (one file per hour)."""
+    segments = [list(range(p.segment, p.segment + view.segment_ms, HOUR_MS)) for p in parts]
+
+    def rows(versions: list[int]) -> pa.Table:
+        made = [table_rows(view, p.table, BATCH, v) for p, v in zip(parts, versions, strict=True)]
+        return pa.concat_tables(made)
+
+    outcome = replace_segments(
         target.tables,
         view,
-        range(segment, segment + view.segment_ms, HOUR_MS),
-        lambda version: table_rows(view, table, BATCH, version),
-        source=BATCH,
+        segments,
+        rows,
         summary={
             "run-id": target.run_id,
-            "events": str(events),
-            "duplicates-dropped": str(duplicates),
-            "archive-hours": ",".join(hours),
+            "events": str(sum(p.events for p in parts)),
+            "duplicates-dropped": str(sum(p.duplicates for p in parts)),
+            "archive-hours": ",".join(dict.fromkeys(h for p in parts for h in p.hours)),
         },
     )
-    return outcome.version, list(outcome.files)
+    return [
+        (version, [outcome.file_of_hour[h] for h in hours if h in outcome.file_of_hour])
+        for version, hours in zip(outcome.versions, segments, strict=True)
+    ]
