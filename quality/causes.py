@@ -187,26 +187,27 @@ _DEAD_LETTERS_OF_HOUR = """
 """
 
 
-def _dead_letter_offsets(
-    reader: ArchiveReader,
+def _dead_letter_files(
     ranges: Sequence[RangeRecord],
     files: Sequence[tuple[str, int, int, int]],
     last_end: dict[int, int],
-) -> pa.Table:
-    """(partition, offset) of the dead letters within the offsets the hour's files span."""
+) -> list[str]:
+    """The dead-letter files of the range records within the offsets the hour's files span."""
     first: dict[int, int] = {}
     for _, partition, start, _ in files:
         first[partition] = min(first.get(partition, start), start)
-    parts = []
+    keys = []
     for record in ranges:
         lo, hi = first.get(record.partition), last_end.get(record.partition)
         if lo is None or hi is None or record.end <= lo or record.first >= hi:
             continue
-        for key in record.files:
-            if key.startswith("archive/dead_letters/"):
-                table = reader.read(key, ["partition", "offset"])
-                if table is not None:
-                    parts.append(table)
+        keys.extend(k for k in record.files if k.startswith("archive/dead_letters/"))
+    return keys
+
+
+def _dead_letter_offsets(reader: ArchiveReader, keys: Sequence[str]) -> pa.Table:
+    """(partition, offset) of the dead letters in ``keys``."""
+    parts = [t for key in keys if (t := reader.read(key, ["partition", "offset"])) is not None]
     if not parts:
         return pa.table({"partition": pa.array([], pa.int32()), "offset": pa.array([], pa.int64())})
     return pa.concat_tables(parts)
@@ -223,6 +224,30 @@ def archive_columns(views: Sequence[View]) -> list[str]:
     return sorted(columns - {"event_id", "event_time"})
 
 
+SHARED_ROWS = 4_000_000
+"""Archive rows kept across passes in one process (a run's check steps, one view each, read
+the same hours): about 300 MB of the example views' columns."""
+
+_shared: OrderedDict[tuple, HourArchive] = OrderedDict()
+_shared_lock = threading.Lock()
+
+
+def _shared_get(key: tuple) -> HourArchive | None:
+    with _shared_lock:
+        found = _shared.get(key)
+        if found is not None:
+            _shared.move_to_end(key)
+        return found
+
+
+def _shared_put(key: tuple, hour: HourArchive) -> None:
+    with _shared_lock:
+        _shared[key] = hour
+        rows = sum(h.rows.num_rows for h in _shared.values())
+        while rows > SHARED_ROWS and len(_shared) > 1:
+            rows -= _shared.popitem(last=False)[1].rows.num_rows
+
+
 def read_hour_archive(
     store: ObjectStore | ArchiveReader,
     topic: str,
@@ -233,7 +258,9 @@ def read_hour_archive(
     """The rows of ``hour_ms`` and the early rows that can raise its watermark.
 
     ``ranges`` are the topic's range records (read once by a caller covering many hours);
-    pass an :class:`ArchiveReader` as ``store`` to share file reads between hours.
+    pass an :class:`ArchiveReader` as ``store`` to share file reads between hours. An hour
+    read from the same files by an earlier pass of this process is not read again (the
+    files are immutable: their names are their offset ranges).
     """
     reader = store if isinstance(store, ArchiveReader) else ArchiveReader(store)
     columns = ["event_id", "event_time", "partition", "offset", *sorted(set(grouping_cols))]
@@ -241,20 +268,26 @@ def read_hour_archive(
     if cache_key in reader.hours:
         reader.hours.move_to_end(cache_key)
         return reader.hours[cache_key]
-    found = _read_hour_archive(reader, topic, hour_ms, columns, ranges)
+    files, last_end = _archive_files(reader, topic, hour_ms)
+    if ranges is None:
+        ranges = read_range_records(reader.store, topic)
+    letters = _dead_letter_files(ranges, files, last_end)
+    shared_key = (reader.store.root, *cache_key, tuple(files), tuple(letters))
+    found = _shared_get(shared_key)
+    if found is None:
+        found = _read_hour_archive(reader, topic, hour_ms, columns, files, letters)
+        _shared_put(shared_key, found)
     reader.hours[cache_key] = found
     while len(reader.hours) > reader.HOURS_KEPT:
         reader.hours.popitem(last=False)
     return found
 
 
-def _read_hour_archive(
-    reader: ArchiveReader,
-    topic: str,
-    hour_ms: int,
-    columns: list[str],
-    ranges: Sequence[RangeRecord] | None,
-) -> HourArchive:
+def _archive_files(
+    reader: ArchiveReader, topic: str, hour_ms: int
+) -> tuple[list[tuple[str, int, int, int]], dict[int, int]]:
+    """The hour's files and those of later hours that came early, and per partition the end
+    of the hour's offsets."""
     files = _hour_files(reader, hour_ms, topic)
     last_end: dict[int, int] = {}
     for _, partition, _, end in files:
@@ -263,14 +296,23 @@ def _read_hour_archive(
         for key, partition, first, end in _hour_files(reader, hour_ms + later * HOUR_MS, topic):
             if first < last_end.get(partition, -1):
                 files.append((key, partition, first, end))
+    return files, last_end
+
+
+def _read_hour_archive(
+    reader: ArchiveReader,
+    topic: str,
+    hour_ms: int,
+    columns: list[str],
+    files: Sequence[tuple[str, int, int, int]],
+    letter_files: Sequence[str],
+) -> HourArchive:
     tables = [t for key, *_ in files if (t := reader.read(key, columns)) is not None]
     if tables:
         rows = pa.concat_tables(tables)
     else:
         rows = pa.table({c: pa.array([], pa.int64()) for c in columns})
-    if ranges is None:
-        ranges = read_range_records(reader.store, topic)
-    letters = _dead_letter_offsets(reader, ranges, files, last_end)
+    letters = _dead_letter_offsets(reader, letter_files)
     con = _connect()
     try:
         con.register("archive", rows)

@@ -162,13 +162,19 @@ def _hour_comparison(
 
 
 def hourly_results(
-    store: ObjectStore, view: View, hours: Sequence[int], tolerance: Tolerance
+    store: ObjectStore,
+    view: View,
+    hours: Sequence[int],
+    tolerance: Tolerance,
+    views: Sequence[View] = (),
 ) -> list[tuple[str, dg.AssetCheckResult]]:
     """(partition key, result) of the check for each hour, each hour compared on its own.
 
     The hours are reconciled in one pass (range records read once, each archive file once:
-    neighbouring hours share files), not one pass per hour."""
-    reconciled = reconcile(store, [view], list(hours), tolerance)
+    neighbouring hours share files), not one pass per hour; ``views``, every view checked in
+    the process: the archive is read for all their columns, so the checks of the other
+    views in the same run read no hour again."""
+    reconciled = reconcile(store, [view], list(hours), tolerance, archive_views=[*views, view])
     return [
         (
             partition_key_for(hour),
@@ -246,7 +252,7 @@ def summarize_hours(results: Sequence[tuple[str, dg.AssetCheckResult]]) -> dg.As
 
 
 def build_correction_check(
-    view: View, tolerance: Tolerance | None = None
+    view: View, tolerance: Tolerance | None = None, views: Sequence[View] = ()
 ) -> dg.AssetChecksDefinition:
     """The blocking check of ``corrected_<view>``, partitioned by hour like its asset.
 
@@ -254,6 +260,8 @@ def build_correction_check(
     gives the returned result no hour; so each hour's result is logged as an evaluation with
     its partition (the UI's check page then says which hour failed), and the returned result,
     the one that gates the run, sums them up. A one-hour run returns its hour's result.
+    ``views``: the checks that run beside it (their archive reads are shared,
+    :func:`hourly_results`).
     """
     tolerance = tolerance or Tolerance()
     key = corrected_key(view.name)
@@ -274,7 +282,7 @@ def build_correction_check(
         hours = run_hours(context)
         if hours is None:
             return not_partitioned("nothing to compare")
-        results = hourly_results(storage.open(), view, hours, tolerance)
+        results = hourly_results(storage.open(), view, hours, tolerance, views)
         if context.op_execution_context.has_partition_key:
             return results[0][1]
         for hour, result in results:
@@ -291,4 +299,5 @@ def build_correction_checks(
 ) -> list[dg.AssetChecksDefinition]:
     """One check per enabled view; the tolerance defaults to :meth:`Tolerance.from_env`."""
     tolerance = tolerance or Tolerance.from_env()
-    return [build_correction_check(v, tolerance) for v in views if not v.disabled]
+    enabled = [v for v in views if not v.disabled]
+    return [build_correction_check(v, tolerance, enabled) for v in enabled]

@@ -60,6 +60,7 @@ from pipelines.segments.ranges import RangeRecord, hours_with_events, read_range
 from pipelines.segments.time import (
     HOUR_MS,
     hour_label,
+    hour_runs,
     hour_start,
     hours_in_window,
     parse_hour_label,
@@ -85,6 +86,7 @@ __all__ = [
     "checkpoint_key",
     "checkpoint_prefix",
     "hour_label",
+    "hour_runs",
     "hour_start",
     "hours_in_window",
     "hours_with_events",

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime
 
-__all__ = ["HOUR_MS", "hour_label", "hour_start", "hours_in_window", "parse_hour_label"]
+__all__ = [
+    "HOUR_MS",
+    "hour_label",
+    "hour_runs",
+    "hour_start",
+    "hours_in_window",
+    "parse_hour_label",
+]
 
 HOUR_MS = 3_600_000
 """One hour in milliseconds: event times, segments and archive hours are epoch ms."""
@@ -31,3 +39,15 @@ def hours_in_window(start: datetime, end: datetime) -> list[int]:
     first = int(start.timestamp() * 1000)
     last = int(end.timestamp() * 1000)
     return list(range(hour_start(first), last, HOUR_MS))
+
+
+def hour_runs(hours: Iterable[int]) -> list[tuple[int, int]]:
+    """``[start, end)`` of each run of consecutive ``hours`` (hour starts, epoch ms), in order:
+    a day is one range to scan or filter, not 24."""
+    runs: list[list[int]] = []
+    for hour in sorted(set(hours)):
+        if runs and hour == runs[-1][1]:
+            runs[-1][1] = hour + HOUR_MS
+        else:
+            runs.append([hour, hour + HOUR_MS])
+    return [(start, end) for start, end in runs]

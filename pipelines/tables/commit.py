@@ -35,7 +35,7 @@ from pyiceberg.manifest import DataFile, ManifestFile
 from pyiceberg.table import Table, Transaction
 from sqlalchemy.exc import OperationalError
 
-from pipelines.segments import HOUR_MS, hour_label
+from pipelines.segments import HOUR_MS, hour_label, hour_runs
 from pipelines.tables.catalog import ViewTables
 from pipelines.tables.schema import (
     BATCH,
@@ -94,15 +94,9 @@ def hours_filter(view: View, hours: Iterable[int]) -> BooleanExpression:
     Consecutive hours make one range: pyiceberg evaluates every term for every manifest
     entry, and a day as 24 terms took longer to plan than 24 scans of one hour each."""
     col = partition_field(view)
-    runs: list[list[int]] = []
-    for hour in sorted(set(hours)):
-        if runs and hour == runs[-1][1]:
-            runs[-1][1] = hour + HOUR_MS
-        else:
-            runs.append([hour, hour + HOUR_MS])
     terms: list[BooleanExpression] = [
         And(GreaterThanOrEqual(col, iso_time(start)), LessThan(col, iso_time(end)))
-        for start, end in runs
+        for start, end in hour_runs(hours)
     ]
     if not terms:
         raise ValueError("no hours to filter")

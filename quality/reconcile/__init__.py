@@ -17,7 +17,7 @@ from quality.causes import ArchiveReader, archive_columns, read_hour_archive
 from quality.compare import Tolerance
 from quality.reconcile.results import MetricReconciliation, Reconciliation, TablesRead
 from quality.reconcile.sessions import SessionCauses, reconcile_session_hour, settled_frontier
-from quality.reconcile.windows import reconcile_hour
+from quality.reconcile.windows import corrected_by_hour, reconcile_hour
 
 __all__ = [
     "MetricReconciliation",
@@ -38,11 +38,15 @@ def reconcile(
     tolerance: Tolerance | None = None,
     on_result: Callable[[Reconciliation], None] | None = None,
     on_tables: TablesRead | None = None,
+    archive_views: Sequence[View] | None = None,
 ) -> list[Reconciliation]:
     """Reconcile every enabled view for every hour; the archive is read once per topic-hour.
 
     ``on_tables(view, hour, corrected, realtime)`` sees the two sides read for each corrected
-    hour (the report draws its series from them instead of reading the day again)."""
+    hour (the report draws its series from them instead of reading the day again).
+    ``archive_views``: the views whose columns the archive is read for (default ``views``):
+    a caller reconciling one view at a time names them all, so that its passes read the
+    same columns and each hour is read once in the process (:func:`read_hour_archive`)."""
     tolerance = tolerance or Tolerance.from_env()
     enabled = [v for v in views if not v.disabled]
     results = []
@@ -57,9 +61,16 @@ def reconcile(
         )
         for view in enabled
     }
+    corrected_rows = {  # one read of each run of hours, not one per hour
+        view.name: corrected_by_hour(
+            store, view, [h for h in hours if view.segment_start(h) in corrected[view.name]]
+        )
+        for view in enabled
+        if not view.is_session
+    }
     for hour in hours:
         for topic, topic_views in by_topic.items():
-            columns = archive_columns(topic_views)
+            columns = archive_columns([v for v in archive_views or topic_views if v.topic == topic])
             archive = read_hour_archive(reader, topic, hour, columns, ranges[topic])
             following = None
             if any(v.is_sliding for v in topic_views):  # their windows reach the next hour
@@ -87,6 +98,7 @@ def reconcile(
                         following,
                         has_correction=done,
                         on_tables=on_tables,
+                        corrected=corrected_rows[view.name].get(hour),
                     )
                 results.append(result)
                 if on_result is not None:

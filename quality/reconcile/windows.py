@@ -35,13 +35,17 @@ and per metric, with the duplicates and late drops of each session's span as cau
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from pipelines.segments import HOUR_MS, hour_label
+import numpy as np
+import pyarrow as pa
+
+from pipelines.segments import HOUR_MS, hour_label, hour_runs
 from pipelines.serving import corrected_segments, query_view, window_states
 from pipelines.storage import ObjectStore
-from pipelines.views.model import View
+from pipelines.views.model import WINDOW_START, View
 from quality.causes import (
     GroupCauses,
     HourArchive,
@@ -74,7 +78,7 @@ from quality.reconcile.metrics import (
 )
 from quality.reconcile.results import MetricReconciliation, Reconciliation, TablesRead
 
-__all__ = ["reconcile_hour"]
+__all__ = ["corrected_by_hour", "reconcile_hour"]
 
 
 def _lookup(causes: dict[tuple, GroupCauses]) -> CausesOf:
@@ -160,6 +164,7 @@ class _Evidence:
         self.corrected = corrected
         self.archive, self.following = archive, following
         self._states: dict[tuple, list[Any]] | None = None
+        self._values: dict[int, dict[tuple, list[float]]] = {}
 
     def states(self) -> dict[tuple, list[Any]]:
         if self._states is None:
@@ -194,7 +199,11 @@ class _Evidence:
                 return abs(actual - expected) / n if n else None
 
             return histogram
-        values = window_values(self.archive, self.view, agg, self.following)
+        values = self._values.get(id(agg))
+        if values is None:  # one query per aggregation, not one per quantile column
+            values = self._values[id(agg)] = window_values(
+                self.archive, self.view, agg, self.following
+            )
         q = agg.quantile_of(column)
 
         def quantile(key: tuple, _expected: Any, actual: Any) -> float | None:
@@ -206,6 +215,20 @@ class _Evidence:
             return max(0.0, below - q, q - at_or_below)
 
         return quantile
+
+
+def corrected_by_hour(store: ObjectStore, view: View, hours: Sequence[int]) -> dict[int, pa.Table]:
+    """The corrected rows of each of ``hours``, as :func:`query_view` answers one hour: one
+    read per run of consecutive hours, cut at the hours (a day's 24 scans of one hour each
+    planned the table 24 times)."""
+    out: dict[int, pa.Table] = {}
+    for start, end in hour_runs(hours):
+        rows = query_view(store, view, start, end, prefer="batch")
+        starts = rows.column(WINDOW_START).cast(pa.int64()).to_numpy(zero_copy_only=False)
+        bounds = np.searchsorted(starts, np.arange(start, end + 1, HOUR_MS), side="left")
+        for hour, lo, hi in zip(range(start, end, HOUR_MS), bounds[:-1], bounds[1:], strict=True):
+            out[hour] = rows.slice(int(lo), int(hi - lo))
+    return out
 
 
 def _utc(ms: int) -> datetime:
@@ -227,10 +250,12 @@ def reconcile_hour(
     *,
     has_correction: bool | None = None,
     on_tables: TablesRead | None = None,
+    corrected: pa.Table | None = None,
 ) -> Reconciliation:
     """Reconcile ``view``'s windows starting in the hour ``hour_ms`` (epoch ms); a sliding
     view's windows also read the next hour's archive (``following``). ``has_correction``:
-    whether the hour's segment has a correction, if the caller knows."""
+    whether the hour's segment has a correction, and ``corrected`` its rows
+    (:func:`corrected_by_hour`), if the caller knows."""
     tolerance = tolerance or Tolerance.from_env()
     columns = archive_columns([view])
     if archive is None:
@@ -243,7 +268,8 @@ def reconcile_hour(
     if not has_correction:
         return Reconciliation(view.name, hour_ms, False, None, total)
     end = hour_ms + HOUR_MS
-    corrected = query_view(store, view, hour_ms, end, prefer="batch")
+    if corrected is None:
+        corrected = query_view(store, view, hour_ms, end, prefer="batch")
     realtime = query_view(store, view, hour_ms, end, prefer="realtime")
     if on_tables is not None:
         on_tables(view, hour_ms, corrected, realtime)

@@ -8,11 +8,20 @@ import pytest
 
 from pipelines.batch import correct_hours
 from pipelines.generator import GeneratorOptions
-from pipelines.segments import realtime_prefix
+from pipelines.segments import (
+    HOUR_MS,
+    archive_events_key,
+    hour_label,
+    read_parquet,
+    realtime_prefix,
+)
+from pipelines.serving import query_view
 from pipelines.testing import StreamRun, run_stream
 from pipelines.views import load_views
+from quality.causes import ArchiveReader, read_hour_archive
 from quality.compare import Tolerance
 from quality.reconcile import reconcile
+from quality.reconcile.windows import corrected_by_hour
 from tests.fixtures.spark import spark  # noqa: F401
 
 pytestmark = pytest.mark.spark
@@ -104,3 +113,55 @@ def test_lost_realtime_data_is_unexplained_and_fails(messy_run: StreamRun, tmp_p
     (failure,) = result.failures
     assert "missing from realtime" in failure and "traffic_by_org" in failure
     assert result.groups_unexplained > 0
+
+
+def test_corrected_rows_read_per_run_of_hours_match_each_hour_read_alone(
+    messy_run: StreamRun,
+) -> None:
+    view = next(v for v in COUNTED if v.name == "transfers_last_hour")
+    hours = messy_run.event_hours()
+    assert len(hours) >= 3
+    wanted = [hours[0], *hours[2:]]  # two runs of consecutive hours
+    by_hour = corrected_by_hour(messy_run.store, view, wanted)
+    assert sorted(by_hour) == wanted
+    for hour in wanted:
+        alone = query_view(messy_run.store, view, hour, hour + HOUR_MS, prefer="batch")
+        assert alone.num_rows > 0
+        assert by_hour[hour].equals(alone), hour
+
+
+def test_an_hour_read_by_an_earlier_pass_is_reused_until_its_files_change(
+    messy_run: StreamRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, view = messy_run.store, COUNTED[0]
+    hour = messy_run.event_hours()[1]
+    columns = ["client"]  # no other pass of this store reads these: nothing read before
+    reads: list[str] = []
+    get = store.get
+    monkeypatch.setattr(store, "get", lambda key: reads.append(key) or get(key))
+
+    def files_read() -> list[str]:  # range records are read on every pass: they are listings
+        return [k for k in reads if k.startswith(("archive/events/", "archive/dead_letters/"))]
+
+    first = read_hour_archive(ArchiveReader(store), view.topic, hour, columns)
+    archive_reads = files_read()
+    assert archive_reads and first.rows.num_rows > 0
+    reads.clear()
+    again = read_hour_archive(ArchiveReader(store), view.topic, hour, columns)
+    assert again is first and not files_read()
+
+    # a file the hour did not have (a late flush): the next pass reads the hour again
+    key = next(k for k in archive_reads if k.startswith("archive/events/"))
+    assert hour_label(hour) in key
+    partition = int(key.rpartition("/")[2].removesuffix(".parquet").rsplit("-", 3)[1])
+    extra = archive_events_key(hour, view.topic, partition, 10**9, 10**9 + 1)
+    store.put(extra, get(key))
+    try:
+        reads.clear()
+        grown = read_hour_archive(ArchiveReader(store), view.topic, hour, columns)
+        assert extra in reads
+        added = read_parquet(get(extra)).num_rows
+        # its rows, and (its offsets reaching far) every later hour's that came before them
+        assert grown.rows.num_rows >= first.rows.num_rows + added
+    finally:
+        store.delete(extra)
