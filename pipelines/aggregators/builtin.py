@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 import datasketches as ds
@@ -15,6 +16,7 @@ from pipelines.aggregators.base import (
     InputKind,
     JsonState,
     json_state,
+    json_values,
     spark_functions,
 )
 from pipelines.aggregators.registry import register
@@ -230,6 +232,10 @@ class CountDistinct(Aggregator[set]):
 
     def deserialize(self, data: bytes) -> set:
         return set(orjson.loads(data))
+
+    def deserialize_many(self, blobs: Sequence[bytes]) -> list[set]:
+        values = json_values(blobs)
+        return super().deserialize_many(blobs) if values is None else [set(v) for v in values]
 
     def result(self, state) -> dict[str, Any]:
         return {self.out: len(state)}

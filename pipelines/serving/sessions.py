@@ -46,7 +46,11 @@ ACTIVE = "active"
 
 
 def merge_realtime_sessions(view: View, tables: Iterable[pa.Table]) -> dict[tuple, dict]:
-    """(key, start) -> the session's merged row (states still serialized per aggregator)."""
+    """(key, start) -> the session's merged row (its ``states``, one per aggregator; its
+    kept events as the file's JSON, or a list once merged).
+
+    Each file is read a column at a time and its states deserialized a column at a time
+    (:meth:`Aggregator.deserialize_many`): a day holds over a hundred thousand sessions."""
     assert view.session is not None
     key_col = view.session.key
     aggs = view.aggregators
@@ -57,23 +61,30 @@ def merge_realtime_sessions(view: View, tables: Iterable[pa.Table]) -> dict[tupl
                 "skipping a realtime segment of %s written for another definition", view.name
             )
             continue
-        for row in table.to_pylist():
-            key = (row[key_col], row[SESSION_START])
-            states = [agg.deserialize(row[state_column(agg.out)]) for agg in aggs]
+        names = table.column_names
+        columns = [table.column(name).to_pylist() for name in names]
+        states = [
+            agg.deserialize_many(table.column(state_column(agg.out)).to_pylist()) for agg in aggs
+        ]
+        at = {name: i for i, name in enumerate(names)}
+        keys = zip(columns[at[key_col]], columns[at[SESSION_START]], strict=True)
+        for i, key in enumerate(keys):
+            row = {name: column[i] for name, column in zip(names, columns, strict=True)}
+            row_states = [column[i] for column in states]
             current = merged.get(key)
             if current is None:
-                row["states"] = states
-                row[KEPT_EVENTS] = orjson.loads(row[KEPT_EVENTS])
+                row["states"] = row_states  # its kept events stay JSON unless merged
                 merged[key] = row
                 continue
             current["states"] = [
-                agg.merge(a, b) for agg, a, b in zip(aggs, current["states"], states, strict=True)
+                agg.merge(a, b)
+                for agg, a, b in zip(aggs, current["states"], row_states, strict=True)
             ]
             current[SESSION_END] = max(current[SESSION_END], row[SESSION_END])
             current[EVENT_COUNT] += row[EVENT_COUNT]
             current[OPEN] = current[OPEN] or row[OPEN]
             kept = sorted(
-                current[KEPT_EVENTS] + orjson.loads(row[KEPT_EVENTS]),
+                _kept(current[KEPT_EVENTS]) + orjson.loads(row[KEPT_EVENTS]),
                 key=lambda e: e["event_time"],
             )
             cap = view.session.max_kept_events
@@ -82,13 +93,18 @@ def merge_realtime_sessions(view: View, tables: Iterable[pa.Table]) -> dict[tupl
     return merged
 
 
+def _kept(events: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return orjson.loads(events) if isinstance(events, str) else events
+
+
 def realtime_session_rows(view: View, tables: Iterable[pa.Table]) -> list[dict[str, Any]]:
     """Final rows of every session in a session view's realtime files."""
     rows = []
     for row in merge_realtime_sessions(view, tables).values():
         for agg, state in zip(view.aggregators, row.pop("states"), strict=True):
             row.update(agg.result(state))
-        row[KEPT_EVENTS] = orjson.dumps(row[KEPT_EVENTS]).decode()
+        if not isinstance(row[KEPT_EVENTS], str):  # merged from several tasks' rows
+            row[KEPT_EVENTS] = orjson.dumps(row[KEPT_EVENTS]).decode()
         rows.append(row)
     return rows
 

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipelines.aggregators import AggregationSpec, build, get, names
+from pipelines.aggregators.base import JsonState, json_values
 
 INT_COL = "bytes_tx"
 STR_COL = "client"
@@ -304,3 +305,22 @@ def test_batch_update_of_every_group_equals_one_update_per_group(name, where, da
             assert a.n == b.n
         else:
             assert agg.serialize(a) == agg.serialize(b)
+
+
+@pytest.mark.parametrize("name", sorted(TABLE))
+@settings(max_examples=15, deadline=None)
+@given(data=st.lists(rows, min_size=1, max_size=6))
+def test_a_column_of_states_reads_as_each_state_alone(name, data):
+    """Serving reads a segment's states a column at a time (one parse for JSON states): the
+    same states as reading each blob, and blobs one parse cannot split are read one by one."""
+    agg = _agg(name)
+    blobs = [agg.serialize(_fold(agg, chunk)) for chunk in data]
+    many = agg.deserialize_many(blobs)
+    assert len(many) == len(blobs)
+    for chunk, blob, state in zip(data, blobs, many, strict=True):
+        _assert_same(name, agg, state, agg.deserialize(blob), len(chunk), chunk)
+    if isinstance(agg, JsonState):
+        assert [agg.serialize(state) for state in many] == blobs
+        assert json_values(blobs) == [orjson.loads(b) for b in blobs]
+        assert json_values([*blobs, b"1,2"]) is None  # two values in one blob
+        assert json_values([*blobs, b""]) is None
