@@ -17,7 +17,7 @@ from quality.causes import ArchiveReader, archive_columns, read_hour_archive
 from quality.compare import Tolerance
 from quality.reconcile.results import MetricReconciliation, Reconciliation, TablesRead
 from quality.reconcile.sessions import SessionCauses, reconcile_session_hour, settled_frontier
-from quality.reconcile.windows import corrected_by_hour, reconcile_hour
+from quality.reconcile.windows import CorrectedStates, corrected_by_hour, reconcile_hour
 
 __all__ = [
     "MetricReconciliation",
@@ -68,6 +68,9 @@ def reconcile(
         for view in enabled
         if not view.is_session
     }
+    states = {  # the correction's sketches, read when a judge first needs them
+        view.name: CorrectedStates(store, view, hours) for view in enabled if not view.is_session
+    }
     for hour in hours:
         for topic, topic_views in by_topic.items():
             columns = archive_columns([v for v in archive_views or topic_views if v.topic == topic])
@@ -99,6 +102,7 @@ def reconcile(
                         has_correction=done,
                         on_tables=on_tables,
                         corrected=corrected_rows[view.name].get(hour),
+                        states=states[view.name],
                     )
                 results.append(result)
                 if on_result is not None:

@@ -78,7 +78,7 @@ from quality.reconcile.metrics import (
 )
 from quality.reconcile.results import MetricReconciliation, Reconciliation, TablesRead
 
-__all__ = ["corrected_by_hour", "reconcile_hour"]
+__all__ = ["CorrectedStates", "corrected_by_hour", "reconcile_hour"]
 
 
 def _lookup(causes: dict[tuple, GroupCauses]) -> CausesOf:
@@ -147,6 +147,30 @@ def _metrics(
     return result
 
 
+class CorrectedStates:
+    """The correction's states of a view (its sketches), per hour of a pass: read from the
+    view's table once per run of consecutive hours, when a judge first asks."""
+
+    def __init__(self, store: ObjectStore, view: View, hours: Sequence[int]) -> None:
+        self.store, self.view = store, view
+        self.runs = hour_runs(hours)
+        self._hours: dict[int, dict[tuple, list[Any]]] = {}
+
+    def of_hour(self, hour_ms: int) -> dict[tuple, list[Any]]:
+        """(window start as compared, *groups) -> one state per aggregation, for the windows
+        starting in the hour."""
+        if hour_ms not in self._hours:
+            start, end = next(
+                ((s, e) for s, e in self.runs if s <= hour_ms < e), (hour_ms, hour_ms + HOUR_MS)
+            )
+            found = window_states(self.store, self.view, start, end, prefer="batch")
+            by_hour: dict[int, dict[tuple, list[Any]]] = {h: {} for h in range(start, end, HOUR_MS)}
+            for k, (_, states) in found.items():
+                by_hour[k[0] - k[0] % HOUR_MS][(key_value(_utc(k[0])), *k[1:])] = states
+            self._hours.update(by_hour)
+        return self._hours[hour_ms]
+
+
 class _Evidence:
     """What the judges of sketches read beyond the two tables: the correction's own sketches
     (their estimates) and, for quantiles, the window's exact values."""
@@ -159,22 +183,16 @@ class _Evidence:
         corrected: dict[tuple, dict[str, Any]],
         archive: HourArchive,
         following: HourArchive | None,
+        states: CorrectedStates,
     ) -> None:
         self.store, self.view, self.hour_ms = store, view, hour_ms
         self.corrected = corrected
         self.archive, self.following = archive, following
-        self._states: dict[tuple, list[Any]] | None = None
+        self._states = states
         self._values: dict[int, dict[tuple, list[float]]] = {}
 
     def states(self) -> dict[tuple, list[Any]]:
-        if self._states is None:
-            found = window_states(
-                self.store, self.view, self.hour_ms, self.hour_ms + HOUR_MS, prefer="batch"
-            )
-            self._states = {
-                (key_value(_utc(k[0])), *k[1:]): states for k, (_, states) in found.items()
-            }
-        return self._states
+        return self._states.of_hour(self.hour_ms)
 
     def estimates(self, index: int, column: str) -> dict[tuple, Any]:
         agg = self.view.aggregators[index]
@@ -251,11 +269,12 @@ def reconcile_hour(
     has_correction: bool | None = None,
     on_tables: TablesRead | None = None,
     corrected: pa.Table | None = None,
+    states: CorrectedStates | None = None,
 ) -> Reconciliation:
     """Reconcile ``view``'s windows starting in the hour ``hour_ms`` (epoch ms); a sliding
     view's windows also read the next hour's archive (``following``). ``has_correction``:
     whether the hour's segment has a correction, and ``corrected`` its rows
-    (:func:`corrected_by_hour`), if the caller knows."""
+    (:func:`corrected_by_hour`) and ``states`` its sketches, if the caller read them."""
     tolerance = tolerance or Tolerance.from_env()
     columns = archive_columns([view])
     if archive is None:
@@ -281,7 +300,8 @@ def reconcile_hour(
         column: [(k, want[k].get(column), got[k].get(column)) for k in matched]
         for column in view.metric_columns
     }
-    checks = _Evidence(store, view, hour_ms, want, archive, following)
+    states = states or CorrectedStates(store, view, [hour_ms])
+    checks = _Evidence(store, view, hour_ms, want, archive, following, states)
     metrics = _metrics(view, comparison, pairs, causes, tolerance, checks)
     missing_explained = sum(
         1
