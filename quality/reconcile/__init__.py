@@ -15,9 +15,10 @@ from pipelines.storage import ObjectStore
 from pipelines.views.model import View
 from quality.causes import ArchiveReader, archive_columns, read_hour_archive
 from quality.compare import Tolerance
+from quality.reconcile.reads import corrected_by_hour
 from quality.reconcile.results import MetricReconciliation, Reconciliation, TablesRead
 from quality.reconcile.sessions import SessionCauses, reconcile_session_hour, settled_frontier
-from quality.reconcile.windows import CorrectedStates, corrected_by_hour, reconcile_hour
+from quality.reconcile.windows import CorrectedStates, reconcile_hour
 
 __all__ = [
     "MetricReconciliation",
@@ -66,7 +67,6 @@ def reconcile(
             store, view, [h for h in hours if view.segment_start(h) in corrected[view.name]]
         )
         for view in enabled
-        if not view.is_session
     }
     states = {  # the correction's sketches, read when a judge first needs them
         view.name: CorrectedStates(store, view, hours) for view in enabled if not view.is_session
@@ -90,6 +90,7 @@ def reconcile(
                         ranges[topic],
                         has_correction=done,
                         on_tables=on_tables,
+                        corrected=corrected_rows[view.name].get(hour),
                     )
                 else:
                     result = reconcile_hour(

@@ -230,13 +230,14 @@ def reconcile_session_hour(
     *,
     has_correction: bool | None = None,
     on_tables: TablesRead | None = None,
+    corrected: pa.Table | None = None,
 ) -> Reconciliation:
     """Reconcile the sessions of ``view`` that started in the hour ``hour_ms``; the causes
     are those of every hour read (the sessions' spans).
 
     Column by column: only the sessions that are missing, extra or differ are looked up in
     the archive's causes (a session whose values agree needs no cause). ``has_correction``:
-    whether the hour has a correction, if the caller knows."""
+    whether the hour has a correction, and ``corrected`` its sessions, if the caller knows."""
     tolerance = tolerance or Tolerance.from_env()
     assert view.session is not None
     key_col = view.session.key
@@ -246,7 +247,8 @@ def reconcile_session_hour(
         return Reconciliation(view.name, hour_ms, False, None, Causes())
     causes = SessionCauses(view, archive_rows(reader or store, view, hour_ms, ranges))
     end = hour_ms + HOUR_MS
-    corrected = query_sessions(store, view, hour_ms, end, prefer="batch")
+    if corrected is None:
+        corrected = query_sessions(store, view, hour_ms, end, prefer="batch")
     realtime = query_sessions(store, view, hour_ms, end, prefer="realtime")
     if on_tables is not None:
         on_tables(view, hour_ms, corrected, realtime)

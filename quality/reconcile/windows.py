@@ -39,13 +39,12 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
 from pipelines.segments import HOUR_MS, hour_label, hour_runs
 from pipelines.serving import corrected_segments, query_view, window_states
 from pipelines.storage import ObjectStore
-from pipelines.views.model import WINDOW_START, View
+from pipelines.views.model import View
 from quality.causes import (
     GroupCauses,
     HourArchive,
@@ -78,7 +77,7 @@ from quality.reconcile.metrics import (
 )
 from quality.reconcile.results import MetricReconciliation, Reconciliation, TablesRead
 
-__all__ = ["CorrectedStates", "corrected_by_hour", "reconcile_hour"]
+__all__ = ["CorrectedStates", "reconcile_hour"]
 
 
 def _lookup(causes: dict[tuple, GroupCauses]) -> CausesOf:
@@ -235,20 +234,6 @@ class _Evidence:
         return quantile
 
 
-def corrected_by_hour(store: ObjectStore, view: View, hours: Sequence[int]) -> dict[int, pa.Table]:
-    """The corrected rows of each of ``hours``, as :func:`query_view` answers one hour: one
-    read per run of consecutive hours, cut at the hours (a day's 24 scans of one hour each
-    planned the table 24 times)."""
-    out: dict[int, pa.Table] = {}
-    for start, end in hour_runs(hours):
-        rows = query_view(store, view, start, end, prefer="batch")
-        starts = rows.column(WINDOW_START).cast(pa.int64()).to_numpy(zero_copy_only=False)
-        bounds = np.searchsorted(starts, np.arange(start, end + 1, HOUR_MS), side="left")
-        for hour, lo, hi in zip(range(start, end, HOUR_MS), bounds[:-1], bounds[1:], strict=True):
-            out[hour] = rows.slice(int(lo), int(hi - lo))
-    return out
-
-
 def _utc(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, tz=UTC)
 
@@ -274,7 +259,8 @@ def reconcile_hour(
     """Reconcile ``view``'s windows starting in the hour ``hour_ms`` (epoch ms); a sliding
     view's windows also read the next hour's archive (``following``). ``has_correction``:
     whether the hour's segment has a correction, and ``corrected`` its rows
-    (:func:`corrected_by_hour`) and ``states`` its sketches, if the caller read them."""
+    (:func:`quality.reconcile.reads.corrected_by_hour`) and ``states`` its sketches, if the
+    caller read them."""
     tolerance = tolerance or Tolerance.from_env()
     columns = archive_columns([view])
     if archive is None:

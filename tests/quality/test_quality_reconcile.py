@@ -21,7 +21,7 @@ from pipelines.views import load_views
 from quality.causes import ArchiveReader, read_hour_archive
 from quality.compare import Tolerance
 from quality.reconcile import reconcile
-from quality.reconcile.windows import corrected_by_hour
+from quality.reconcile.reads import corrected_by_hour
 from tests.fixtures.spark import spark  # noqa: F401
 
 pytestmark = pytest.mark.spark
