@@ -205,12 +205,14 @@ def _dead_letter_files(
     return keys
 
 
-def _dead_letter_offsets(reader: ArchiveReader, keys: Sequence[str]) -> pa.Table:
-    """(partition, offset) of the dead letters in ``keys``."""
+def _dead_letter_offsets(reader: ArchiveReader, keys: Sequence[str]) -> tuple[pa.Table, bool]:
+    """(partition, offset) of the dead letters in ``keys``, and whether every file was read."""
     parts = [t for key in keys if (t := reader.read(key, ["partition", "offset"])) is not None]
+    read = len(parts) == len(keys)
     if not parts:
-        return pa.table({"partition": pa.array([], pa.int32()), "offset": pa.array([], pa.int64())})
-    return pa.concat_tables(parts)
+        empty = {"partition": pa.array([], pa.int32()), "offset": pa.array([], pa.int64())}
+        return pa.table(empty), read
+    return pa.concat_tables(parts), read
 
 
 def archive_columns(views: Sequence[View]) -> list[str]:
@@ -226,7 +228,7 @@ def archive_columns(views: Sequence[View]) -> list[str]:
 
 SHARED_ROWS = 4_000_000
 """Archive rows kept across passes in one process (a run's check steps, one view each, read
-the same hours): about 300 MB of the example views' columns."""
+the same hours): a few hundred MB of the example views' columns."""
 
 _shared: OrderedDict[tuple, HourArchive] = OrderedDict()
 _shared_lock = threading.Lock()
@@ -275,8 +277,9 @@ def read_hour_archive(
     shared_key = (reader.store.root, *cache_key, tuple(files), tuple(letters))
     found = _shared_get(shared_key)
     if found is None:
-        found = _read_hour_archive(reader, topic, hour_ms, columns, files, letters)
-        _shared_put(shared_key, found)
+        found, complete = _read_hour_archive(reader, topic, hour_ms, columns, files, letters)
+        if complete:  # a file that vanished while read leaves this pass's hour short
+            _shared_put(shared_key, found)
     reader.hours[cache_key] = found
     while len(reader.hours) > reader.HOURS_KEPT:
         reader.hours.popitem(last=False)
@@ -306,13 +309,15 @@ def _read_hour_archive(
     columns: list[str],
     files: Sequence[tuple[str, int, int, int]],
     letter_files: Sequence[str],
-) -> HourArchive:
+) -> tuple[HourArchive, bool]:
+    """The hour's rows watermarked, and whether every file could be read."""
     tables = [t for key, *_ in files if (t := reader.read(key, columns)) is not None]
     if tables:
         rows = pa.concat_tables(tables)
     else:
         rows = pa.table({c: pa.array([], pa.int64()) for c in columns})
-    letters = _dead_letter_offsets(reader, letter_files)
+    letters, letters_read = _dead_letter_offsets(reader, letter_files)
+    complete = len(tables) == len(files) and letters_read
     con = _connect()
     try:
         con.register("archive", rows)
@@ -324,7 +329,7 @@ def _read_hour_archive(
     finally:
         con.unregister("archive")
         con.unregister("letters")
-    return HourArchive(topic, hour_ms, with_watermark, dead)
+    return HourArchive(topic, hour_ms, with_watermark, dead), complete
 
 
 _local = threading.local()

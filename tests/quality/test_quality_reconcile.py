@@ -165,3 +165,27 @@ def test_an_hour_read_by_an_earlier_pass_is_reused_until_its_files_change(
         assert grown.rows.num_rows >= first.rows.num_rows + added
     finally:
         store.delete(extra)
+
+
+def test_an_hour_short_of_a_file_that_vanished_is_read_again_by_the_next_pass(
+    messy_run: StreamRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, view = messy_run.store, COUNTED[0]
+    hour = messy_run.event_hours()[2]
+    columns = ["session_id"]  # read by no other pass of this store
+    whole = read_hour_archive(ArchiveReader(store), view.topic, hour, ["client"])
+    get = store.get
+    vanished: list[str] = []
+
+    def get_but_one(key: str) -> bytes:
+        if key.startswith("archive/events/") and not vanished:
+            vanished.append(key)
+            raise FileNotFoundError(key)  # a task discarded it while the pass read
+        return get(key)
+
+    monkeypatch.setattr(store, "get", get_but_one)
+    short = read_hour_archive(ArchiveReader(store), view.topic, hour, columns)
+    assert vanished and short.rows.num_rows < whole.rows.num_rows
+    monkeypatch.setattr(store, "get", get)
+    again = read_hour_archive(ArchiveReader(store), view.topic, hour, columns)
+    assert again.rows.num_rows == whole.rows.num_rows
