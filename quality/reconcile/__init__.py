@@ -55,6 +55,10 @@ def reconcile(
     for view in enabled:
         by_topic.setdefault(view.topic, []).append(view)
     ranges = {topic: read_range_records(store, topic) for topic in by_topic}
+    columns = {  # the same columns for every hour, and for every pass of archive_views
+        topic: archive_columns([v for v in archive_views or topic_views if v.topic == topic])
+        for topic, topic_views in by_topic.items()
+    }
     reader = ArchiveReader(store)
     corrected = {  # one scan of each view's table for the pass, not two per hour
         view.name: set(
@@ -73,11 +77,12 @@ def reconcile(
     }
     for hour in hours:
         for topic, topic_views in by_topic.items():
-            columns = archive_columns([v for v in archive_views or topic_views if v.topic == topic])
-            archive = read_hour_archive(reader, topic, hour, columns, ranges[topic])
+            archive = read_hour_archive(reader, topic, hour, columns[topic], ranges[topic])
             following = None
             if any(v.is_sliding for v in topic_views):  # their windows reach the next hour
-                following = read_hour_archive(reader, topic, hour + HOUR_MS, columns, ranges[topic])
+                following = read_hour_archive(
+                    reader, topic, hour + HOUR_MS, columns[topic], ranges[topic]
+                )
             for view in topic_views:
                 done = view.segment_start(hour) in corrected[view.name]
                 if view.is_session:
