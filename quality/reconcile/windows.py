@@ -176,7 +176,6 @@ class _Evidence:
 
     def __init__(
         self,
-        store: ObjectStore,
         view: View,
         hour_ms: int,
         corrected: dict[tuple, dict[str, Any]],
@@ -184,7 +183,7 @@ class _Evidence:
         following: HourArchive | None,
         states: CorrectedStates,
     ) -> None:
-        self.store, self.view, self.hour_ms = store, view, hour_ms
+        self.view, self.hour_ms = view, hour_ms
         self.corrected = corrected
         self.archive, self.following = archive, following
         self._states = states
@@ -287,7 +286,7 @@ def reconcile_hour(
         for column in view.metric_columns
     }
     states = states or CorrectedStates(store, view, [hour_ms])
-    checks = _Evidence(store, view, hour_ms, want, archive, following, states)
+    checks = _Evidence(view, hour_ms, want, archive, following, states)
     metrics = _metrics(view, comparison, pairs, causes, tolerance, checks)
     missing_explained = sum(
         1
