@@ -12,7 +12,7 @@ from rich.console import Console
 from orchestration.runtime import Runtime
 from pipelines.generator import GeneratorOptions, Message, load_trace, replay
 from pipelines.generator.progress import ReplayProgress
-from pipelines.kafka import ensure_topics
+from pipelines.kafka import ensure_topics, exact_end_offsets
 from pipelines.kafka.writer import open_writer
 
 __all__ = ["add_generator_flags", "options_from_args", "register"]
@@ -75,6 +75,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="keep a JSON progress record here, rewritten every second (what `up` shows)",
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument(
+        "--open-ended",
+        action="store_true",
+        help="more input follows: do not mark the topic's input as ended when the replay is "
+        "over (by default its end offsets are recorded, so the last hours close at once)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -88,6 +94,8 @@ def run(args: argparse.Namespace) -> int:
     ensure_topics(bootstrap, {topic: runtime.settings.partitions}, runtime.kafka)
     out = open_writer(bootstrap, runtime.kafka)
     console = Console(stderr=True)
+    control = runtime.control
+    control.input_ends.clear(topic)  # the input is open while the replay goes on
 
     def send(message: Message) -> None:
         out.send(topic, message.key, message.value)
@@ -121,6 +129,11 @@ def run(args: argparse.Namespace) -> int:
     finally:
         out.flush()
         out.close()
+    if not args.open_ended:
+        # Flushed: the log ends where this input does. The archive sensor closes the last
+        # hours once every task has checkpointed through these offsets (no idle wait).
+        control.input_ends.record(topic, exact_end_offsets(bootstrap, runtime.kafka, topic))
+    control.close()
     progress(report, total_sim_s, done=True)
     summary = {"trace": trace.name, "topic": topic, "seed": options.seed, **report.as_dict()}
     if args.report:

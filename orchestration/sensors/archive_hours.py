@@ -11,7 +11,10 @@ lies years in the past, closes as the replay goes, which a wall-clock schedule n
 
 A stream that stops (the end of a replay) never moves its watermark past its last hour. When
 every task has caught up and the watermark has not moved for ``idle_close_s``, the sensor
-closes the hours up to the watermark's hour as well.
+closes the hours up to the watermark's hour as well. A bounded input says when it is over
+instead: `sluice generate` records its topic's end offsets when the replay ends
+(:mod:`pipelines.control.inputs`), and once every task has checkpointed through them the
+last hours close on that tick, without the idle wait.
 
 One run per closed stretch: while the fleet's watermark trails the wall clock (a replay, a
 backlog), the hours it closes are held and recorded together when the stretch ends, at most
@@ -77,6 +80,12 @@ def catching_up(now_s: float, watermark: float | None, closing_ms: int, held: in
     return now_s * 1000 - watermark > closing_ms + HOUR_MS
 
 
+def _closed_by(ended: bool, idle: bool) -> str:
+    if ended:
+        return "end_of_input"
+    return "idle" if idle else "watermark"
+
+
 def make_archive_hours_sensor(
     views: Sequence[View],
     grace_minutes: int,
@@ -112,6 +121,7 @@ def make_archive_hours_sensor(
         control = control_store.open()
         try:
             statuses = control.tasks()
+            input_ends = {t: control.input_ends.of_topic(t) for t in topics}
         finally:
             control.close()
         now = clock()
@@ -124,7 +134,9 @@ def make_archive_hours_sensor(
             if watermark != state["watermark"]:
                 state["watermark"], state["since"] = watermark, now
             caught_up = bool(mine) and all(s.end_offset - s.next_offset <= 0 for s in mine)
-            idle = caught_up and now - state["since"] >= idle_close_s
+            end = input_ends[topic]
+            ended = caught_up and end is not None and end.reached_by(mine)
+            idle = ended or (caught_up and now - state["since"] >= idle_close_s)
             until = closed_until(statuses, topic, lateness[topic], idle=idle)
             done = state["closed"]
             if until is None or (done is not None and until < done + 2 * HOUR_MS):
@@ -158,7 +170,7 @@ def make_archive_hours_sensor(
                         partition=partition_key_for(hour.hour_ms),
                         metadata={
                             **hour_metadata(hour),
-                            "closed_by": "idle" if idle else "watermark",
+                            "closed_by": _closed_by(ended, idle),
                         },
                     )
                 )

@@ -4,6 +4,7 @@ May import: third-party libraries only (SQLAlchemy); every layer above reads or 
 """
 
 from pipelines.control.crashes import CrashLog, CrashPlan, TaskCrash, crash_plan
+from pipelines.control.inputs import InputEnd, InputEndLog
 from pipelines.control.jobs import (
     TASK_STATES,
     AgentRecord,
@@ -23,6 +24,8 @@ __all__ = [
     "CrashLog",
     "CrashPlan",
     "FleetSample",
+    "InputEnd",
+    "InputEndLog",
     "JobEvent",
     "JobModelStore",
     "RescaleLog",

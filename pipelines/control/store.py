@@ -30,6 +30,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Engine
 
 from pipelines.control.crashes import CrashLog
+from pipelines.control.inputs import InputEndLog
 from pipelines.control.jobs import JobModelStore
 from pipelines.control.rescales import RescaleLog
 from pipelines.control.schema import upgrade
@@ -243,6 +244,8 @@ class ControlStore:
         """What each rescale paused, as the coordinator measured it."""
         self.crashes = CrashLog(self.engine)
         """Where tasks crashed, and the records quarantined for it."""
+        self.input_ends = InputEndLog(self.engine)
+        """Where each topic's bounded input (a finished replay) ended."""
 
     def report_tasks(self, statuses: list[TaskStatus]) -> None:
         """Upsert task rows in one transaction; a row reported by a newer generation of the

@@ -243,6 +243,23 @@ def fetched_log_end(
         probe.close(timeout_ms=1000)
 
 
+def exact_end_offsets(bootstrap: str, kafka: KafkaSettings | None, topic: str) -> dict[int, int]:
+    """The next offset of each partition of ``topic``, exact: listed, then confirmed by a
+    fetch's high watermark where the broker holds anything (ListOffsets may under-report,
+    see :func:`fetched_log_end`). For a producer that has flushed: where its input ended."""
+    probe = consumer(bootstrap, kafka)
+    try:
+        tps = [TopicPartition(topic, p) for p in sorted(probe.partitions_for_topic(topic) or [])]
+        listed = end_offsets(probe, tps)
+    finally:
+        probe.close(timeout_ms=1000)
+    ends = {}
+    for tp, end in listed.items():
+        fetched = fetched_log_end(bootstrap, kafka, tp, end) if end > 0 else None
+        ends[tp.partition] = max(end, fetched or 0)
+    return ends
+
+
 def beginning_offsets(
     client: KafkaConsumer, partitions: list[TopicPartition], timeout_s: float | None = None
 ) -> dict[TopicPartition, int]:

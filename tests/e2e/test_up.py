@@ -19,6 +19,7 @@ from pipelines.control import ControlStore
 from pipelines.kafka import EmbeddedBroker
 from pipelines.kafka.embedded import pid_alive
 from tests.fixtures.processes import PROJECT, wait_until
+from tests.fixtures.stream import read_records
 
 pytestmark = pytest.mark.e2e
 
@@ -173,6 +174,16 @@ def test_up_runs_the_live_half_in_dagster_scales_with_the_traffic_and_stops_clea
         _the_live_half_shows_in_the_ui(url, artifacts_dir, panel, state)
         # the UI stays up until the test has looked (no --exit-when-done); then Ctrl-C
         wait_until(lambda: "done: replayed" in panel(), 420, "the fleet to catch up")
+        # the replay marked where its input ended: the topic's ends as another client reads them
+        control = ControlStore(f"sqlite:///{state / 'control.db'}")
+        try:
+            end = control.input_ends.of_topic("events")
+        finally:
+            control.close()
+        records = read_records(own_broker.bootstrap, "events", 4)
+        assert end is not None and dict(end.end_offsets) == {
+            p: rs[-1].offset + 1 for p, rs in records.items()
+        }, end
         tmux("send-keys", "-t", "up", "C-c")
         wait_until(exit_file.exists, 60, "up to stop on Ctrl-C")
     finally:

@@ -42,7 +42,9 @@ def storage_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def _report(url: str, watermark: int, backlog: int = 0) -> None:
+def _report(
+    url: str, watermark: int, backlog: int = 0, checkpointed: int | None = None, end: int = 1000
+) -> None:
     store = ControlStore(url)
     store.report_tasks(
         [
@@ -52,9 +54,10 @@ def _report(url: str, watermark: int, backlog: int = 0) -> None:
                 partition=p,
                 worker_id="a0",
                 pid=1,
-                next_offset=1000,
-                end_offset=1000 + backlog,
+                next_offset=end,
+                end_offset=end + backlog,
                 watermark=float(watermark + p),  # the fleet's watermark is the smallest
+                checkpointed_offset=checkpointed,
             )
             for p in range(4)
         ]
@@ -141,6 +144,48 @@ def test_a_replayed_stretch_closes_in_one_tick_and_is_requested_at_once(
     first = dg.evaluate_automation_conditions(defs=defs, instance=instance)
     for view in VIEWS:
         assert first.get_requested_partitions(corrected_key(view.name)) == set(day)
+
+
+def test_the_end_of_a_bounded_input_closes_the_last_hours_once_checkpointed(
+    storage_root: Path, tmp_path: Path
+) -> None:
+    """A finished replay recorded its topic's end offsets: the last hours close on the first
+    tick after every task checkpointed through them, with no idle wait (idle_close_s 300 s
+    never passes here); input produced after the mark voids it."""
+    url = f"sqlite:///{tmp_path / 'control.db'}"
+    clock = {"now": datetime(2026, 11, 25, tzinfo=UTC).timestamp()}
+    sensor = make_archive_hours_sensor(VIEWS, 15, idle_close_s=300, clock=lambda: clock["now"])
+    resources = {
+        "control_store": LocalControlStoreResource(sqlite_url=url),
+        "storage": LocalStorageResource(root=str(storage_root)),
+    }
+    cursor = None
+
+    def tick() -> list[tuple[str, str]]:
+        nonlocal cursor
+        clock["now"] += 10
+        with dg.build_sensor_context(resources=resources, cursor=cursor) as context:
+            result = sensor.evaluate_tick(context)
+        cursor = result.cursor
+        return [(e.partition, e.metadata["closed_by"].value) for e in result.asset_events]
+
+    store = ControlStore(url)
+    store.input_ends.record("events", {p: 1000 for p in range(4)})
+    store.close()
+    last = H23 + 50 * 60_000  # the replay's last event: 23:00 is not closed by the watermark
+    _report(url, last, backlog=500, checkpointed=400)
+    assert tick() == []  # held: the replay is being read
+    _report(url, last, checkpointed=995)  # caught up, not yet checkpointed through the end
+    assert tick() == []
+    # input beyond the mark (another producer): the mark says nothing, the idle rule waits
+    _report(url, last, checkpointed=1005, end=1005)
+    assert tick() == []
+    _report(url, last, checkpointed=1000)  # every task durable through the end of input
+    day_start = H21 - 21 * HOUR_MS
+    closed = tick()
+    assert [p for p, _ in closed] == [partition_key_for(day_start + h * HOUR_MS) for h in range(24)]
+    assert {by for _, by in closed} == {"end_of_input"}
+    assert tick() == []  # recorded once
 
 
 def test_catching_up_holds_at_most_a_day_and_never_a_live_stream() -> None:

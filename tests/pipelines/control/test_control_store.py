@@ -113,3 +113,43 @@ def test_concurrent_writers_of_the_same_rows_do_not_race(control_url: str) -> No
         assert len(store.rate_history("events", 0, 60.0 * 25)) == 25
     finally:
         store.close()
+
+
+def test_input_ends_are_recorded_cleared_and_reached_only_through_a_checkpoint(
+    control_url: str,
+) -> None:
+    store = ControlStore(control_url)
+    try:
+        assert store.input_ends.of_topic("events") is None
+        store.input_ends.record("events", {0: 120, 1: 80}, at=5.0)
+        store.input_ends.record("other", {0: 7})
+        end = store.input_ends.of_topic("events")
+        assert end is not None and dict(end.end_offsets) == {0: 120, 1: 80}
+        assert end.recorded_at == 5.0
+
+        def task(partition: int, checkpointed: int | None, seen_end: int) -> TaskStatus:
+            return TaskStatus(
+                task=f"events:{partition}",
+                topic="events",
+                partition=partition,
+                worker_id="w0",
+                pid=1,
+                next_offset=seen_end,
+                end_offset=seen_end,
+                checkpointed_offset=checkpointed,
+            )
+
+        assert end.reached_by([task(0, 120, 120), task(1, 80, 80)])
+        assert not end.reached_by([task(0, 120, 120), task(1, 79, 80)])  # not yet durable
+        assert not end.reached_by([task(0, 120, 120), task(1, None, 80)])
+        assert not end.reached_by([task(0, 120, 120)])  # partition 1 has no task
+        assert not end.reached_by([task(0, 125, 125), task(1, 80, 80)])  # input went on
+        assert not end.reached_by([])
+
+        store.input_ends.record("events", {0: 130, 1: 80}, at=6.0)  # a second replay's end
+        assert dict(store.input_ends.of_topic("events").end_offsets) == {0: 130, 1: 80}
+        store.input_ends.clear("events")  # a replay started: the input is open
+        assert store.input_ends.of_topic("events") is None
+        assert store.input_ends.of_topic("other") is not None
+    finally:
+        store.close()
