@@ -37,6 +37,7 @@ __all__ = [
     "merge_realtime_sessions",
     "query_sessions",
     "realtime_session_rows",
+    "realtime_sessions_table",
 ]
 
 log = logging.getLogger(__name__)
@@ -97,6 +98,41 @@ def _kept(events: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
     return orjson.loads(events) if isinstance(events, str) else events
 
 
+def realtime_sessions_table(view: View, tables: Iterable[pa.Table]) -> pa.Table:
+    """Final rows of every session in a session view's realtime files, as a table with the
+    bounds in epoch ms (the session fields of the segment files, then the metrics).
+
+    A column at a time: a session is in one task's file unless its key spread over
+    partitions, so with no (key, start) twice, each metric column is its states' results and
+    every other column is the files' own. Files whose rows must merge take the row path
+    (:func:`realtime_session_rows`), which gives the same rows."""
+    assert view.session is not None
+    schema = pa.schema(
+        view.session_fields(pa.int64()) + [f for a in view.aggregators for f in a.output_fields()]
+    )
+    tables = list(tables)
+    usable = [t for t in tables if written_for(t.schema, view.fingerprint)]
+    if len(usable) != len(tables):
+        log.warning("skipping a realtime segment of %s written for another definition", view.name)
+    if not usable:
+        return schema.empty_table()
+    try:
+        table = pa.concat_tables(usable)
+    except pa.ArrowInvalid:  # files of one definition hold the same columns; else row by row
+        return pa.Table.from_pylist(realtime_session_rows(view, usable), schema=schema)
+    key, start = (table.column(c).to_pylist() for c in (view.session.key, SESSION_START))
+    keys = zip(key, start, strict=True)
+    if len(set(keys)) != table.num_rows:  # a key spread over tasks: its rows merge
+        return pa.Table.from_pylist(realtime_session_rows(view, usable), schema=schema)
+    columns = {f.name: table.column(f.name).cast(f.type) for f in view.session_fields(pa.int64())}
+    for agg in view.aggregators:
+        states = agg.deserialize_many(table.column(state_column(agg.out)).to_pylist())
+        results = [agg.result(state) for state in states]
+        for f in agg.output_fields():
+            columns[f.name] = pa.array([r[f.name] for r in results], type=f.type)
+    return pa.table([columns[f.name] for f in schema], schema=schema)
+
+
 def realtime_session_rows(view: View, tables: Iterable[pa.Table]) -> list[dict[str, Any]]:
     """Final rows of every session in a session view's realtime files."""
     rows = []
@@ -139,6 +175,7 @@ def query_sessions(
         if not sources:
             return _table_sessions(view, found, start_ms, end_ms, match)
         rows = [_as_ms(row) for row in found.to_pylist()]
+    realtime: list[pa.Table] = []
     for source in sources:
         files = [read_parquet(store.get(key)) for key in source.files]
         if source.kind == "batch":
@@ -147,9 +184,12 @@ def query_sessions(
                     row[SOURCE] = source.label
                     rows.append(row)
             continue
-        for row in realtime_session_rows(view, files):
-            row[SOURCE] = source.label
-            rows.append(row)
+        found = realtime_sessions_table(view, files)
+        realtime.append(found.append_column(SOURCE, pa.repeat(source.label, found.num_rows)))
+    if not rows:  # realtime sessions alone (a reconciliation's side): in Arrow throughout
+        return _realtime_answer(view, realtime, start_ms, end_ms, match)
+    for table in realtime:
+        rows += table.to_pylist()
     if match == STARTED:
         rows = [r for r in rows if start_ms <= r[SESSION_START] < end_ms]
     else:
@@ -183,6 +223,27 @@ def _table_sessions(
         in_range = pc.and_(pc.less(starts, end_ms), pc.greater_equal(ends, start_ms))
     table = table.filter(in_range)
     return table.sort_by([(SESSION_START, "ascending"), (view.session.key, "ascending")])
+
+
+def _realtime_answer(
+    view: View, tables: list[pa.Table], start_ms: int, end_ms: int, match: str
+) -> pa.Table:
+    """:func:`query_sessions`' answer from realtime sessions alone (tables of
+    :func:`realtime_sessions_table` with their source): as the row path filters and sorts
+    them (a stable sort by start and key), in Arrow."""
+    assert view.session is not None
+    schema = view.output_schema().append(pa.field(SOURCE, pa.string()))
+    if not tables:
+        return schema.empty_table()
+    table = pa.concat_tables(tables)
+    starts, ends = table.column(SESSION_START), table.column(SESSION_END)
+    if match == STARTED:
+        in_range = pc.and_(pc.greater_equal(starts, start_ms), pc.less(starts, end_ms))
+    else:
+        in_range = pc.and_(pc.less(starts, end_ms), pc.greater_equal(ends, start_ms))
+    table = table.filter(in_range)
+    table = table.sort_by([(SESSION_START, "ascending"), (view.session.key, "ascending")])
+    return pa.table([table.column(f.name).cast(f.type) for f in schema], schema=schema)
 
 
 def _ms_column(column: pa.ChunkedArray) -> pa.ChunkedArray:

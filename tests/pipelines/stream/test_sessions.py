@@ -8,6 +8,7 @@ import random
 from dataclasses import dataclass
 
 import orjson
+import pyarrow as pa
 import pytest
 
 from pipelines.config import SluiceSettings
@@ -399,3 +400,43 @@ def test_rows_built_a_column_at_a_time_equal_one_row_per_session(tmp_path):
         if isinstance(row, tuple)
     ]
     assert closed and all(row[4] is False for row in closed)
+
+
+@pytest.mark.parametrize("shared_keys", [False, True], ids=["own-keys", "keys-on-two-tasks"])
+def test_the_realtime_sessions_table_equals_the_merged_rows(tmp_path, monkeypatch, shared_keys):
+    """Two tasks' realtime files read a column at a time give the rows merged one session at
+    a time; a session whose key was on both tasks takes the row path (and still agrees)."""
+    from pipelines.segments import read_parquet
+    from pipelines.serving import sessions as serving
+    from pipelines.serving.sources import segment_sources
+
+    view = _view(gap="10m", max_duration="1h", allowed_lateness="15m", max_kept_events=4)
+    store = LocalObjectStore(tmp_path / "store")
+    for partition, seed in ((0, 3), (1, 4)):
+        records = _random_partition(seed, 800)
+        if partition and not shared_keys:
+            for r in records:
+                event = orjson.loads(r.value)
+                event["session_id"] = "t" + event["session_id"]
+                r.value = orjson.dumps(event)
+        task = StreamTask(
+            "events", partition, [view], store, CollectingDeadLetters(), SluiceSettings()
+        )
+        assert task.restore() is None
+        task.start_at(0)
+        task.process(records)
+        task.flush()
+    sources = segment_sources(store, view, 0, 2**62, "realtime")
+    assert len(sources) > 1
+    schema = serving.realtime_sessions_table(view, []).schema
+    row_path = serving.realtime_session_rows
+    if not shared_keys:  # every file's sessions are its own: no row is built one by one
+        monkeypatch.setattr(serving, "realtime_session_rows", None)
+    merged = 0
+    for source in sources:
+        files = [read_parquet(store.get(key)) for key in source.files]
+        expected = pa.Table.from_pylist(row_path(view, files), schema=schema)
+        table = serving.realtime_sessions_table(view, files)
+        assert table.equals(expected), source.segment
+        merged += sum(t.num_rows for t in files) - table.num_rows
+    assert (merged > 0) == shared_keys
