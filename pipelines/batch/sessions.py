@@ -56,7 +56,14 @@ from pipelines.views.model import (
     View,
 )
 
-__all__ = ["correct_session_hours", "session_batch_schema", "session_hours", "sessionize"]
+__all__ = [
+    "correct_session_hours",
+    "session_batch_schema",
+    "session_hours",
+    "session_runs",
+    "sessionize",
+    "sessions_of_runs",
+]
 
 log = logging.getLogger(__name__)
 
@@ -87,19 +94,20 @@ def session_batch_schema(view: View) -> pa.Schema:
 
 
 def sessionize(events: DataFrame, view: View) -> DataFrame:
-    """Each event with the start of its session, in Spark's own operators (no Python worker).
-
-    Per key, ordered by (event time, event id): a gap of at least ``gap`` starts a *run*, and
-    a run shorter than ``max_duration`` is one session (a running window over the key). Only
-    the events at least ``max_duration`` after their run's start need the sequential rule (a
-    session ends where an event comes ``max_duration`` after its start): their run's times
-    are folded into its cut points (``aggregate``, one row per long run, broadcast back), and
-    each such event takes the last cut at or before it.
+    """Each event with the start of its session, in Spark's own operators (no Python worker):
+    :func:`session_runs`, then :func:`sessions_of_runs`.
 
     Not ``mapInPandas``: through the warm Spark Connect server every correction run is a new
     session, and each session started a Python worker daemon of its own (2-3 s per run, and
     one more idle daemon on the server per run).
     """
+    return sessions_of_runs(session_runs(events, view), view)
+
+
+def session_runs(events: DataFrame, view: View) -> DataFrame:
+    """Each event with the start of its *run*: per key, ordered by (event time, event id), a
+    gap of at least ``gap`` starts one (a running window over the key). A run shorter than
+    ``max_duration`` is one session."""
     spec = view.session
     assert spec is not None
     ordered = Window.partitionBy(spec.key).orderBy("event_time", "event_id")
@@ -108,7 +116,20 @@ def sessionize(events: DataFrame, view: View) -> DataFrame:
     starts_run = previous.isNull() | (F.col("event_time") - previous >= F.lit(spec.gap_ms))
     rows = events.withColumn(_RUN_START, F.when(starts_run, F.col("event_time")))
     # Times ascend within a key, so the latest run start so far is the running maximum.
-    rows = rows.withColumn(_RUN_START, F.max(_RUN_START).over(so_far))
+    return rows.withColumn(_RUN_START, F.max(_RUN_START).over(so_far))
+
+
+def sessions_of_runs(rows: DataFrame, view: View) -> DataFrame:
+    """:func:`session_runs`' events with the start of their session. Only the events at least
+    ``max_duration`` after their run's start need the sequential rule (a session ends where
+    an event comes ``max_duration`` after its start): their run's times are folded into its
+    cut points (``aggregate``, one row per long run, broadcast back), and each such event
+    takes the last cut at or before it.
+
+    ``rows`` is read three times (the short runs, the long ones, their cuts): a caller that
+    persists it sorts the events by key once instead of three times."""
+    spec = view.session
+    assert spec is not None
     beyond = F.col("event_time") - F.col(_RUN_START) >= F.lit(spec.max_duration_ms)
     short = rows.where(~beyond).withColumn(SESSION_START, F.col(_RUN_START))
     late = rows.where(beyond)
@@ -143,7 +164,22 @@ def _aggregate_sessions(events: DataFrame, view: View, segments: Sequence[int]) 
     if view.filter is not None:
         events = events.where(view.filter.spark())
         columns |= set(view.filter.fields)
-    rows = sessionize(events.select(*sorted(columns)), view)
+    runs = session_runs(events.select(*sorted(columns)), view)
+    # Read three times below: persisted, the events are read, deduplicated and sorted by key
+    # once, not three times (8.1 -> 2.8 s of Spark jobs for the main job's day, warm).
+    runs = runs.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        return _session_rows(runs, view, segments)
+    finally:
+        with contextlib.suppress(Exception):  # a lost server: not to hide why the run failed
+            runs.unpersist()
+
+
+def _session_rows(runs: DataFrame, view: View, segments: Sequence[int]) -> pa.Table:
+    """:func:`_aggregate_sessions` once the events' runs are known."""
+    spec = view.session
+    assert spec is not None
+    rows = sessions_of_runs(runs, view)
     segment = F.col(SESSION_START) - F.col(SESSION_START) % F.lit(HOUR_MS)
     rows = rows.where(segment.isin(list(segments)))
     keys = [spec.key, SESSION_START]
