@@ -212,12 +212,15 @@ def _replace(
         try:
             tx = table.transaction()
             if not by_filter:
+                # the transaction's metadata, built once: each read of it applies the pending
+                # updates to a deep copy (0.7 s of a day correction's six commits)
+                metadata = tx.table_metadata
                 with _overwrite(tx, props) as overwrite:
                     for data_file in hour_files(table, view, todo):
                         overwrite.delete_data_file(data_file)
                     for path in files:
                         overwrite.append_data_file(
-                            parquet_file_to_data_file(table.io, tx.table_metadata, path)
+                            parquet_file_to_data_file(table.io, metadata, path)
                         )
             else:  # two snapshots (a delete, then the files), still one catalog commit
                 if table.current_snapshot() is not None:
