@@ -218,11 +218,7 @@ def _table_sessions(
         columns[field.name] = column.cast(field.type)
     table = pa.table(columns, schema=schema)
     starts, ends = (_ms_column(table.column(c)) for c in (SESSION_START, SESSION_END))
-    in_range = pc.and_(pc.greater_equal(starts, start_ms), pc.less(starts, end_ms))
-    if match != STARTED:
-        in_range = pc.and_(pc.less(starts, end_ms), pc.greater_equal(ends, start_ms))
-    table = table.filter(in_range)
-    return table.sort_by([(SESSION_START, "ascending"), (view.session.key, "ascending")])
+    return _in_range(view, table, starts, ends, start_ms, end_ms, match)
 
 
 def _realtime_answer(
@@ -237,13 +233,28 @@ def _realtime_answer(
         return schema.empty_table()
     table = pa.concat_tables(tables)
     starts, ends = table.column(SESSION_START), table.column(SESSION_END)
+    table = _in_range(view, table, starts, ends, start_ms, end_ms, match)
+    return pa.table([table.column(f.name).cast(f.type) for f in schema], schema=schema)
+
+
+def _in_range(
+    view: View,
+    table: pa.Table,
+    starts: pa.ChunkedArray,
+    ends: pa.ChunkedArray,
+    start_ms: int,
+    end_ms: int,
+    match: str,
+) -> pa.Table:
+    """The rows of sessions that ``match`` ``[start_ms, end_ms)`` (``starts`` and ``ends``:
+    their bounds in epoch ms), sorted by start and key (a stable sort)."""
+    assert view.session is not None
     if match == STARTED:
         in_range = pc.and_(pc.greater_equal(starts, start_ms), pc.less(starts, end_ms))
     else:
         in_range = pc.and_(pc.less(starts, end_ms), pc.greater_equal(ends, start_ms))
     table = table.filter(in_range)
-    table = table.sort_by([(SESSION_START, "ascending"), (view.session.key, "ascending")])
-    return pa.table([table.column(f.name).cast(f.type) for f in schema], schema=schema)
+    return table.sort_by([(SESSION_START, "ascending"), (view.session.key, "ascending")])
 
 
 def _ms_column(column: pa.ChunkedArray) -> pa.ChunkedArray:

@@ -65,25 +65,35 @@ def _report(
     store.close()
 
 
+class _Sensor:
+    """The archive sensor ticking against a control store and the module's archive, on a
+    clock the test moves; each tick returns what it recorded."""
+
+    def __init__(self, url: str, storage_root: Path, now: float) -> None:
+        self.now = now
+        self.sensor = make_archive_hours_sensor(VIEWS, 15, idle_close_s=300, clock=lambda: self.now)
+        self.resources = {
+            "control_store": LocalControlStoreResource(sqlite_url=url),
+            "storage": LocalStorageResource(root=str(storage_root)),
+        }
+        self.cursor: str | None = None
+
+    def tick(self) -> list[dg.AssetMaterialization]:
+        with dg.build_sensor_context(resources=self.resources, cursor=self.cursor) as context:
+            result = self.sensor.evaluate_tick(context)
+        self.cursor = result.cursor
+        assert all(e.asset_key == RAW_ARCHIVE_KEY for e in result.asset_events)
+        return list(result.asset_events)
+
+
 def test_hours_close_as_the_watermark_passes_them_and_the_last_when_the_stream_stops(
     storage_root: Path, tmp_path: Path
 ) -> None:
     url = f"sqlite:///{tmp_path / 'control.db'}"
-    clock = {"now": 1_000.0}
-    sensor = make_archive_hours_sensor(VIEWS, 15, idle_close_s=300, clock=lambda: clock["now"])
-    resources = {
-        "control_store": LocalControlStoreResource(sqlite_url=url),
-        "storage": LocalStorageResource(root=str(storage_root)),
-    }
-    cursor = None
+    sensor = _Sensor(url, storage_root, now=1_000.0)
 
     def tick() -> list[str]:
-        nonlocal cursor
-        with dg.build_sensor_context(resources=resources, cursor=cursor) as context:
-            result = sensor.evaluate_tick(context)
-        cursor = result.cursor
-        assert all(e.asset_key == RAW_ARCHIVE_KEY for e in result.asset_events)
-        return [e.partition for e in result.asset_events]
+        return [e.partition for e in sensor.tick()]
 
     day_start = H21 - 21 * HOUR_MS
     _report(url, H22 + CLOSING_MS - 1, backlog=500)  # 21:00 is not closed yet: 1 ms short
@@ -95,11 +105,11 @@ def test_hours_close_as_the_watermark_passes_them_and_the_last_when_the_stream_s
     _report(url, H23 + 50 * 60_000, backlog=500)  # 22:00 closed; 23:00 not by the watermark
     assert tick() == [partition_key_for(H22)]
     _report(url, H23 + 50 * 60_000, backlog=0)  # the replay is over, the fleet caught up
-    clock["now"] += 200
+    sensor.now += 200
     assert tick() == []  # idle, but not for long enough
-    clock["now"] += 200
+    sensor.now += 200
     assert tick() == [partition_key_for(H23)]
-    assert json.loads(cursor)["events"]["closed"] == H23
+    assert json.loads(sensor.cursor)["events"]["closed"] == H23
 
 
 def test_a_replayed_stretch_closes_in_one_tick_and_is_requested_at_once(
@@ -109,28 +119,18 @@ def test_a_replayed_stretch_closes_in_one_tick_and_is_requested_at_once(
     and when the fleet idles the whole day closes in one tick, which automation requests
     in one evaluation (one backfill, one run by the single-run policy), not one per tick."""
     url = f"sqlite:///{tmp_path / 'control.db'}"
-    clock = {"now": datetime(2026, 11, 25, tzinfo=UTC).timestamp()}
-    sensor = make_archive_hours_sensor(VIEWS, 15, idle_close_s=300, clock=lambda: clock["now"])
-    resources = {
-        "control_store": LocalControlStoreResource(sqlite_url=url),
-        "storage": LocalStorageResource(root=str(storage_root)),
-    }
-    cursor = None
+    sensor = _Sensor(url, storage_root, now=datetime(2026, 11, 25, tzinfo=UTC).timestamp())
 
     def tick() -> list[str]:
-        nonlocal cursor
-        with dg.build_sensor_context(resources=resources, cursor=cursor) as context:
-            result = sensor.evaluate_tick(context)
-        cursor = result.cursor
-        return [e.partition for e in result.asset_events]
+        return [e.partition for e in sensor.tick()]
 
     _report(url, H22 + CLOSING_MS, backlog=500)  # 21:00 and the day's empty hours closed
     assert tick() == []  # held: the replay goes on
     _report(url, H23 + 50 * 60_000, backlog=500)
-    clock["now"] += 10
+    sensor.now += 10
     assert tick() == []
     _report(url, H23 + 50 * 60_000, backlog=0)  # the replay is over, the fleet caught up
-    clock["now"] += 301
+    sensor.now += 301
     day_start = H21 - 21 * HOUR_MS
     day = [partition_key_for(day_start + h * HOUR_MS) for h in range(24)]
     closed = tick()
@@ -153,21 +153,11 @@ def test_the_end_of_a_bounded_input_closes_the_last_hours_once_checkpointed(
     tick after every task checkpointed through them, with no idle wait (idle_close_s 300 s
     never passes here); input produced after the mark voids it."""
     url = f"sqlite:///{tmp_path / 'control.db'}"
-    clock = {"now": datetime(2026, 11, 25, tzinfo=UTC).timestamp()}
-    sensor = make_archive_hours_sensor(VIEWS, 15, idle_close_s=300, clock=lambda: clock["now"])
-    resources = {
-        "control_store": LocalControlStoreResource(sqlite_url=url),
-        "storage": LocalStorageResource(root=str(storage_root)),
-    }
-    cursor = None
+    sensor = _Sensor(url, storage_root, now=datetime(2026, 11, 25, tzinfo=UTC).timestamp())
 
     def tick() -> list[tuple[str, str]]:
-        nonlocal cursor
-        clock["now"] += 10
-        with dg.build_sensor_context(resources=resources, cursor=cursor) as context:
-            result = sensor.evaluate_tick(context)
-        cursor = result.cursor
-        return [(e.partition, e.metadata["closed_by"].value) for e in result.asset_events]
+        sensor.now += 10
+        return [(e.partition, e.metadata["closed_by"].value) for e in sensor.tick()]
 
     store = ControlStore(url)
     store.input_ends.record("events", {p: 1000 for p in range(4)})
