@@ -6,8 +6,8 @@ input is over. A bounded source knows it is (Flink's bounded sources emit a fina
 for this). `sluice generate` records the topic's exact end offsets here when its replay is
 over, and clears them when a replay starts, so the sensor can close the last hours as soon
 as every task has checkpointed through those offsets, which also proves the hour's archive
-written. Anything produced after the mark voids it: a task that has seen a log end past it
-falls back to the idle rule.
+written (a worker idling at the mark checkpoints at once). Anything produced after the mark
+voids it: a task that has seen a log end past it falls back to the idle rule.
 """
 
 from __future__ import annotations

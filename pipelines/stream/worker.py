@@ -479,6 +479,8 @@ class StreamWorker:
                     last_consumed = {k: t.consumed for k, t in self.tasks.items()}
                     busy_at_status, last_status = self.busy_s, now
                     next_status = now + settings.status_interval_s
+                    if idle_since is not None and self._read_to_input_end():
+                        next_checkpoint = now  # the input's last hours wait for it
                 if (
                     max_idle_s is not None
                     and idle_since is not None
@@ -541,6 +543,28 @@ class StreamWorker:
             )
         except Exception as exc:  # reporting must never stop processing
             log.warning("worker %s: status report failed: %s", self.worker_id, exc)
+
+    def _read_to_input_end(self) -> bool:
+        """Whether a task has read its topic's bounded input to the end (the offsets `sluice
+        generate` records when its replay is over) and not yet checkpointed through it: the
+        archive sensor closes the input's last hours once every task has, so the checkpoint
+        is due now rather than at the next interval. Asked only while the worker idles."""
+        if self.control is None:
+            return False
+        try:
+            for topic in {task.topic for task in self.tasks.values()}:
+                end = self.control.input_ends.of_topic(topic)
+                if end is None:
+                    continue
+                for task in self.tasks.values():
+                    stop = end.end_offsets.get(task.partition) if task.topic == topic else None
+                    if stop is not None and task.next_offset >= stop > (
+                        task.checkpointed_offset or 0
+                    ):
+                        return True
+        except Exception as exc:  # the control store must never stop processing
+            log.warning("worker %s: reading the input's end failed: %s", self.worker_id, exc)
+        return False
 
     def _time_shares(self, elapsed: float) -> dict[str, float]:
         """Share of the wall time since the last report spent in each part of the work."""
