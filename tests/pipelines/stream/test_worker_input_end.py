@@ -4,22 +4,13 @@ so the hours would otherwise wait for the checkpoint interval."""
 
 from __future__ import annotations
 
-import dataclasses
-import threading
-import uuid
-
 import pytest
 
-from pipelines.config import PROJECT_ROOT, SluiceSettings
-from pipelines.control import ControlStore
-from pipelines.generator import GeneratorOptions, load_trace, replay
-from pipelines.kafka import ensure_topics, exact_end_offsets
-from pipelines.kafka.writer import open_writer
-from pipelines.storage import LocalObjectStore
-from pipelines.stream import StreamWorker, TaskId
-from pipelines.views import load_views
+from pipelines.config import SluiceSettings
+from pipelines.generator import GeneratorOptions
+from pipelines.kafka import exact_end_offsets
 from tests.fixtures.processes import wait_until
-from tests.fixtures.stream import read_records
+from tests.fixtures.stream import example_views_on, read_records, replayed_topic, start_worker
 
 pytestmark = pytest.mark.broker
 
@@ -27,24 +18,10 @@ pytestmark = pytest.mark.broker
 def test_a_worker_checkpoints_once_it_has_read_the_input_to_its_recorded_end(
     broker, tmp_path
 ) -> None:
-    topic = f"ended-{uuid.uuid4().hex[:8]}"
-    ensure_topics(broker.bootstrap, {topic: 2, f"{topic}.dlq": 1})
-    writer = open_writer(broker.bootstrap, None)
-    replay(
-        load_trace("nyc_taxi"),
-        GeneratorOptions(max_events=3_000, peak_rate=3_000, speedup=480),
-        lambda m: writer.send(topic, m.key, m.value),
-        pace=False,
-    )
-    writer.flush()
-    writer.close()
+    options = GeneratorOptions(max_events=3_000, peak_rate=3_000, speedup=480)
+    topic = replayed_topic(broker.bootstrap, "ended", 2, options)
     # the topic's ends as another client reads them
     ends = {p: rs[-1].offset + 1 for p, rs in read_records(broker.bootstrap, topic, 2).items()}
-    views = [
-        dataclasses.replace(v, topic=topic)
-        for v in load_views(PROJECT_ROOT / "data" / "views.yaml")
-        if v.topic == "events"
-    ]
     settings = SluiceSettings(
         state_dir=tmp_path / "state",
         dead_letter_topic=f"{topic}.dlq",
@@ -52,18 +29,9 @@ def test_a_worker_checkpoints_once_it_has_read_the_input_to_its_recorded_end(
         checkpoint_interval_s=3600.0,  # never, within this test, but for the input's end
         status_interval_s=0.2,
     )
-    control = ControlStore(settings.resolved_control_store_url)
-    worker = StreamWorker(
-        "w0",
-        [TaskId(topic, p) for p in range(2)],
-        views,
-        settings,
-        broker.bootstrap,
-        LocalObjectStore(tmp_path / "state" / "storage"),
-        control,
+    worker, control, thread = start_worker(
+        broker.bootstrap, topic, 2, example_views_on(topic), settings
     )
-    thread = threading.Thread(target=worker.run, daemon=True)
-    thread.start()
     try:
 
         def tasks() -> dict[int, object]:

@@ -3,7 +3,6 @@ processes faster than its cap, reports itself busy while throttled, and still st
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
 
@@ -11,13 +10,12 @@ import orjson
 import pytest
 
 from pipelines.config import SluiceSettings
-from pipelines.control import ControlStore
 from pipelines.kafka import ensure_topics, producer
-from pipelines.storage import LocalObjectStore
-from pipelines.stream import StreamWorker, TaskId
+from pipelines.stream import StreamWorker
 from pipelines.stream.worker import THROTTLE_SLICE_S
 from pipelines.views import parse_views
 from tests.fixtures.processes import wait_until
+from tests.fixtures.stream import start_worker
 
 pytestmark = pytest.mark.broker
 
@@ -75,18 +73,9 @@ def capped_worker(broker, tmp_path):
             status_interval_s=0.3,
             worker_max_rate=max_rate,
         )
-        control = ControlStore(settings.resolved_control_store_url)
-        worker = StreamWorker(
-            "w0",
-            [TaskId(topic, p) for p in range(PARTITIONS)],
-            _views(topic),
-            settings,
-            broker.bootstrap,
-            LocalObjectStore(tmp_path / "state" / "storage"),
-            control,
+        worker, control, thread = start_worker(
+            broker.bootstrap, topic, PARTITIONS, _views(topic), settings
         )
-        thread = threading.Thread(target=worker.run, daemon=True)
-        thread.start()
         started.append((worker, control, thread))
         return worker, control, thread
 
