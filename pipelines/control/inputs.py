@@ -64,6 +64,12 @@ class InputEnd:
                 return False
         return True
 
+    def awaits_checkpoint(self, partition: int, next_offset: int, checkpointed: int | None) -> bool:
+        """Whether a task of ``partition`` has read the input to its end but not checkpointed
+        through it (what :meth:`reached_by` still waits for from it)."""
+        end = self.end_offsets.get(partition)
+        return end is not None and next_offset >= end > (checkpointed or 0)
+
 
 class InputEndLog:
     """Record, clear and read the end of each topic's bounded input (one row per topic)."""

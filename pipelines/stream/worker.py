@@ -554,14 +554,12 @@ class StreamWorker:
         try:
             for topic in {task.topic for task in self.tasks.values()}:
                 end = self.control.input_ends.of_topic(topic)
-                if end is None:
-                    continue
-                for task in self.tasks.values():
-                    stop = end.end_offsets.get(task.partition) if task.topic == topic else None
-                    if stop is not None and task.next_offset >= stop > (
-                        task.checkpointed_offset or 0
-                    ):
-                        return True
+                if end is not None and any(
+                    end.awaits_checkpoint(t.partition, t.next_offset, t.checkpointed_offset)
+                    for t in self.tasks.values()
+                    if t.topic == topic
+                ):
+                    return True
         except Exception as exc:  # the control store must never stop processing
             log.warning("worker %s: reading the input's end failed: %s", self.worker_id, exc)
         return False

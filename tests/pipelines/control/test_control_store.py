@@ -145,6 +145,10 @@ def test_input_ends_are_recorded_cleared_and_reached_only_through_a_checkpoint(
         assert not end.reached_by([task(0, 120, 120)])  # partition 1 has no task
         assert not end.reached_by([task(0, 125, 125), task(1, 80, 80)])  # input went on
         assert not end.reached_by([])
+        assert end.awaits_checkpoint(1, 80, 79) and end.awaits_checkpoint(0, 121, None)
+        assert not end.awaits_checkpoint(1, 79, None)  # not read to the end yet
+        assert not end.awaits_checkpoint(1, 80, 80)  # checkpointed through it
+        assert not end.awaits_checkpoint(2, 500, None)  # no end recorded for the partition
 
         store.input_ends.record("events", {0: 130, 1: 80}, at=6.0)  # a second replay's end
         assert dict(store.input_ends.of_topic("events").end_offsets) == {0: 130, 1: 80}
