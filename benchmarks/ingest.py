@@ -64,6 +64,9 @@ from pipelines.stream.task import StreamTask
 from pipelines.views import View, load_views, parse_views
 
 PARTITIONS = 4
+POLL_MAX_RECORDS = SluiceSettings().poll_max_records
+"""Records per poll, as the worker polls them (``SLUICE_POLL_MAX_RECORDS``): (a) and (e) read
+the topic in the batches the worker's own tasks get."""
 
 
 CLIENTS = ("confluent", "kafka-python")
@@ -76,7 +79,7 @@ def plain_consume(bootstrap: str, topic: str, total: int, client: str) -> float:
     seen = 0
     started = time.monotonic()
     while seen < total:
-        for records in reader.poll(0.2, 5000).values():
+        for records in reader.poll(0.2, POLL_MAX_RECORDS).values():
             seen += len(records)
     elapsed = time.monotonic() - started
     reader.close()
@@ -125,7 +128,7 @@ def read_all(bootstrap: str, topic: str, total: int) -> dict[int, list[RecordBat
     batches: dict[int, list[RecordBatch]] = {p: [] for p in range(PARTITIONS)}
     seen = 0
     while seen < total:
-        for tp, batch in reader.poll(0.2, 5000).items():
+        for tp, batch in reader.poll(0.2, POLL_MAX_RECORDS).items():
             batches[tp.partition].append(batch)
             seen += len(batch)
     reader.close()

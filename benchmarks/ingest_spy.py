@@ -4,10 +4,10 @@
     .venv/bin/python benchmarks/ingest_spy.py shares e.txt [--top 30]
 
 ``run`` feeds the stream tasks of the example views (``--no-sessions``: the windowed ones) the
-generator's events from memory, in batches of 1,250 per partition as the reader hands them
-over, then checkpoints them, ``--repeat`` times. py-spy samples it from outside, so unlike
-cProfile (``benchmarks/ingest_profile.py``) it does not inflate the many small calls.
-``shares`` reads py-spy's raw (collapsed) stacks and prints each part's share of the samples
+generator's events from memory, in batches of ``SLUICE_POLL_MAX_RECORDS`` / 4 per partition as
+the reader hands them over, then checkpoints them, ``--repeat`` times. py-spy samples it from
+outside, so unlike cProfile (``benchmarks/ingest_profile.py``) it does not inflate the many
+small calls. ``shares`` reads py-spy's raw (collapsed) stacks and prints each part's share of the samples
 taken inside those runs, and with ``--top`` the leaf lines that took the most.
 """
 
@@ -60,7 +60,7 @@ def run(events: int, repeat: int, sessions: bool) -> None:
     from pipelines.stream.worker import tune_collector
     from pipelines.views import load_views
 
-    ingest_profile.BATCH = 1250
+    ingest_profile.BATCH = SluiceSettings().poll_max_records // ingest_profile.PARTITIONS
     views = [
         v for v in load_views(PROJECT_ROOT / "data" / "views.yaml") if sessions or not v.is_session
     ]
