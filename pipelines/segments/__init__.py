@@ -55,7 +55,7 @@ from pipelines.segments.metadata import (
     segment_schema,
     written_for,
 )
-from pipelines.segments.parquet import read_parquet, to_parquet
+from pipelines.segments.parquet import ParquetStream, read_parquet, to_parquet
 from pipelines.segments.ranges import RangeRecord, hours_with_events, read_range_records
 from pipelines.segments.time import (
     HOUR_MS,
@@ -74,6 +74,7 @@ __all__ = [
     "SEGMENT_KINDS",
     "STATE_SUFFIX",
     "ManifestError",
+    "ParquetStream",
     "PublishedManifest",
     "RangeRecord",
     "SegmentMeta",

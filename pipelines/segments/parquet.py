@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-__all__ = ["read_parquet", "to_parquet"]
+__all__ = ["ParquetStream", "read_parquet", "to_parquet"]
 
 
 def to_parquet(table: pa.Table, dictionary: bool | Sequence[str] = True) -> bytes:
@@ -20,6 +20,28 @@ def to_parquet(table: pa.Table, dictionary: bool | Sequence[str] = True) -> byte
     use = dictionary if isinstance(dictionary, bool) else list(dictionary)
     pq.write_table(table, sink, compression="zstd", use_dictionary=use)
     return sink.getvalue()
+
+
+class ParquetStream:
+    """One Parquet file written a row group at a time, in memory until :meth:`finish`; the
+    options of :func:`to_parquet`. The sink is Arrow's own buffer, so a row group is encoded
+    and compressed without the GIL (another thread may write it while Python goes on)."""
+
+    def __init__(self, schema: pa.Schema, dictionary: bool | Sequence[str] = True) -> None:
+        self._sink = pa.BufferOutputStream()
+        use = dictionary if isinstance(dictionary, bool) else list(dictionary)
+        self._writer = pq.ParquetWriter(self._sink, schema, compression="zstd", use_dictionary=use)
+        self.rows = 0
+
+    def write(self, table: pa.Table) -> None:
+        """Append ``table`` as one row group (or more, past a million rows)."""
+        self._writer.write_table(table)
+        self.rows += table.num_rows
+
+    def finish(self) -> bytes:
+        """The file's footer written, its bytes for :meth:`ObjectStore.put`."""
+        self._writer.close()
+        return self._sink.getvalue().to_pybytes()
 
 
 def read_parquet(data: bytes, columns: Sequence[str] | None = None) -> pa.Table:
