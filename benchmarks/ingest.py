@@ -18,6 +18,8 @@ Measures, on the same topic of the same embedded broker, in one process run:
       event of the view's window state on batches decoded beforehand, a flush's segment tables
       included (where a sliding view builds its windows); and sliding windows (1 h every
       5 min) against tumbling 1 h ones with the same aggregations (``--aggregations-only``),
+  (i) what the tasks of the windowed views hold between flushes, in bytes per event
+      (``--memory-only``),
 and prints messages per second and the ratios c/a, c/b and c/e. Runs are interleaved and the
 median of ``--repeat`` rounds is reported, because the broker shares the machine's cores.
 
@@ -417,6 +419,54 @@ def session_memory(topic: str, batches: dict[int, list[RecordBatch]], views_file
     }
 
 
+def held_memory(topic: str, batches: dict[int, list[RecordBatch]], views_file: Path) -> dict:
+    """(i): what the tasks of the example windowed views hold between flushes, in bytes per
+    event: fed every record from memory with no flush (the archive's encoding thread caught
+    up), then after one flush. Python objects and numpy arrays as tracemalloc traces them,
+    Arrow's buffers (the archive's encoded row groups) by Arrow's memory pool."""
+    import pyarrow as pa
+
+    from pipelines.archive.encoder import encode_later
+
+    views = [v for v in load_views(views_file) if not v.is_session]
+    total = sum(len(b) for bs in batches.values() for b in bs)
+    with tempfile.TemporaryDirectory() as state:
+        settings = SluiceSettings(state_dir=Path(state))
+        store = LocalObjectStore(settings.resolved_storage_root)
+        gc.collect()
+        tracemalloc.start()
+        traced, arrow = tracemalloc.get_traced_memory()[0], pa.total_allocated_bytes()
+        tasks = {p: StreamTask(topic, p, views, store, _NoDeadLetters(), settings) for p in batches}
+        for task in tasks.values():
+            task.start_at(0)
+        for round_batches in zip_longest(*batches.values()):
+            for partition, batch in zip(batches, round_batches, strict=True):
+                if batch is not None:
+                    tasks[partition].process(batch)
+        encode_later(lambda: None).result()  # one thread, in order: all before it is encoded
+
+        def held() -> float:
+            gc.collect()
+            now = tracemalloc.get_traced_memory()[0] - traced
+            return (now + pa.total_allocated_bytes() - arrow) / total
+
+        before_flush = held()
+        for task in tasks.values():
+            task.flush()
+        after_flush = held()
+        tracemalloc.stop()
+    return {"before_flush": before_flush, "after_flush": after_flush, "events": total}
+
+
+def print_held_memory(held: dict) -> None:
+    n = held["events"]
+    print(
+        f"(i) held between flushes, windowed views: {held['before_flush']:,.0f} B/event "
+        f"({held['before_flush'] * n / 1e6:,.1f} MB) after {n:,} events with no flush, "
+        f"{held['after_flush']:,.0f} B/event after it"
+    )
+
+
 class _NoDeadLetters:
     def send(self, *_args: object) -> None:
         pass
@@ -456,6 +506,11 @@ def main() -> int:
         help="only (a), (c) and (e) on librdkafka, windowed views and with the session view",
     )
     parser.add_argument(
+        "--memory-only",
+        action="store_true",
+        help="only (i): what the tasks hold between flushes, per event",
+    )
+    parser.add_argument(
         "--aggregations-only",
         action="store_true",
         help="only (h): each aggregation's cost, and sliding against tumbling windows",
@@ -486,6 +541,11 @@ def main() -> int:
                 )
                 print_throughput(figures, args.repeat, load_at_start)
                 return 0
+            if args.memory_only:
+                _generate_topic(info.bootstrap, topic, args.events)
+                in_memory = read_all(info.bootstrap, topic, args.events)
+                print_held_memory(held_memory(topic, in_memory, views_file))
+                return 0
             produce = {}
             for client in CLIENTS:  # each into a scratch topic; the measured topic comes after
                 scratch = f"bench-produce-{client}"
@@ -508,6 +568,7 @@ def main() -> int:
             )
             if args.decoder_only:
                 return 0
+            print_held_memory(held_memory(topic, in_memory, views_file))
             print_aggregations(aggregation_costs(topic, in_memory, args.repeat), args.repeat)
             if args.aggregations_only:
                 print(f"machine: {platform.platform()}, {platform.python_version()}")
