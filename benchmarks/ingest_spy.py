@@ -24,8 +24,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 RUN_FRAME = "measured_run (ingest_spy.py"
+ENCODING_FRAME = "write (pipelines/segments/parquet.py"
+"""The archive's encoding thread (its stacks are not under the measured run's)."""
 PARTS = (  # (label, frame): a sample counts for the first part whose frame is on its stack
     ("archive (Arrow table, Parquet, fsync)", "write (pipelines/archive/writer.py"),
+    ("archive (Arrow table, Parquet, fsync)", "_encode (pipelines/archive/writer.py"),
     ("session view: rows", "segment_table (pipelines/stream/sessions.py"),
     ("session view: rows", "all_table (pipelines/stream/sessions.py"),
     ("session view: fold and close (settle)", "settle (pipelines/stream/sessions.py"),
@@ -84,16 +87,18 @@ def run(events: int, repeat: int, sessions: bool) -> None:
 def shares(path: Path, top: int) -> None:
     parts: Counter[str] = Counter()
     leaves: Counter[str] = Counter()
-    total = 0
+    total = encoding = 0
     for line in path.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
         if RUN_FRAME not in stack:
+            encoding += int(count) if ENCODING_FRAME in stack else 0
             continue
         n = int(count)
         total += n
         parts[next((label for label, frame in PARTS if frame in stack), "other")] += n
         leaves[stack.rsplit(";", 1)[-1]] += n
     print(f"{total:,} samples in the measured runs")
+    print(f"and {encoding:,} on the archive's encoding thread beside them ({encoding / total:.0%})")
     print("| part | share |\n|---|---:|")
     for label, n in parts.most_common():
         print(f"| {label} | {n / total:.0%} |")
