@@ -3,8 +3,9 @@
     .venv/bin/python benchmarks/ingest_profile.py [--events 300000] [--no-sessions] [--top 25]
 
 Generates ``--events`` messages in memory (the generator of ``benchmarks/ingest.py``, no
-broker), cuts them into 4 partitions by key and into batches of ``SLUICE_POLL_MAX_RECORDS`` / 4
-(what the reader hands a task), and runs the stream tasks of the example views (``data/views.yaml``) over them under
+broker), cuts them into 4 partitions by key and into batches of ``SLUICE_POLL_MAX_RECORDS`` (what
+librdkafka's reader hands a task: a partition's fetch at a time, up to a whole poll), and runs
+the stream tasks of the example views (``data/views.yaml``) over them under
 cProfile, flushing every 100k records and checkpointing at the end, as a worker does. Prints
 the share of the wall time of decode, each view's state update (windowing and every
 aggregator's update), archive buffering and flush (archive write, segments), and the top
@@ -35,7 +36,7 @@ from pipelines.stream.worker import tune_collector
 from pipelines.views import load_views
 
 PARTITIONS = 4
-BATCH = SluiceSettings().poll_max_records // PARTITIONS
+BATCH = SluiceSettings().poll_max_records
 
 
 class _NoDeadLetters:

@@ -4,11 +4,13 @@
     .venv/bin/python benchmarks/ingest_spy.py shares e.txt [--top 30]
 
 ``run`` feeds the stream tasks of the example views (``--no-sessions``: the windowed ones) the
-generator's events from memory, in batches of ``SLUICE_POLL_MAX_RECORDS`` / 4 per partition as
-the reader hands them over, then checkpoints them, ``--repeat`` times. py-spy samples it from
-outside, so unlike cProfile (``benchmarks/ingest_profile.py``) it does not inflate the many
-small calls. ``shares`` reads py-spy's raw (collapsed) stacks and prints each part's share of the samples
-taken inside those runs, and with ``--top`` the leaf lines that took the most.
+generator's events from memory, in batches of ``SLUICE_POLL_MAX_RECORDS`` of one partition, as
+librdkafka's reader hands them over (a partition's fetch at a time), then checkpoints them,
+``--repeat`` times. py-spy samples it from outside, so unlike cProfile
+(``benchmarks/ingest_profile.py``) it does not inflate the many small calls. ``shares`` reads
+py-spy's raw (collapsed) stacks and prints each part's share of the samples taken inside those
+runs (the archive's encoding thread counted beside them), and with ``--top`` the leaf lines
+that took the most.
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ def run(events: int, repeat: int, sessions: bool) -> None:
     from pipelines.stream.worker import tune_collector
     from pipelines.views import load_views
 
-    ingest_profile.BATCH = SluiceSettings().poll_max_records // ingest_profile.PARTITIONS
+    ingest_profile.BATCH = SluiceSettings().poll_max_records
     views = [
         v for v in load_views(PROJECT_ROOT / "data" / "views.yaml") if sessions or not v.is_session
     ]

@@ -157,9 +157,9 @@ class SluiceSettings(SluiceBaseSettings):
     poll_max_records: int = Field(
         default=20_000,
         ge=1,
-        description="Records per poll, split among the worker's partitions: each task decodes "
-        "and aggregates its share as one batch (per-batch costs amortize: 5,000 per task cost "
-        "a fifth less CPU per event than 1,250).",
+        description="Records per poll; a poll's records of one partition are decoded and "
+        "aggregated as one batch (librdkafka hands over a partition's fetch at a time, so a "
+        "task's batch is often the whole poll), and the views' per-batch costs amortize over it.",
     )
     fleet_sample_interval_s: float = Field(
         default=10.0,
