@@ -16,16 +16,16 @@ def to_parquet(table: pa.Table, dictionary: bool | Sequence[str] = True) -> byte
     """``table`` as Parquet bytes (zstd), ready for :meth:`ObjectStore.put`; ``dictionary``:
     the columns to dictionary-encode (all by default). A column of (nearly) unique values
     gains nothing from a dictionary and costs the writer its attempt at one."""
-    sink = io.BytesIO()
-    use = dictionary if isinstance(dictionary, bool) else list(dictionary)
-    pq.write_table(table, sink, compression="zstd", use_dictionary=use)
-    return sink.getvalue()
+    file = ParquetStream(table.schema, dictionary)
+    file.write(table)
+    return file.finish()
 
 
 class ParquetStream:
-    """One Parquet file written a row group at a time, in memory until :meth:`finish`; the
-    options of :func:`to_parquet`. The sink is Arrow's own buffer, so a row group is encoded
-    and compressed without the GIL (another thread may write it while Python goes on)."""
+    """One Parquet file written a row group at a time, in memory until :meth:`finish` (zstd,
+    a dictionary for the columns ``dictionary`` names, as :func:`to_parquet` writes). The sink
+    is Arrow's own buffer, so a row group is encoded and compressed without the GIL (another
+    thread may write it while Python goes on)."""
 
     def __init__(self, schema: pa.Schema, dictionary: bool | Sequence[str] = True) -> None:
         self._sink = pa.BufferOutputStream()
