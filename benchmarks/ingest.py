@@ -44,6 +44,7 @@ import tempfile
 import threading
 import time
 import tracemalloc
+from collections.abc import Iterator
 from dataclasses import replace
 from itertools import zip_longest
 from pathlib import Path
@@ -137,6 +138,27 @@ def read_all(bootstrap: str, topic: str, total: int) -> dict[int, list[RecordBat
     return batches
 
 
+def _started_tasks(
+    topic: str, batches: dict[int, list[RecordBatch]], views: list[View], settings: SluiceSettings
+) -> dict[int, StreamTask]:
+    """A stream task per partition of ``batches``, started at offset 0 on local storage."""
+    store = LocalObjectStore(settings.resolved_storage_root)
+    tasks = {p: StreamTask(topic, p, views, store, _NoDeadLetters(), settings) for p in batches}
+    for task in tasks.values():
+        task.start_at(0)
+    return tasks
+
+
+def _rounds(tasks: dict[int, StreamTask], batches: dict[int, list[RecordBatch]]) -> Iterator[None]:
+    """Hand every task its partition's next batch, round after round (as polls interleave
+    partitions); yields after each round."""
+    for round_batches in zip_longest(*batches.values()):
+        for partition, batch in zip(batches, round_batches, strict=True):
+            if batch is not None:
+                tasks[partition].process(batch)
+        yield
+
+
 def tasks_from_memory(
     topic: str, batches: dict[int, list[RecordBatch]], views_file: Path, flush_s: float
 ) -> float:
@@ -144,17 +166,10 @@ def tasks_from_memory(
     total = sum(len(b) for bs in batches.values() for b in bs)
     with tempfile.TemporaryDirectory() as state:
         settings = SluiceSettings(state_dir=Path(state), flush_interval_s=flush_s)
-        store = LocalObjectStore(settings.resolved_storage_root)
-        views = load_views(views_file)
-        tasks = {p: StreamTask(topic, p, views, store, _NoDeadLetters(), settings) for p in batches}
-        for task in tasks.values():
-            task.start_at(0)
+        tasks = _started_tasks(topic, batches, load_views(views_file), settings)
         started = time.monotonic()
         next_flush = started + flush_s
-        for round_batches in zip_longest(*batches.values()):
-            for partition, batch in zip(batches, round_batches, strict=True):
-                if batch is not None:
-                    tasks[partition].process(batch)
+        for _ in _rounds(tasks, batches):
             if time.monotonic() >= next_flush:
                 for task in tasks.values():
                     task.flush()
@@ -431,18 +446,12 @@ def held_memory(topic: str, batches: dict[int, list[RecordBatch]], views_file: P
     views = [v for v in load_views(views_file) if not v.is_session]
     total = sum(len(b) for bs in batches.values() for b in bs)
     with tempfile.TemporaryDirectory() as state:
-        settings = SluiceSettings(state_dir=Path(state))
-        store = LocalObjectStore(settings.resolved_storage_root)
         gc.collect()
         tracemalloc.start()
         traced, arrow = tracemalloc.get_traced_memory()[0], pa.total_allocated_bytes()
-        tasks = {p: StreamTask(topic, p, views, store, _NoDeadLetters(), settings) for p in batches}
-        for task in tasks.values():
-            task.start_at(0)
-        for round_batches in zip_longest(*batches.values()):
-            for partition, batch in zip(batches, round_batches, strict=True):
-                if batch is not None:
-                    tasks[partition].process(batch)
+        tasks = _started_tasks(topic, batches, views, SluiceSettings(state_dir=Path(state)))
+        for _ in _rounds(tasks, batches):
+            pass
         encode_later(lambda: None).result()  # one thread, in order: all before it is encoded
 
         def held() -> float:

@@ -149,9 +149,10 @@ class ArchiveBuffer:
         self._dead.clear()
         return record
 
-    def _block(self, offset: int) -> int:
-        """Which of a virtual task's aligned ranges ``offset`` falls in (0: not cut)."""
-        return offset // ALIGN_OFFSETS if self.factor > 1 else 0
+    def _block(self, offsets: int | np.ndarray) -> int | np.ndarray:
+        """Which of a virtual task's aligned ranges each of ``offsets`` (one, or an array)
+        falls in (0: not cut)."""
+        return offsets // ALIGN_OFFSETS if self.factor > 1 else offsets * 0
 
     def _encode(self) -> None:
         """Hand the buffered events to the encoding thread: one row group per file (block of
@@ -161,13 +162,11 @@ class ArchiveBuffer:
         self._buffered = 0
         times = table.column("event_time").to_numpy()
         hours = times - times % HOUR_MS
-        blocks = None
-        if self.factor > 1:
-            blocks = table.column("offset").to_numpy() // ALIGN_OFFSETS
+        blocks = self._block(table.column("offset").to_numpy())
         for hour in np.unique(hours).tolist():
             in_hour = hours == hour
-            for block in [0] if blocks is None else np.unique(blocks[in_hour]).tolist():
-                rows = in_hour if blocks is None else in_hour & (blocks == block)
+            for block in np.unique(blocks[in_hour]).tolist():
+                rows = in_hour & (blocks == block)
                 part = table if rows.all() else table.filter(pa.array(rows))
                 file = self._files.get((block, hour))
                 if file is None:
