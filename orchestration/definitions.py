@@ -101,6 +101,11 @@ defs = dg.Definitions(
             "sluice_automation",
             target=dg.AssetSelection.all(),
             default_status=dg.DefaultSensorStatus.RUNNING,
+            # Evaluated by the sensor daemon, one sensor after another, not by the asset
+            # daemon beside it: the archive-hours sensor's closed hours are stored one event
+            # at a time, and an evaluation in the middle of them split a stretch's
+            # correction into several runs.
+            use_user_code_server=True,
             minimum_interval_seconds=SETTINGS.automation_interval_s,
             description="Corrects archive hours once they are complete and reports a day once "
             "all its hours are corrected (assets/automation.py).",
