@@ -92,14 +92,20 @@ class Runtime:
 
     def active_views(self, path: str | Path | None = None) -> list[View]:
         """The views workers run: resolved, minus those whose newest change disabled them."""
-        return [r.view for r in self.resolved_views(path).values() if r.runs]
+        return self.running_views(path)[0]
 
     def deployment_version(self, path: str | Path | None = None) -> str:
         """Changes whenever the views in force change (a deployment, a Disabled state, an edit of
         the views file); the fleet reloads on it."""
-        return "|".join(
-            f"{name}={r.view.fingerprint}:{r.runs}" for name, r in self.resolved_views(path).items()
-        )
+        return self.running_views(path)[1]
+
+    def running_views(self, path: str | Path | None = None) -> tuple[list[View], str]:
+        """:meth:`active_views` and their :meth:`deployment_version`, from one reading of the
+        control store. Read apart, a change landing between the two left an agent with the
+        old views under the new version, so it never reloaded them."""
+        resolved = self.resolved_views(path)
+        version = "|".join(f"{name}={r.view.fingerprint}:{r.runs}" for name, r in resolved.items())
+        return [r.view for r in resolved.values() if r.runs], version
 
     def mark_deployed_running(self) -> None:
         for deployed in self.control.deployed_views():

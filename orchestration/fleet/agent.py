@@ -80,11 +80,14 @@ class Agent:
         self.agent_id = agent_id
         self.topic = topic or runtime.settings.topic
         self.views_file = views_file
-        self.views: Sequence[View] = runtime.active_views(views_file)
-        self.view_version = runtime.deployment_version(views_file)
+        self.views: Sequence[View]
+        self.views, self.view_version = runtime.running_views(views_file)
         self.next_view_check = time.monotonic() + VIEW_CHECK_S
         self.reloading: set[str] = set()
         """Tasks stopped at a checkpoint to start again with new views (not released)."""
+        self.stale_starts: set[str] = set()
+        """Tasks asked to start with views that changed before they started: each is stopped
+        at a checkpoint to start again with the new ones once it reports started."""
         self.jobs = runtime.control.jobs
         self.stopping = threading.Event()
         self.deadline = StopDeadline(self.settings.stop_timeout_s, f"agent {agent_id}")
@@ -264,17 +267,19 @@ class Agent:
         if now < self.next_view_check:
             return False
         self.next_view_check = now + VIEW_CHECK_S
-        version = self.runtime.deployment_version(self.views_file)
+        views, version = self.runtime.running_views(self.views_file)
         if version == self.view_version:
             return False
-        self.views = self.runtime.active_views(self.views_file)
-        self.view_version = version
+        self.views, self.view_version = views, version
         self.runtime.mark_deployed_running()
         log.info("agent %s: the views in force changed; restarting its tasks", self.agent_id)
         with self.lock:
-            for task in self.worker.running():
+            running = self.worker.running()
+            for task in running:
                 self.reloading.add(str(task))
                 self.worker.stop_task(task, checkpoint=True, reason="the views changed")
+            # a start still queued in the worker runs the views it was given: the old ones
+            self.stale_starts |= set(self.requested) - {str(task) for task in running}
         return True
 
     # --- following the job model ---------------------------------------------------------
@@ -341,13 +346,26 @@ class Agent:
             self.handing_off.discard(name)
             reloaded = name in self.reloading
             self.reloading.discard(name)
+            stale = name in self.stale_starts
+            self.stale_starts.discard(name)
         try:
             if event.kind == "started":
                 if not self.jobs.mark_running(
                     name, self.agent_id, event.generation, f"restored {event.detail}"
                 ):
                     self.worker.stop_task(event.task, checkpoint=False, reason="moved meanwhile")
-            elif event.kind == "stopped" and reloaded and not self.worker.stop_event.is_set():
+                elif stale and not self.worker.stop_event.is_set():
+                    with self.lock:
+                        self.reloading.add(name)
+                    self.worker.stop_task(
+                        event.task, checkpoint=True, reason="the views changed as it started"
+                    )
+            elif (
+                event.kind == "stopped"
+                and reloaded
+                and not handed_off  # a hand-off stopped it first: it goes to its new owner
+                and not self.worker.stop_event.is_set()
+            ):
                 pass  # still ours: the next sync starts it again with the new views
             elif event.kind == "stopped":
                 reason = event.detail if handed_off else f"agent {self.agent_id} stopped"
