@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import yaml
@@ -32,7 +33,9 @@ def runtime(broker, tmp_path) -> Iterator[Runtime]:
     ensure_topics(broker.bootstrap, {topic: PARTITIONS, f"{topic}.dlq": 1})
     views_file = tmp_path / "views.yaml"
     views_file.write_text(
-        (PROJECT_ROOT / "data" / "views.yaml").read_text().replace("topic: events", f"topic: {topic}")
+        (PROJECT_ROOT / "data" / "views.yaml")
+        .read_text()
+        .replace("topic: events", f"topic: {topic}")
     )
     settings = SluiceSettings(
         state_dir=tmp_path / "state",
@@ -61,7 +64,7 @@ def _disable_first_view(runtime: Runtime) -> str:
     victim = runtime.views()[0]
     (definition,) = [
         v
-        for v in yaml.safe_load(open(runtime.settings.views_file).read())["views"]
+        for v in yaml.safe_load(Path(runtime.settings.views_file).read_text())["views"]
         if v["name"] == victim.name
     ]
     runtime.control.deploy_view(victim.name, victim.fingerprint, definition)
