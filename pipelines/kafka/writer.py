@@ -18,7 +18,7 @@ from pipelines.exceptions import BrokerUnavailable
 from pipelines.kafka.client import producer
 from pipelines.kafka.reader import librdkafka_config
 
-__all__ = ["ConfluentWriter", "KafkaPythonWriter", "Writer", "open_writer"]
+__all__ = ["ConfluentWriter", "DeliveryFailures", "KafkaPythonWriter", "Writer", "open_writer"]
 
 log = logging.getLogger(__name__)
 
@@ -33,19 +33,34 @@ class Writer(Protocol):
     def close(self) -> None: ...
 
 
+class DeliveryFailures:
+    """Deliveries that failed since the last flush. A flush raises for them once and forgets
+    them: a stream worker's dead letters that failed are sent again when their task replays
+    from its checkpoint, so the next flush must not fail for them again."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.error: str | None = None
+
+    def record(self, error: object) -> None:
+        self.count += 1
+        self.error = str(error)
+
+    def raise_any(self) -> None:
+        count, error = self.count, self.error
+        self.count, self.error = 0, None
+        if count:
+            raise BrokerUnavailable(f"{count} messages not delivered: {error}")
+
+
 class KafkaPythonWriter:
     def __init__(self, bootstrap: str, kafka: KafkaSettings | None) -> None:
         self.client = producer(bootstrap, kafka, max_request_size=4 * 1024 * 1024)
-        self.failed = 0
-        self.error: str | None = None
+        self.failures = DeliveryFailures()
         self.timeout_s = (kafka or KafkaSettings()).timeout_s
 
-    def _failed(self, exc: BaseException) -> None:
-        self.failed += 1
-        self.error = str(exc)
-
     def send(self, topic: str, key: bytes | None, value: bytes | None) -> None:
-        self.client.send(topic, key=key, value=value).add_errback(self._failed)
+        self.client.send(topic, key=key, value=value).add_errback(self.failures.record)
 
     def flush(self, timeout_s: float = 60.0) -> None:
         try:
@@ -54,8 +69,7 @@ class KafkaPythonWriter:
             raise BrokerUnavailable(
                 f"messages not delivered within {timeout_s:.0f}s: {exc}"
             ) from exc
-        if self.failed:
-            raise BrokerUnavailable(f"{self.failed} messages not delivered: {self.error}")
+        self.failures.raise_any()
 
     def close(self) -> None:
         self.client.close(timeout=self.timeout_s)
@@ -81,15 +95,13 @@ class ConfluentWriter:
             self.client = Producer(config)
         except KafkaException as exc:
             raise BrokerUnavailable(f"cannot create a producer for {bootstrap}: {exc}") from exc
-        self.failed = 0
-        self.error: str | None = None
+        self.failures = DeliveryFailures()
         self._unpolled = 0
         self.timeout_s = (kafka or KafkaSettings()).timeout_s
 
     def _delivered(self, error, _message) -> None:
         if error is not None:
-            self.failed += 1
-            self.error = str(error)
+            self.failures.record(error)
 
     def send(self, topic: str, key: bytes | None, value: bytes | None) -> None:
         while True:
@@ -107,8 +119,7 @@ class ConfluentWriter:
         left = self.client.flush(timeout_s)
         if left:
             raise BrokerUnavailable(f"{left} messages not delivered within {timeout_s:.0f}s")
-        if self.failed:
-            raise BrokerUnavailable(f"{self.failed} messages not delivered: {self.error}")
+        self.failures.raise_any()
 
     def close(self) -> None:
         self.client.flush(self.timeout_s)

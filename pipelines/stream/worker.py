@@ -43,8 +43,8 @@ from pipelines.config import KafkaSettings, SluiceSettings
 from pipelines.control import ControlStore, TaskCrash, TaskStatus, crash_plan
 from pipelines.exceptions import BrokerUnavailable, StorageError, TaskFenced, ViewCrash
 from pipelines.kafka import fetched_log_end
-from pipelines.kafka import producer as make_producer
 from pipelines.kafka.reader import open_reader
+from pipelines.kafka.writer import open_writer
 from pipelines.stopping import StopDeadline, on_stop_signals
 from pipelines.storage import ObjectStore
 from pipelines.stream.buckets import key_hashes
@@ -159,10 +159,10 @@ class StreamWorker:
         self.control = control
         self.kafka = kafka
         self.stop_event = threading.Event()
-        self.producer = make_producer(bootstrap, kafka)
         self.kafka_timeout_s = (kafka or KafkaSettings()).timeout_s
+        self.dead_letter_writer = open_writer(bootstrap, kafka)
         self.sink = KafkaDeadLetterSink(
-            self.producer, settings.dead_letter_topic, self.kafka_timeout_s
+            self.dead_letter_writer, settings.dead_letter_topic, self.kafka_timeout_s
         )
         self.tasks: dict[TaskId, StreamTask] = {}
         for t in tasks:
@@ -612,7 +612,5 @@ class StreamWorker:
                 self._emit("stopped", task, f"at offset {task.next_offset}: the worker stopped")
         finally:
             self.reader.close()
-            self.producer.close(
-                timeout=self.kafka_timeout_s
-            )  # undelivered letters: not checkpointed
+            self.dead_letter_writer.close()  # undelivered letters: not checkpointed
             log.info("worker %s stopped", self.worker_id)

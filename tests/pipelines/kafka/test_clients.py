@@ -13,7 +13,7 @@ from pipelines.config import KafkaSettings
 from pipelines.exceptions import BrokerUnavailable
 from pipelines.kafka import consumer, ensure_topics
 from pipelines.kafka.reader import open_reader
-from pipelines.kafka.writer import open_writer
+from pipelines.kafka.writer import DeliveryFailures, open_writer
 from tests.fixtures.processes import wait_until
 
 pytestmark = pytest.mark.broker
@@ -81,3 +81,14 @@ def test_a_writer_that_cannot_deliver_says_so() -> None:
     writer.send("nowhere", b"k", b"v")
     with pytest.raises(BrokerUnavailable, match="not delivered"):
         writer.flush(timeout_s=3)
+
+
+def test_failed_deliveries_fail_one_flush_and_are_then_forgotten() -> None:
+    """A stream worker's writer outlives a failed flush: its task replays from the checkpoint
+    and sends those dead letters again, so a later flush must not fail for them once more."""
+    failures = DeliveryFailures()
+    failures.record("Broker: Message size too large")
+    failures.record("Local: Message timed out")
+    with pytest.raises(BrokerUnavailable, match="2 messages not delivered: Local: Message timed"):
+        failures.raise_any()
+    failures.raise_any()  # nothing failed since
