@@ -47,7 +47,7 @@ class FleetSettings(BaseModel):
         100_000.0,
         gt=0,
         description="True processing rate of one worker, msg per busy-second (one agent with the "
-        "five example views on librdkafka measured 76-122k on 2 cores, 96-148k without the "
+        "five example views on librdkafka measured 76-122k on 2 cores, 96-155k without the "
         "session view: benchmarks/ingest.py).",
     )
     max_bucket_factor: BucketFactor = Field(
