@@ -33,6 +33,7 @@ __all__ = [
     "Quantiles",
     "Sum",
     "TopK",
+    "fold_best_pairs",
     "pair_state",
 ]
 
@@ -525,7 +526,23 @@ def pair_state(picked, first: str, second: str):
     return F.when(picked.isNotNull(), both).otherwise(F.lit("null").cast("binary"))
 
 
-_NONE = object()
+def fold_best_pairs(
+    agg: Aggregator, states: list, keys: np.ndarray, values: np.ndarray, bounds: np.ndarray
+) -> None:
+    """Fold each group's best ``[key, value]`` pair into its state: ``agg.pick`` (min or max)
+    of the keys, ties by the same pick of the values, then ``agg.merge`` with what the state
+    held. Rows are sorted by group, ``bounds`` the groups' row ranges (first/last by event
+    time, max_by and min_by)."""
+    pick = agg.pick
+    best = (np.minimum if pick is min else np.maximum).reduceat(keys, bounds[:-1])
+    group = np.repeat(np.arange(len(states)), np.diff(bounds))
+    tied = np.flatnonzero(keys == best[group])  # the rows at each group's best key
+    picked: dict[int, Any] = {}
+    for g, value in zip(group[tied].tolist(), values[tied].tolist(), strict=True):
+        picked[g] = pick(picked[g], value) if g in picked else value
+    for g, (state, key) in enumerate(zip(states, best.tolist(), strict=True)):
+        candidate = [key, picked[g]]
+        states[g] = candidate if state is None else agg.merge(state, candidate)
 
 
 def _integers(values: Any) -> bool:
@@ -556,18 +573,7 @@ class _ByEventTime(_JsonState):
     def update_groups(self, states, values, times, bounds):
         if not self.own_update(_ByEventTime):
             return self.update_each(states, values, times, bounds)
-        best = (np.minimum if self.pick is min else np.maximum).reduceat(times, bounds[:-1])
-        group = np.repeat(np.arange(len(states)), np.diff(bounds))
-        tied = np.flatnonzero(times == best[group])  # the rows at each group's first/last time
-        picked: dict[int, Any] = {}
-        pick = self.pick
-        for g, value in zip(group[tied].tolist(), values[tied].tolist(), strict=True):
-            held = picked.get(g, _NONE)
-            picked[g] = value if held is _NONE else pick(held, value)
-        stamps = best.tolist()
-        for g, state in enumerate(states):
-            candidate = [stamps[g], picked[g]]
-            states[g] = candidate if state is None else self.merge(state, candidate)
+        fold_best_pairs(self, states, times, values, bounds)
 
     def merge(self, a, b):
         if a is None or b is None:

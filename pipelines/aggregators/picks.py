@@ -14,7 +14,7 @@ import orjson
 import pyarrow as pa
 
 from pipelines.aggregators.base import Aggregator, InputKind, JsonState, spark_functions
-from pipelines.aggregators.builtin import pair_state
+from pipelines.aggregators.builtin import fold_best_pairs, pair_state
 from pipelines.aggregators.registry import register
 
 __all__ = ["MaxBy", "MinBy", "Mode"]
@@ -53,16 +53,7 @@ class MaxBy(JsonState):
         value, by = values
         if not self.own_update(MaxBy) or by.dtype.kind not in "iu":
             return self.update_each(states, values, times, bounds)
-        best = (np.maximum if self.pick is max else np.minimum).reduceat(by, bounds[:-1])
-        group = np.repeat(np.arange(len(states)), np.diff(bounds))
-        tied = np.flatnonzero(by == best[group])  # the rows of each group's best ``by``
-        picked: dict[int, Any] = {}
-        pick = self.pick
-        for g, item in zip(group[tied].tolist(), value[tied].tolist(), strict=True):
-            picked[g] = pick(picked[g], item) if g in picked else item
-        for g, (state, b) in enumerate(zip(states, best.tolist(), strict=True)):
-            candidate = [b, picked[g]]
-            states[g] = candidate if state is None else self.merge(state, candidate)
+        fold_best_pairs(self, states, by, value, bounds)
 
     def merge(self, a, b):
         if a is None or b is None:
