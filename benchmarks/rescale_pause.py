@@ -36,7 +36,7 @@ from rich.table import Table  # noqa: E402
 
 from orchestration.autoscaling.config import FleetSettings  # noqa: E402
 from orchestration.autoscaling.pause import PauseModel, fit_pause  # noqa: E402
-from orchestration.fleet.processes import start_process, stop_process  # noqa: E402
+from orchestration.processes import start_process, stop_process  # noqa: E402
 from pipelines.config import PROJECT_ROOT  # noqa: E402
 from pipelines.control import ControlStore  # noqa: E402
 from pipelines.generator import GeneratorOptions, load_trace, replay  # noqa: E402

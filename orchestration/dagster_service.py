@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestration.processes import live_processes
 from pipelines.config import PROJECT_ROOT, SluiceSettings
 from pipelines.exceptions import SluiceError
 from pipelines.kafka.embedded import free_port
@@ -95,18 +96,7 @@ def graphql(
 
 def _group_pids(pgid: int) -> list[int]:
     """Live (non-zombie) processes whose process group is ``pgid``."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            pids.append(int(entry.name))
-    return sorted(pids)
+    return sorted(p.pid for p in live_processes() if p.pgid == pgid and not p.zombie)
 
 
 def _reset_signals() -> None:

@@ -16,7 +16,6 @@ stops it and removes the file. Stopping the keeper's process group stops everyth
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import logging
 import os
@@ -30,6 +29,7 @@ import uuid
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from orchestration.processes import start_process
 from orchestration.shared_session import session_url
 from pipelines.batch.config import SparkSettings
 from pipelines.batch.spark import spark_conf
@@ -196,7 +196,7 @@ class SparkConnectServer:
             if port:
                 command += ["--port", str(port)]
             env = {**os.environ, "SLUICE_STATE_DIR": str(self.state_dir)}
-            keeper = _detached(command, env, self.state_dir / "logs" / "spark-keeper.log")
+            keeper = start_process(command, env, self.state_dir / "logs" / "spark-keeper.log")
             started = time.monotonic()
             while time.monotonic() - started < timeout_s:
                 if keeper.poll() is not None:
@@ -260,33 +260,9 @@ def _write_info(state_file: Path, info: ServerInfo) -> None:
     tmp.replace(state_file)
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: SIGKILL it when the keeper dies, even by SIGKILL (Linux)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-def _detached(
-    command: list[str], env: dict[str, str], log_file: Path, *, tied: bool = False
-) -> subprocess.Popen:
-    """``command`` in a session (and process group) of its own, its output in ``log_file``;
-    ``tied``: killed with this process."""
-    log_file.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_file, "ab") as out:
-        return subprocess.Popen(
-            command,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            preexec_fn=_die_with_parent if tied else None,
-        )
-
-
 def _launch(settings: SparkSettings, port: int, log_file: Path) -> subprocess.Popen:
     # Its own process group, so that a kill of the group takes the JVM and its Python workers.
-    return _detached(server_command(settings, port), _server_env(settings), log_file, tied=True)
+    return start_process(server_command(settings, port), _server_env(settings), log_file, tied=True)
 
 
 def _terminate(process: subprocess.Popen, timeout_s: float = 10.0) -> None:
@@ -307,7 +283,7 @@ def _warm_up(url: str, state_dir: Path) -> subprocess.Popen:
     """:mod:`orchestration.spark_warmup` against the new server, killed with the keeper."""
     command = [sys.executable, "-m", "orchestration.spark_warmup", "--url", url]
     env = {**os.environ, "SLUICE_STATE_DIR": str(state_dir)}
-    return _detached(command, env, state_dir / "logs" / "spark-warm-up.log", tied=True)
+    return start_process(command, env, state_dir / "logs" / "spark-warm-up.log", tied=True)
 
 
 def keep_serving(

@@ -28,8 +28,8 @@ from orchestration.cli.logs import stderr_console
 from orchestration.cli.status import job_view, render
 from orchestration.cli.stream import STOP_MARGIN_S, add_agents_argument
 from orchestration.fleet import LocalFleet, Supervisor, child_environment, start_fleet
-from orchestration.fleet.processes import start_process, stop_process
 from orchestration.lag import LagTracker
+from orchestration.processes import start_process, stop_process
 from orchestration.runtime import Runtime
 from orchestration.settings import DagsterSettings
 from orchestration.spark_server import SparkConnectServer

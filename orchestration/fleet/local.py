@@ -38,7 +38,7 @@ from pathlib import Path
 from sqlalchemy.exc import SQLAlchemyError
 
 from orchestration.fleet.coordinator import COORDINATOR_LEASE
-from orchestration.fleet.processes import signal_stop, start_process, wait_or_kill
+from orchestration.processes import signal_stop, start_process, wait_or_kill
 from pipelines.control import ControlStore
 
 __all__ = ["AgentProcess", "LocalFleet", "local_agent_ids"]

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestration.processes import with_environment
 from pipelines.control import ControlStore
 from pipelines.kafka import EmbeddedBroker
 from pipelines.kafka.embedded import pid_alive
@@ -319,15 +320,4 @@ def _status_agents(state: Path) -> int:
 
 def _processes_of(state: Path) -> list[int]:
     """PIDs of live processes whose environment names ``state`` (up's children)."""
-    marker = f"SLUICE_STATE_DIR={state}".encode()
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            environ = (proc / "environ").read_bytes()
-        except OSError:
-            continue
-        if marker in environ.split(b"\0"):
-            found.append(int(proc.name))
-    return found
+    return with_environment(f"SLUICE_STATE_DIR={state}")

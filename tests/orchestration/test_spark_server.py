@@ -7,10 +7,10 @@ import itertools
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from orchestration.processes import live_processes
 from orchestration.spark_server import CONNECT_SERVER_CLASS, server_command
 from pipelines.batch import SparkSettings, spark_conf
 from pipelines.kafka.embedded import pid_alive
@@ -54,17 +54,11 @@ def test_start_status_and_stop_by_pid(tmp_path) -> None:
 
 def _warming_up(url: str) -> list[int]:
     """PIDs of warm-up processes aimed at ``url``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            command = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"orchestration.spark_warmup" in command and url.encode() in command:
-            found.append(int(entry.name))
-    return found
+    return [
+        p.pid
+        for p in live_processes()
+        if b"orchestration.spark_warmup" in (command := p.cmdline()) and url.encode() in command
+    ]
 
 
 def test_a_new_server_warms_up_beside_it_and_leaves_nothing(tmp_path) -> None:

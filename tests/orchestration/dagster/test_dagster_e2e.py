@@ -27,6 +27,7 @@ from assets.constants import (
 from assets.partitions import partition_key_for
 from assets.views.checks import CORRECTION_CHECK
 from orchestration.dagster_service import DagsterHandle, start_dagster
+from orchestration.processes import LiveProcess, live_processes
 from orchestration.spark_server import SparkConnectServer
 from pipelines.config import SluiceSettings
 from pipelines.control import ControlStore
@@ -115,22 +116,15 @@ def dagster(
 
 def _descendants(pid: int) -> dict[int, str]:
     """Every live process under ``pid`` with its command line."""
-    children: dict[int, list[int]] = {}
-    lines: dict[int, str] = {}
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            lines[int(proc.name)] = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(parent, []).append(int(proc.name))
+    processes = live_processes()
+    children: dict[int, list[LiveProcess]] = {}
+    for process in processes:
+        children.setdefault(process.ppid, []).append(process)
     found, todo = {}, [pid]
     while todo:
         for child in children.get(todo.pop(), []):
-            found[child] = lines.get(child, "")
-            todo.append(child)
+            found[child.pid] = b" ".join(child.cmdline()).decode(errors="replace")
+            todo.append(child.pid)
     return found
 
 
