@@ -47,10 +47,12 @@ class LiveProcess:
 
 
 def _proc_list(pid: int, name: str) -> list[bytes]:
+    """The NUL-separated entries of ``/proc/<pid>/<name>``, without the empty last one."""
     try:
-        return Path(f"/proc/{pid}/{name}").read_bytes().split(b"\0")
+        data = Path(f"/proc/{pid}/{name}").read_bytes()
     except OSError:
         return []
+    return [entry for entry in data.split(b"\0") if entry]
 
 
 def live_processes() -> list[LiveProcess]:
