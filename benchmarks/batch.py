@@ -42,6 +42,7 @@ from pipelines.events.schema import EVENT_TYPES
 from pipelines.segments import HOUR_MS, archive_events_key, parse_hour_label
 from pipelines.serving import query_view
 from pipelines.storage import LocalObjectStore
+from pipelines.tables import Tables, TablesConfig, ViewTables
 from pipelines.views import WINDOW_START, View, load_views
 from pipelines.views.model import (
     EVENT_COUNT,
@@ -318,11 +319,15 @@ def compared_columns(view: View) -> list[str]:
     return [WINDOW_START, *view.grouping_cols, *view.metric_columns]
 
 
-def agree(store: LocalObjectStore, views: list[View], hours: list[int], duck: dict) -> bool:
+def agree(
+    store: LocalObjectStore, tables: Tables, views: list[View], hours: list[int], duck: dict
+) -> bool:
     """Spark's published values equal DuckDB's (floats to 1e-9 relative), row by row."""
     ok = True
     for view in views:
-        spark_rows = query_view(store, view, hours[0], hours[-1] + HOUR_MS).to_pylist()
+        spark_rows = query_view(
+            store, view, hours[0], hours[-1] + HOUR_MS, tables=tables
+        ).to_pylist()
         duck_rows = [  # a sliding window may start before the first hour: not served
             r
             for r in duck[view.name].to_pylist()
@@ -403,6 +408,7 @@ def compare(
         archived = write_archive(root, events)
         del events
         store = LocalObjectStore(root)
+        tables = ViewTables(TablesConfig(str(root), catalog_url=f"sqlite:///{root}/catalog.db"))
         files = [str(p) for p in sorted((root / "archive" / "events").rglob("*.parquet"))]
         size_mb = sum(Path(f).stat().st_size for f in files) / 1e6
         print(
@@ -412,20 +418,20 @@ def compare(
         if i == 0 and first_run:
             # The first job of a JVM pays for class loading and JIT: report it apart.
             with Timer(spark) as first:
-                correct_hours(spark, store, views, archived)
+                correct_hours(spark, store, views, archived, tables=tables)
             print(f"  Spark, first job in a fresh JVM: {first}")
         spark_runs, duck_runs = [], []
         for _ in range(repeat):
             # Alternate, so a burst of load on a shared machine hits both engines.
             with Timer(spark) as spark_t:
-                results = correct_hours(spark, store, views, archived)
+                results = correct_hours(spark, store, views, archived, tables=tables)
             with Timer(spark) as duck_t:
                 duck = run_duckdb(files, views)
             spark_runs.append(spark_t)
             duck_runs.append(duck_t)
         spark_t = min(spark_runs, key=lambda t: t.wall)
         duck_t = min(duck_runs, key=lambda t: t.wall)
-        same = agree(store, views, archived, duck)
+        same = agree(store, tables, views, archived, duck)
         published = sum(not r.skipped for r in results)
         print(
             f"  Spark correction: {spark_t} ({published} segments published); "

@@ -51,6 +51,7 @@ from pipelines.batch import SparkSettings, build_spark
 from pipelines.batch.frames import spark_frame_of
 from pipelines.config import PROJECT_ROOT
 from pipelines.storage import LocalObjectStore
+from pipelines.tables import TablesConfig, ViewTables
 from pipelines.views import WINDOW_START, View, load_views
 
 WARMUP = "warm-up run"
@@ -89,7 +90,7 @@ def _patches(steps: Steps, validate: Callable | None) -> tuple[list, Callable | 
         windows.list_hour_files,
         windows.read_hours,
         windows.aggregate_window_views,
-        windows.publish_version,
+        windows.publish_versions,
     )
 
     def listing(*args, **kwargs):
@@ -113,27 +114,27 @@ def _patches(steps: Steps, validate: Callable | None) -> tuple[list, Callable | 
         validate(rows, view)
         steps.enter(f"{view.name}: cast + sort")
 
-    def publishing(store, view, *args, **kwargs):
+    def publishing(target, view, *args, **kwargs):
         steps.enter(f"{view.name}: write segments")
-        return publish(store, view, *args, **kwargs)
+        return publish(target, view, *args, **kwargs)
 
     patched = [
         mock.patch.object(windows, "list_hour_files", listing),
         mock.patch.object(windows, "read_hours", reading),
         mock.patch.object(windows, "aggregate_window_views", aggregating),
-        mock.patch.object(windows, "publish_version", publishing),
+        mock.patch.object(windows, "publish_versions", publishing),
     ]
     return patched, (validating if validate else None)
 
 
-def profile_run(spark, store, views, hours, validate) -> tuple[Steps, float]:
+def profile_run(spark, store, tables, views, hours, validate) -> tuple[Steps, float]:
     steps = Steps(spark)
     patches, validating = _patches(steps, validate)
     with ExitStack() as stack:
         for patch in patches:
             stack.enter_context(patch)
         started = time.perf_counter()
-        correct.correct_hours(spark, store, views, hours, validate_rows=validating)
+        correct.correct_hours(spark, store, views, hours, validate_rows=validating, tables=tables)
         total = time.perf_counter() - started
         steps.stop()
     return steps, total
@@ -381,14 +382,15 @@ def main(argv: list[str] | None = None) -> int:
         root = workdir / "archive"
         hours = write_archive(root, make_events(args.events, args.hours))
         store = LocalObjectStore(root)
+        tables = ViewTables(TablesConfig(str(root), catalog_url=f"sqlite:///{root}/catalog.db"))
         spark = build_spark(settings)
         print(f"Spark {spark.version}, {args.events:,} events, {len(hours)} hours")
         if not args.no_warmup:
             spark.sparkContext.setJobGroup(WARMUP, WARMUP)
             started = time.perf_counter()
-            correct.correct_hours(spark, store, views, hours, validate_rows=validate)
+            correct.correct_hours(spark, store, views, hours, validate_rows=validate, tables=tables)
             print(f"warm-up correction: {time.perf_counter() - started:.1f} s")
-        steps, total = profile_run(spark, store, views, hours, validate)
+        steps, total = profile_run(spark, store, tables, views, hours, validate)
         components = []
         if not args.no_components:
             components = profile_components(spark, store, views, hours)

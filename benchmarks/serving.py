@@ -9,7 +9,7 @@ Prints, with the machine:
       publisher's commit time per pass and its CPU (thread time) as a share of one core;
   (b) a query of one view-day: DuckDB over the table (pyiceberg scan -> DuckDB) against the
       same day through `sluice query`'s code over today's layout (merging every task's partial
-      states) and through the tables (``query_view`` with the tables registered);
+      states) and through the tables (``query_view`` on the tables);
   (c) a day of 30 s publishes of one view (``--publishes``, 2,880 = 24 h), the publisher's
       snapshot expiry every 20 commits: data files per hour, manifests, snapshots and files
       under the table, commit time at the start and the end, then the maintenance's effect.
@@ -48,8 +48,6 @@ from pipelines.tables import (  # noqa: E402
     REALTIME,
     TablesConfig,
     ViewTables,
-    forget_tables,
-    register_tables,
     replace_hours,
     table_rows,
 )
@@ -203,7 +201,9 @@ def query_day(args: argparse.Namespace, tmp: Path) -> dict:
     rows = {}
     for _ in range(args.repeat):
         t0 = time.perf_counter()
-        rows["old"] = query_view(run.store, view, start, end, prefer="realtime").num_rows
+        rows["old"] = query_view(
+            run.store, view, start, end, prefer="realtime", tables=tables
+        ).num_rows
         timings["old layout (sluice query)"].append(time.perf_counter() - t0)
         t0 = time.perf_counter()
         table = tables.find(view.name)
@@ -212,11 +212,10 @@ def query_day(args: argparse.Namespace, tmp: Path) -> dict:
         ).to_duckdb("t")
         rows["duckdb"] = con.sql("SELECT * FROM t").to_arrow_table().num_rows
         timings["duckdb on the table"].append(time.perf_counter() - t0)
-        register_tables(run.store.root, tables)
         t0 = time.perf_counter()
-        rows["table"] = query_view(run.store, view, start, end).num_rows
+        rows["table"] = query_view(run.store, view, start, end, tables=tables).num_rows
         timings["sluice query on the table"].append(time.perf_counter() - t0)
-        forget_tables(run.store.root)
+        tables.close()
         tables = tables_in(tmp)
     files = len(run.store.list(f"segments/{view.name}/"))
     tables.close()

@@ -7,9 +7,9 @@ import dagster as dg
 from assets.constants import corrected_key
 from orchestration.resources import StorageResource
 from orchestration.runtime import Runtime
-from pipelines.config import get_settings
+from pipelines.config import SluiceSettings, get_settings
 from pipelines.segments import HOUR_MS
-from pipelines.tables import TablesConfig, ViewTables, tables_for
+from pipelines.tables import ViewTables
 from pipelines.tables.maintenance import maintain
 
 __all__ = ["TABLES_MAINTENANCE_JOB", "build_tables_maintenance_schedule", "tables_maintenance"]
@@ -20,8 +20,11 @@ TABLES_MAINTENANCE_JOB = "tables_maintenance"
 @dg.op(description="Expire old snapshots and remove orphan files of every view's table.")
 def maintain_view_tables(context: dg.OpExecutionContext, storage: StorageResource) -> None:
     settings = get_settings()
-    store = storage.open()
-    tables = tables_for(store) or ViewTables(TablesConfig.from_settings(settings, store.root))
+    with storage.open_tables() as tables:
+        _maintain(context, tables, settings)
+
+
+def _maintain(context: dg.OpExecutionContext, tables: ViewTables, settings: SluiceSettings) -> None:
     for view in Runtime.from_env().active_views():
         if tables.find(view.name) is None:
             continue

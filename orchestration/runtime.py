@@ -20,7 +20,6 @@ from pipelines.control import ControlStore
 from pipelines.exceptions import QueryError
 from pipelines.kafka import resolve_bootstrap
 from pipelines.storage import ObjectStore, open_store
-from pipelines.tables.registry import register_tables
 from pipelines.views import ResolvedView, View, load_views, resolve_views_file, views_in_force
 
 if TYPE_CHECKING:  # pyiceberg loads where tables are opened, not at every process start
@@ -47,15 +46,14 @@ class Runtime:
     def store(self) -> ObjectStore:
         """The storage root; its views publish to and are read from :attr:`tables`."""
         settings = self.settings
-        store = open_store(
+        return open_store(
             settings.resolved_storage_root, settings.s3_endpoint_url, settings.storage_timeout_s
         )
-        register_tables(store.root, lambda: self.tables)
-        return store
 
     @cached_property
     def tables(self) -> ViewTables:
-        """The views' Iceberg tables (catalog from the settings, warehouse the storage root)."""
+        """The views' Iceberg tables (catalog from the settings, warehouse the storage root),
+        built once and handed to whatever reads or writes the views' results."""
         from pipelines.tables import TablesConfig, ViewTables
 
         return ViewTables(TablesConfig.from_settings(self.settings, self.store.root))

@@ -49,6 +49,7 @@ from pipelines.segments import (
 )
 from pipelines.serving import corrected_segments, query_view
 from pipelines.storage import ObjectStore
+from pipelines.tables import Tables
 from pipelines.views.model import WINDOW_START, View
 from quality.config import ExpectationSettings
 
@@ -159,7 +160,7 @@ class RowBounds:
 
 
 def learn_row_bounds(
-    store: ObjectStore,
+    tables: Tables,
     view: View,
     start_ms: int,
     end_ms: int,
@@ -176,7 +177,7 @@ def learn_row_bounds(
     first, end = checked_range(view, start_ms, end_ms)
     segments = (end - first) // view.segment_ms if checked is None else checked
     since = view.segment_start(first - settings.rows_history_hours * HOUR_MS)
-    published = corrected_segments(store, view, list(range(since, first, view.segment_ms)))
+    published = corrected_segments(tables, view, list(range(since, first, view.segment_ms)))
     history = {hour_label(segment): rows for segment, rows in sorted(published.items())}
     if len(history) < settings.rows_min_history:
         reason = (
@@ -617,6 +618,8 @@ def validate_view(
     end_ms: int,
     settings: ExpectationSettings | None = None,
     prefer: str = "batch",
+    *,
+    tables: Tables,
 ) -> SuiteResult:
     """Validate the served values (corrected by default) of the segments covering the range
     that have archived events; segments without any are empty by right and not checked."""
@@ -628,6 +631,6 @@ def validate_view(
     settings = settings or ExpectationSettings.from_env()
     first, end = checked_range(view, start_ms, end_ms)
     segments = archived_segments(store, view, first, end)
-    table = query_view(store, view, first, end, prefer=prefer)
-    bounds = learn_row_bounds(store, view, first, end, settings, checked=len(segments))
+    table = query_view(store, view, first, end, prefer=prefer, tables=tables)
+    bounds = learn_row_bounds(tables, view, first, end, settings, checked=len(segments))
     return validate_table(view, table, first, end, bounds, settings, segments)

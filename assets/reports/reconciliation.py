@@ -62,9 +62,15 @@ def build_reconciliation_report(views: Sequence[View]) -> dg.AssetsDefinition:
 
         control = control_store.open()
         try:
-            data, stored = publish_report(
-                storage.open(), control, enabled, context.partition_key, topic=get_settings().topic
-            )
+            with storage.open_tables() as tables:
+                data, stored = publish_report(
+                    storage.open(),
+                    control,
+                    enabled,
+                    context.partition_key,
+                    topic=get_settings().topic,
+                    tables=tables,
+                )
         finally:
             control.close()
         for result in data.failed:

@@ -24,6 +24,7 @@ from orchestration.resources import StorageResource
 from pipelines.segments import HOUR_MS, hour_label
 from pipelines.serving.query import query_view
 from pipelines.storage import ObjectStore
+from pipelines.tables import Tables
 from pipelines.views import View
 from quality.causes import Causes
 from quality.compare import Comparison, Tolerance, compare_tables, metric_kinds, view_keys
@@ -107,18 +108,20 @@ def evaluate_correction(
     end_ms: int,
     tolerance: Tolerance | None = None,
     reconciled: Sequence[Reconciliation] | None = None,
+    *,
+    tables: Tables,
 ) -> dg.AssetCheckResult:
     """Compare corrected with realtime values of ``view`` for windows in ``[start_ms, end_ms)``;
     ``reconciled``: the view's reconciliations of those hours, if the caller has them."""
     tolerance = tolerance or Tolerance.from_env()
     hours = range(start_ms - start_ms % HOUR_MS, end_ms, HOUR_MS)
     if reconciled is None:
-        reconciled = reconcile(store, [view], list(hours), tolerance)
+        reconciled = reconcile(store, [view], list(hours), tolerance, tables=tables)
     results = [r for r in reconciled if r.hour_ms in hours]
     comparison = _hour_comparison(results, start_ms, end_ms)
     if comparison is None:
-        corrected = query_view(store, view, start_ms, end_ms, prefer="batch")
-        realtime = query_view(store, view, start_ms, end_ms, prefer="realtime")
+        corrected = query_view(store, view, start_ms, end_ms, prefer="batch", tables=tables)
+        realtime = query_view(store, view, start_ms, end_ms, prefer="realtime", tables=tables)
         keys, kinds = view_keys(view), metric_kinds(view)
         comparison = compare_tables(corrected, realtime, keys, kinds, tolerance)
     metadata = comparison_metadata(comparison)
@@ -167,6 +170,8 @@ def hourly_results(
     hours: Sequence[int],
     tolerance: Tolerance,
     views: Sequence[View] = (),
+    *,
+    tables: Tables,
 ) -> list[tuple[str, dg.AssetCheckResult]]:
     """(partition key, result) of the check for each hour, each hour compared on its own.
 
@@ -174,11 +179,15 @@ def hourly_results(
     neighbouring hours share files), not one pass per hour; ``views``, every view checked in
     the process: the archive is read for all their columns, so the checks of the other
     views in the same run read no hour again."""
-    reconciled = reconcile(store, [view], list(hours), tolerance, archive_views=[*views, view])
+    reconciled = reconcile(
+        store, [view], list(hours), tolerance, archive_views=[*views, view], tables=tables
+    )
     return [
         (
             partition_key_for(hour),
-            evaluate_correction(store, view, hour, hour + HOUR_MS, tolerance, reconciled),
+            evaluate_correction(
+                store, view, hour, hour + HOUR_MS, tolerance, reconciled, tables=tables
+            ),
         )
         for hour in hours
     ]
@@ -282,7 +291,8 @@ def build_correction_check(
         hours = run_hours(context)
         if hours is None:
             return not_partitioned("nothing to compare")
-        results = hourly_results(storage.open(), view, hours, tolerance, views)
+        with storage.open_tables() as tables:
+            results = hourly_results(storage.open(), view, hours, tolerance, views, tables=tables)
         if context.op_execution_context.has_partition_key:
             return results[0][1]
         for hour, result in results:

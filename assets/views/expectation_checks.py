@@ -18,6 +18,7 @@ from assets.constants import corrected_key
 from assets.run_window import not_partitioned, run_window_ms
 from orchestration.resources import StorageResource
 from pipelines.storage import ObjectStore
+from pipelines.tables import Tables
 from pipelines.views import View
 from quality.expectations import ExpectationSettings, SuiteResult, validate_view
 
@@ -60,9 +61,11 @@ def evaluate_expectations(
     start_ms: int,
     end_ms: int,
     settings: ExpectationSettings | None = None,
+    *,
+    tables: Tables,
 ) -> dg.AssetCheckResult:
     """Validate the corrected values of ``view`` for the segments covering ``[start_ms, end_ms)``."""
-    result = validate_view(store, view, start_ms, end_ms, settings)
+    result = validate_view(store, view, start_ms, end_ms, settings, tables=tables)
     if result.success:
         description = f"all {len(result.outcomes)} expectations passed"
         if result.notes:
@@ -100,7 +103,10 @@ def build_expectation_check(
         window = run_window_ms(context)
         if window is None:
             return not_partitioned("nothing to validate")
-        return evaluate_expectations(storage.open(), view, window[0], window[1], settings)
+        with storage.open_tables() as tables:
+            return evaluate_expectations(
+                storage.open(), view, window[0], window[1], settings, tables=tables
+            )
 
     return _check
 

@@ -33,8 +33,7 @@ from orchestration.correction_job import SEGMENT_RULES_CHECK, CorrectionRequest
 from orchestration.resources import ControlStoreResource, SparkResource, StorageResource
 from pipelines.config import get_settings
 from pipelines.segments import hours_in_window
-from pipelines.storage import ObjectStore
-from pipelines.tables import batch_hours, tables_for
+from pipelines.tables import Tables, batch_hours
 from pipelines.views import SESSION_COLUMNS, View, format_duration, parse_views
 from quality.expectations import preload as preload_expectations
 
@@ -156,11 +155,10 @@ def _table_metadata(view: View) -> dict[str, Any]:
     }
 
 
-def _table_state(store: ObjectStore, view: View, hours: Sequence[int]) -> dict[int, dict[str, Any]]:
+def _table_state(tables: Tables, view: View, hours: Sequence[int]) -> dict[int, dict[str, Any]]:
     """Per hour of the run, the table after the correction: its snapshot and the hour's rows."""
-    tables = tables_for(store)
-    table = tables.find(view.name) if tables is not None else None
-    if tables is None or table is None or table.current_snapshot() is None:
+    table = tables.find(view.name)
+    if table is None or table.current_snapshot() is None:
         return {}
     per_hour = batch_hours(table, view, hours, count=True)
     snapshot = str(table.current_snapshot().snapshot_id)
@@ -257,10 +255,11 @@ def build_corrected_assets(
         yield from (
             c for c in checks if dg.AssetCheckKey(c.asset_key, c.check_name) in selected_checks
         )
-        store = storage.open()
         targeted = set(context.partition_keys)
+        with storage.open_tables() as tables:
+            states = {r.asset_key: _table_state(tables, by_key[r.asset_key], hours) for r in done}
         for result in done:
-            for hour, metadata in _table_state(store, by_key[result.asset_key], hours).items():
+            for hour, metadata in states[result.asset_key].items():
                 context.add_asset_metadata(
                     metadata, asset_key=result.asset_key, partition_key=partition_key_for(hour)
                 )

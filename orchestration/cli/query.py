@@ -99,14 +99,18 @@ def run(args: argparse.Namespace) -> int:
     prefer = getattr(args, "prefer", "newest")
     if view.is_session:
         match = ACTIVE if args.active else STARTED
-        table = query_sessions(runtime.store, view, start, end, prefer, match=match, as_of=as_of)
+        table = query_sessions(
+            runtime.store, view, start, end, prefer, tables=runtime.tables, match=match, as_of=as_of
+        )
     elif args.active:
         raise QueryError(f"--active is for session views; {view.name} is a windowed view")
     elif args.granularity:
         granularity = parse_duration(args.granularity, "--granularity")
-        table = rollup_view(runtime.store, view, start, end, granularity)
+        table = rollup_view(runtime.store, view, start, end, granularity, tables=runtime.tables)
     else:
-        table = query_view(runtime.store, view, start, end, prefer, as_of=as_of)
+        table = query_view(
+            runtime.store, view, start, end, prefer, tables=runtime.tables, as_of=as_of
+        )
     if table.num_rows == 0 and prefer == "newest" and as_of is None:
         print(
             f"no rows in {view.name}'s table for the range: realtime hours appear once the "

@@ -62,7 +62,12 @@ def run(args: argparse.Namespace) -> int:
         f"of {len(views)} views, then plots ..."
     ):
         data, stored = publish_report(
-            runtime.store, runtime.control, views, day, topic=runtime.settings.topic
+            runtime.store,
+            runtime.control,
+            views,
+            day,
+            topic=runtime.settings.topic,
+            tables=runtime.tables,
         )
     copied = []
     if out is not None:

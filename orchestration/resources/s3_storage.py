@@ -10,7 +10,7 @@ from __future__ import annotations
 from dagster_aws.s3 import S3Resource
 from pydantic import Field
 
-from orchestration.resources.storage import StorageResource, with_tables
+from orchestration.resources.storage import StorageResource
 from pipelines.storage import ObjectStore
 
 __all__ = ["S3StorageResource"]
@@ -27,7 +27,7 @@ class S3StorageResource(StorageResource):
 
         store = S3ObjectStore(self.root, endpoint_url=self.s3.endpoint_url)
         store.client = self.s3.get_client()  # the resource's credentials, region and retries
-        return with_tables(store)
+        return store
 
     def location(self) -> str:
         return self.root

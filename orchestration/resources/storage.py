@@ -14,17 +14,9 @@ from pydantic import Field
 
 from pipelines.config import get_settings
 from pipelines.storage import ObjectStore, open_store
-from pipelines.tables import TablesConfig, ViewTables, register_tables, tables_for
+from pipelines.tables import TablesConfig, ViewTables
 
-__all__ = ["LocalStorageResource", "StorageResource", "with_tables"]
-
-
-def with_tables(store: ObjectStore) -> ObjectStore:
-    """The root's views publish to and are read from their Iceberg tables (docs/serving.md)."""
-    if tables_for(store) is None:
-        root = store.root
-        register_tables(root, lambda: ViewTables(TablesConfig.from_settings(get_settings(), root)))
-    return store
+__all__ = ["LocalStorageResource", "StorageResource"]
 
 
 class StorageResource(dg.ConfigurableResource):
@@ -38,6 +30,11 @@ class StorageResource(dg.ConfigurableResource):
     def location(self) -> str:
         """The storage root as a path or ``s3://`` URI, for jobs that open it themselves."""
 
+    def open_tables(self) -> ViewTables:
+        """The root's views' Iceberg tables, from the settings' catalog (docs/serving.md):
+        where assets publish to and read from. The caller closes them."""
+        return ViewTables(TablesConfig.from_settings(get_settings(), self.location()))
+
 
 class LocalStorageResource(StorageResource):
     """A directory; unset means the settings' storage root (``<state_dir>/storage``)."""
@@ -48,9 +45,7 @@ class LocalStorageResource(StorageResource):
 
     def open(self) -> ObjectStore:
         settings = get_settings()
-        return with_tables(
-            open_store(self.location(), settings.s3_endpoint_url, settings.storage_timeout_s)
-        )
+        return open_store(self.location(), settings.s3_endpoint_url, settings.storage_timeout_s)
 
     def location(self) -> str:
         return self.root or get_settings().resolved_storage_root

@@ -4,7 +4,7 @@ Stream workers drop events that come too late, count duplicates twice and answer
 counts and quantiles from sketches. The correction reads what the archive holds for whole
 segments (late events included), drops duplicate ``event_id``s, computes every aggregation
 exactly with the Spark expressions of the aggregator registry and publishes the result as
-a batch version that overshadows the segment's realtime partials, as in Druid.
+a batch version that replaces the realtime rows of the segment's hours in the view's table.
 
 Per (view, segment), :func:`correct_hours`:
 
@@ -16,8 +16,10 @@ Per (view, segment), :func:`correct_hours`:
    pass per ``top_k``), collects the small result through Arrow and checks each view's
    rows with ``validate_segment`` if given (its error stops the run before anything of
    those views is published);
-4. writes ``batch/v<N+1>/part-00000.parquet`` through the ObjectStore (so S3 works
-   without Hadoop committers), then, last, publishes ``_published.json`` atomically.
+4. writes each segment's rows as Parquet, one file per hour, under the view's table, and
+   commits every segment of the view in one snapshot: the segment's hours deleted, the
+   files added, batch version N+1 (:mod:`pipelines.batch.publish`). Readers see all of a
+   view's segments corrected or none.
 
 The archive is immutable per hour once the stream has passed it, and the computation is
 deterministic (sorted output, duplicates resolved by content), so a rerun publishes the
@@ -32,12 +34,12 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 from pipelines.batch.archive import archive_hours, check_hours
-from pipelines.batch.publish import CorrectionResult, TableTarget, publishing_to
+from pipelines.batch.publish import CorrectionResult, TableTarget
 from pipelines.batch.sessions import correct_session_hours
 from pipelines.batch.spark import shuffle_partitions_kept
 from pipelines.batch.windows import batch_schema, correct_window_hours, segment_hours
 from pipelines.storage import ObjectStore
-from pipelines.tables import ViewTables
+from pipelines.tables import Tables
 from pipelines.views.model import View
 
 __all__ = [
@@ -59,7 +61,7 @@ def correct_hours(
     on_result: Callable[[CorrectionResult], None] | None = None,
     validate_segment: Callable[[DataFrame, View], None] | None = None,
     validate_rows: Callable[[pa.Table, View], None] | None = None,
-    tables: ViewTables | None = None,
+    tables: Tables,
     run_id: str = "",
 ) -> list[CorrectionResult]:
     """Correct every segment of every view that covers one of ``hours`` (epoch-ms hour starts).
@@ -72,8 +74,8 @@ def correct_hours(
     ``validate_rows(table, view)`` does the same on the collected Arrow rows, in the driver:
     no Spark job and no round trip to a Spark Connect server per view.
 
-    With ``tables``, each view's segments are one commit to its Iceberg table (``run_id`` in
-    the snapshot summary); without, the older ``batch/v<N>/`` + ``_published.json`` layout.
+    Each view's segments are one commit to its table in ``tables`` (``run_id`` in the
+    snapshot summary).
 
     Session views are corrected by :func:`pipelines.batch.sessions.correct_session_hours`
     (their segments are the hours sessions started in; ``validate_segment`` is not applied).
@@ -87,11 +89,12 @@ def correct_hours(
         if on_result is not None:
             on_result(result)
 
-    target = TableTarget(tables, run_id) if tables is not None else None
-    with publishing_to(target), shuffle_partitions_kept(spark):
+    target = TableTarget(tables, run_id)
+    with shuffle_partitions_kept(spark):
         counted = correct_window_hours(
             spark,
             store,
+            target,
             [v for v in views if not v.is_session],
             wanted,
             s3_scheme,
@@ -102,7 +105,14 @@ def correct_hours(
         for view in [v for v in views if v.is_session]:
             segments = sorted({view.segment_start(h) for h in wanted})
             correct_session_hours(
-                spark, store, view, segments, s3_scheme=s3_scheme, emit=emit, counted=counted
+                spark,
+                store,
+                view,
+                segments,
+                target=target,
+                s3_scheme=s3_scheme,
+                emit=emit,
+                counted=counted,
             )
     results.sort(key=lambda r: (order[r.view], r.segment_start_ms))
     return results

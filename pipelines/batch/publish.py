@@ -1,57 +1,33 @@
-"""Publishing a correction: the next batch version of a segment.
+"""Publishing a correction: the next batch version of a segment, into the view's Iceberg table.
 
-Into the view's Iceberg table when the correction runs :func:`publishing_to` a
-:class:`~pipelines.tables.ViewTables` (the CLI, Dagster): the segment's rows are written as
-Parquet, one file per hour, and one commit per view deletes its segments' hours and adds the
-files, with the batch version, the run id and the archive hours read in the snapshot summary
-(:func:`pipelines.tables.replace_segments`, retried on conflicts). Without tables (library calls),
-the older layout: ``batch/v<N>/`` file first, ``_published.json`` last.
+The segment's rows are written as Parquet, one file per hour, and one commit per view deletes
+its segments' hours and adds the files, with the batch version, the run id and the archive
+hours read in the snapshot summary (:func:`pipelines.tables.replace_segments`, retried on
+conflicts). Where: the :class:`TableTarget` the correction is handed.
 """
 
 from __future__ import annotations
 
-import contextvars
 import logging
-import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
 
-from pipelines.segments import (
-    HOUR_MS,
-    PublishedManifest,
-    batch_prefix,
-    hour_label,
-    read_manifest,
-    to_parquet,
-    write_manifest,
-)
-from pipelines.storage import ObjectStore
-from pipelines.tables import (
-    BATCH,
-    ViewTables,
-    batch_hours,
-    replace_segments,
-    table_rows,
-)
+from pipelines.segments import HOUR_MS, hour_label
+from pipelines.tables import BATCH, Tables, batch_hours, replace_segments, table_rows
 from pipelines.views.model import View
 
 __all__ = [
-    "PART_FILE",
     "CorrectionResult",
     "SegmentRows",
     "TableTarget",
     "is_corrected",
     "publish_version",
     "publish_versions",
-    "publishing_to",
 ]
 
 log = logging.getLogger(__name__)
-
-PART_FILE = "part-00000.parquet"
 
 
 @dataclass(frozen=True)
@@ -93,32 +69,13 @@ class CorrectionResult:
 class TableTarget:
     """Where a correction publishes: the views' tables, and the run to name in snapshots."""
 
-    tables: ViewTables
+    tables: Tables
     run_id: str = ""
 
 
-_target: contextvars.ContextVar[TableTarget | None] = contextvars.ContextVar(
-    "sluice_publish_target", default=None
-)
-
-
-@contextmanager
-def publishing_to(target: TableTarget | None) -> Iterator[None]:
-    """Publish the corrections made inside the block to ``target`` (None: the older layout)."""
-    token = _target.set(target)
-    try:
-        yield
-    finally:
-        _target.reset(token)
-
-
-def is_corrected(store: ObjectStore, view: View, segment: int) -> bool:
-    """Whether a correction of ``segment`` was published where this one publishes (the
-    view's table, or the older layout's manifest)."""
-    target = _target.get()
-    if target is None:
-        return read_manifest(store, view.name, segment) is not None
-    table = target.tables.find(view.name)
+def is_corrected(tables: Tables, view: View, segment: int) -> bool:
+    """Whether a correction of ``segment`` was published to the view's table."""
+    table = tables.find(view.name)
     hours = range(segment, segment + view.segment_ms, HOUR_MS)
     return table is not None and bool(batch_hours(table, view, hours))
 
@@ -136,24 +93,19 @@ class SegmentRows:
 
 
 def publish_versions(
-    store: ObjectStore, view: View, parts: Sequence[SegmentRows]
+    target: TableTarget, view: View, parts: Sequence[SegmentRows]
 ) -> list[tuple[int, list[str]]]:
     """Publish each segment's rows as its next batch version; (version, files) per segment.
 
-    To a view's table, every segment in one commit (a day's correction was 24 commits of
-    about 0.1 s each, each re-reading the table's metadata); all or none of them, so a failed
-    run leaves no day half-corrected."""
-    target = _target.get()
-    if target is None or not parts:
-        return [
-            publish_version(store, view, p.segment, p.table, p.events, p.duplicates, p.hours)
-            for p in parts
-        ]
+    Every segment in one commit (a day's correction was 24 commits, each re-reading the
+    table's metadata); all or none of them, so a failed run leaves no day half-corrected."""
+    if not parts:
+        return []
     return _commit_versions(target, view, parts)
 
 
 def publish_version(
-    store: ObjectStore,
+    target: TableTarget,
     view: View,
     segment: int,
     table: pa.Table,
@@ -162,25 +114,9 @@ def publish_version(
     hours: list[str],
 ) -> tuple[int, list[str]]:
     """Publish the segment's rows as its next batch version; returns (version, files)."""
-    target = _target.get()
-    if target is not None:
-        return _commit_versions(
-            target, view, [SegmentRows(segment, table, events, duplicates, hours)]
-        )[0]
-    current = read_manifest(store, view.name, segment)
-    version = current.version + 1 if current else 1
-    key = f"{batch_prefix(view.name, segment, version)}{PART_FILE}"
-    store.put(key, to_parquet(table))
-    manifest = PublishedManifest(
-        version=version,
-        files=(key,),
-        created_at=int(time.time()),
-        events=events,
-        duplicates_dropped=duplicates,
-        hours=tuple(hours),
-    )
-    write_manifest(store, view.name, segment, manifest)
-    return version, [key]
+    return _commit_versions(target, view, [SegmentRows(segment, table, events, duplicates, hours)])[
+        0
+    ]
 
 
 def _commit_versions(

@@ -43,7 +43,7 @@ from pipelines.batch.archive import (
     read_hours,
 )
 from pipelines.batch.frames import join_on_keys, spark_frame_of
-from pipelines.batch.publish import CorrectionResult, SegmentRows, publish_versions
+from pipelines.batch.publish import CorrectionResult, SegmentRows, TableTarget, publish_versions
 from pipelines.segments import HOUR_MS, hour_label, segment_schema
 from pipelines.storage import ObjectStore
 from pipelines.views.model import (
@@ -254,6 +254,7 @@ def correct_session_hours(
     view: View,
     hours: Sequence[int],
     *,
+    target: TableTarget,
     s3_scheme: str = "s3a",
     emit: Callable[[CorrectionResult], None],
     counted: Mapping[tuple[str, int], tuple[int, int]] | None = None,
@@ -303,7 +304,7 @@ def correct_session_hours(
         )
         for segment in todo
     ]
-    published = publish_versions(store, view, parts)  # 4, one commit
+    published = publish_versions(target, view, parts)  # 4, one commit
     write_share = (time.monotonic() - write_started) / len(parts)
     for part, (version, keys) in zip(parts, published, strict=True):
         log.info(

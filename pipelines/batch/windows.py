@@ -28,12 +28,14 @@ from pipelines.batch.frames import join_on_keys, spark_frame_of
 from pipelines.batch.publish import (
     CorrectionResult,
     SegmentRows,
+    TableTarget,
     is_corrected,
     publish_versions,
 )
 from pipelines.batch.spark import fit_shuffle_partitions
 from pipelines.segments import HOUR_MS, hour_label, segment_schema, state_column
 from pipelines.storage import ObjectStore
+from pipelines.tables import Tables
 from pipelines.views.model import WINDOW_START, View
 
 __all__ = [
@@ -62,13 +64,13 @@ def segments_of_hour(view: View, hour_ms: int) -> set[int]:
     return {view.segment_start(hour_ms), view.segment_start(hour_ms - view.reach_ms)}
 
 
-def _segments_to_correct(store: ObjectStore, view: View, wanted: list[int]) -> list[int]:
+def _segments_to_correct(tables: Tables, view: View, wanted: list[int]) -> list[int]:
     """The hours' own segments, and the earlier segments whose sliding windows reach into
     them where those were corrected already (their windows were exact only up to what the
     archive held then); a segment never corrected stays so."""
     own = {view.segment_start(h) for h in wanted}
     reaching = {s for h in wanted for s in segments_of_hour(view, h)} - own
-    return sorted(own | {s for s in reaching if is_corrected(store, view, s)})
+    return sorted(own | {s for s in reaching if is_corrected(tables, view, s)})
 
 
 def batch_schema(view: View) -> pa.Schema:
@@ -183,6 +185,7 @@ def aggregate_window_views(
 def correct_window_hours(
     spark: SparkSession,
     store: ObjectStore,
+    target: TableTarget,
     views: Sequence[View],
     wanted: list[int],
     s3_scheme: str,
@@ -192,7 +195,7 @@ def correct_window_hours(
 ) -> dict[tuple[str, int], tuple[int, int]]:
     """Steps 1-4 of :func:`pipelines.batch.correct.correct_hours` for the windowed views;
     returns (events, duplicates dropped) per (topic, hour) of the archive it read."""
-    plan = {view.name: _segments_to_correct(store, view, wanted) for view in views}
+    plan = {view.name: _segments_to_correct(target.tables, view, wanted) for view in views}
     by_name = {view.name: view for view in views}
     needed = sorted(
         {h for name, segs in plan.items() for s in segs for h in segment_hours(by_name[name], s)}
@@ -248,7 +251,7 @@ def correct_window_hours(
             )
             share = (time.monotonic() - group_started) / (len(segments) * len(members))
             for view, table in zip(members, tables, strict=True):
-                _publish_view(store, view, segments, table, share, files, counts, emit)
+                _publish_view(target, view, segments, table, share, files, counts, emit)
     finally:
         # Not to hide why the run failed: a lost Spark Connect server fails this too.
         with contextlib.suppress(Exception):
@@ -257,7 +260,7 @@ def correct_window_hours(
 
 
 def _publish_view(
-    store: ObjectStore,
+    target: TableTarget,
     view: View,
     segments: Sequence[int],
     table: pa.Table,
@@ -293,7 +296,7 @@ def _publish_view(
                 read,
             )
         )
-    published = publish_versions(store, view, parts)  # 4
+    published = publish_versions(target, view, parts)  # 4
     write_share = (time.monotonic() - write_started) / max(1, len(parts))
     for part, (version, keys) in zip(parts, published, strict=True):
         log.info(

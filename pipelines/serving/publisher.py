@@ -83,12 +83,6 @@ class RealtimePublisher:
     def due(self, now: float | None = None) -> bool:
         return (time.monotonic() if now is None else now) >= self.next_pass
 
-    def maybe_publish(self) -> PublishPass | None:
-        """One pass if the interval has passed since the last one started."""
-        if not self.due():
-            return None
-        return self.publish_once()
-
     def publish_once(self) -> PublishPass:
         started, cpu = time.monotonic(), time.thread_time()
         self.next_pass = started + self.interval_s

@@ -1,14 +1,10 @@
-"""Serve a view: final values per window and group, from the newest version of each segment.
+"""Serve a view: final values per window and group, from the view's table.
 
-A store whose root publishes to Iceberg tables (:func:`pipelines.tables.tables_for`) is
-served from the view's table: batch rows of corrected hours, realtime rows the publisher
-committed (:mod:`.publisher`), as of the newest snapshot or an earlier one. ``prefer="realtime"``
-still merges the stream's partial states (the reconciliation compares them with the batch).
-
-A store without tables (the older layout): as in Druid, a published batch correction
-overshadows the realtime partials of its segment as a whole (:mod:`.sources`); segments without
-one are served from the realtime partials of every task, merged with the view's aggregators.
-Session views are served by :mod:`.sessions`; :func:`query_view` answers for both kinds.
+The table holds batch rows of corrected hours and the realtime rows the publisher committed
+(:mod:`.publisher`), as of the newest snapshot or an earlier one. ``prefer="realtime"`` merges
+the stream's partial states of every task with the view's aggregators instead (the
+reconciliation compares them with the batch). Session views are served by :mod:`.sessions`;
+:func:`query_view` answers for both kinds.
 """
 
 from __future__ import annotations
@@ -22,9 +18,9 @@ import pyarrow as pa
 from pipelines.exceptions import QueryError
 from pipelines.segments import read_parquet, state_column, written_for
 from pipelines.serving.sessions import query_sessions
-from pipelines.serving.sources import SOURCE, require_table, segment_sources, table_source
+from pipelines.serving.sources import SOURCE, check_prefer, require_table, segment_sources
 from pipelines.storage import ObjectStore
-from pipelines.tables import AsOf, read_rows
+from pipelines.tables import AsOf, Tables, read_rows
 from pipelines.views.model import WINDOW_END, WINDOW_START, View
 
 __all__ = ["merge_realtime", "query_view", "realtime_rows"]
@@ -80,6 +76,7 @@ def query_view(
     end_ms: int,
     prefer: str = "newest",
     *,
+    tables: Tables,
     as_of: AsOf | None = None,
 ) -> pa.Table:
     """Windows starting in ``[start_ms, end_ms)``, sorted by window and group (for a session
@@ -89,25 +86,19 @@ def query_view(
     ``as_of`` reads an earlier snapshot of the view's table.
     """
     if view.is_session:
-        return query_sessions(store, view, start_ms, end_ms, prefer, as_of=as_of)
+        return query_sessions(store, view, start_ms, end_ms, prefer, tables=tables, as_of=as_of)
     if end_ms <= start_ms:
         raise QueryError(f"empty range: end {end_ms} is not after start {start_ms}")
-    schema = view.output_schema().append(pa.field(SOURCE, pa.string()))
-    tables = table_source(store, prefer, as_of)
-    if tables is not None:
+    check_prefer(prefer, as_of)
+    if prefer != "realtime":
         if prefer == "newest":  # batch: no table = no correction
             require_table(store, tables, view)
         found = read_rows(tables, view, start_ms, end_ms, batch_only=prefer == "batch", as_of=as_of)
         keys = [WINDOW_START, *view.grouping_cols]
         return found.sort_by([(k, "ascending") for k in keys]) if found.num_rows else found
+    schema = view.output_schema().append(pa.field(SOURCE, pa.string()))
     rows: list[dict[str, Any]] = []
-    for source in segment_sources(store, view, start_ms, end_ms, prefer):
-        if source.kind == "batch":
-            for key in source.files:
-                for row in _read(store, key).to_pylist():
-                    row[SOURCE] = source.label
-                    rows.append(row)
-            continue
+    for source in segment_sources(store, view, start_ms, end_ms):
         for row in realtime_rows(view, (_read(store, key) for key in source.files)):
             row[SOURCE] = source.label
             rows.append(row)

@@ -1,7 +1,7 @@
 """Roll-ups: a view's windows merged into coarser ones (hours into days) through their states.
 
-Realtime segments hold partial states; corrected segments hold each window's state beside
-its exact result (:func:`pipelines.batch.windows.batch_schema`). Merging the states of a
+Realtime segments hold partial states; a view's table holds each corrected window's state
+beside its exact result (:func:`pipelines.batch.windows.batch_schema`). Merging the states of a
 day's windows gives the day as a view with a one-day interval would: exactly for the
 additive and exact types, within the sketch's bound for sketches (a corrected window's KLL
 sketch is Spark's, so a rolled-up quantile is within KLL's rank error of the exact one).
@@ -18,9 +18,9 @@ import pyarrow as pa
 from pipelines.exceptions import QueryError
 from pipelines.segments import read_parquet, state_column
 from pipelines.serving.query import merge_realtime
-from pipelines.serving.sources import SOURCE, segment_sources
+from pipelines.serving.sources import SOURCE, check_prefer, segment_sources
 from pipelines.storage import ObjectStore
-from pipelines.tables import read_rows, tables_for
+from pipelines.tables import Tables, read_rows
 from pipelines.views.model import WINDOW_END, WINDOW_START, View, format_duration
 
 __all__ = ["rollup_view", "window_states"]
@@ -29,54 +29,38 @@ DAY_MS = 86_400_000
 
 
 def window_states(
-    store: ObjectStore, view: View, start_ms: int, end_ms: int, prefer: str = "newest"
+    store: ObjectStore,
+    view: View,
+    start_ms: int,
+    end_ms: int,
+    prefer: str = "newest",
+    *,
+    tables: Tables,
 ) -> dict[tuple, tuple[str, list[Any]]]:
     """Per (window start, *groups) starting in ``[start_ms, end_ms)``: where it was served
-    from and one state per aggregation (None where a correction holds no state for it)."""
+    from and one state per aggregation (None where a correction holds no state for it).
+
+    Corrected windows come from the view's table (their states are columns of it), the
+    others from the stream's partial states of their segment."""
+    check_prefer(prefer, None)
     out: dict[tuple, tuple[str, list[Any]]] = {}
-    aggs = view.aggregators
-    tables = None if prefer == "realtime" else tables_for(store)
-    if tables is not None:
-        # corrected windows from the view's table (their states are columns of it), the
-        # stream's partial states for the segments no correction holds
+    done: set[int] = set()
+    if prefer != "realtime":
         corrected = _table_states(tables, view, start_ms, end_ms)
         out.update(corrected)
         done = {view.segment_start(key[0]) for key in corrected}
-        if prefer != "batch":
-            for source in segment_sources(store, view, start_ms, end_ms, "realtime"):
-                if source.segment_start_ms in done:
-                    continue
-                tables_of = (read_parquet(store.get(key)) for key in source.files)
-                for key, states in merge_realtime(view, tables_of).items():
-                    out[key] = (source.label, states)
-        return {k: v for k, v in out.items() if start_ms <= k[0] < end_ms}
-    for source in segment_sources(store, view, start_ms, end_ms, prefer):
-        if source.kind == "realtime":
-            tables = (read_parquet(store.get(key)) for key in source.files)
-            for key, states in merge_realtime(view, tables).items():
-                out[key] = (source.label, states)
-            continue
-        for file in source.files:
-            table = read_parquet(store.get(file))
-            columns = [WINDOW_START, *view.grouping_cols]
-            keys = zip(*(table.column(c).to_pylist() for c in columns), strict=True)
-            blobs = [
-                table.column(name).to_pylist()
-                if (name := state_column(a.out)) in table.column_names
-                else [None] * table.num_rows
-                for a in aggs
-            ]
-            for row, key in enumerate(keys):
-                states = [
-                    None if blobs[j][row] is None else agg.deserialize(blobs[j][row])
-                    for j, agg in enumerate(aggs)
-                ]
+    if prefer != "batch":
+        for source in segment_sources(store, view, start_ms, end_ms):
+            if source.segment_start_ms in done:
+                continue
+            files = (read_parquet(store.get(key)) for key in source.files)
+            for key, states in merge_realtime(view, files).items():
                 out[key] = (source.label, states)
     return {k: v for k, v in out.items() if start_ms <= k[0] < end_ms}
 
 
 def _table_states(
-    tables: Any, view: View, start_ms: int, end_ms: int
+    tables: Tables, view: View, start_ms: int, end_ms: int
 ) -> dict[tuple, tuple[str, list[Any]]]:
     rows = read_rows(tables, view, start_ms, end_ms, batch_only=True, states=True)
     out: dict[tuple, tuple[str, list[Any]]] = {}
@@ -102,6 +86,8 @@ def rollup_view(
     end_ms: int,
     granularity_ms: int,
     prefer: str = "newest",
+    *,
+    tables: Tables,
 ) -> pa.Table:
     """``view``'s windows merged into windows of ``granularity_ms`` (UTC-aligned) that
     overlap ``[start_ms, end_ms)``, each from all of its windows; the same columns as a
@@ -111,7 +97,9 @@ def rollup_view(
     last = end_ms + (-end_ms % granularity_ms)
     merged: dict[tuple, tuple[set[str], list[Any]]] = {}
     aggs = view.aggregators
-    for key, (label, states) in window_states(store, view, first, last, prefer).items():
+    for key, (label, states) in window_states(
+        store, view, first, last, prefer, tables=tables
+    ).items():
         coarse = (key[0] - key[0] % granularity_ms, *key[1:])
         held = merged.get(coarse)
         if held is None:

@@ -1,9 +1,9 @@
 """Serve a session view: sessions that started, or were active, in a time range.
 
-A session lives in the segment of the hour it started in. As for windowed views, a published
-batch correction overshadows a segment's realtime snapshots as a whole; otherwise every
-task's snapshot of the segment is read and rows of one (key, start) from several tasks (a key
-spread over partitions) are merged with the view's aggregators.
+A session lives in the segment of the hour it started in. As for windowed views, sessions are
+read from the view's table; ``prefer="realtime"`` reads every task's snapshot of each segment
+instead, and rows of one (key, start) from several tasks (a key spread over partitions) are
+merged with the view's aggregators.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import pyarrow.compute as pc
 
 from pipelines.exceptions import QueryError
 from pipelines.segments import read_parquet, state_column, written_for
-from pipelines.serving.sources import SOURCE, require_table, segment_sources, table_source
+from pipelines.serving.sources import SOURCE, check_prefer, require_table, segment_sources
 from pipelines.storage import ObjectStore
-from pipelines.tables import AsOf, read_rows
+from pipelines.tables import AsOf, Tables, read_rows
 from pipelines.views.model import (
     EVENT_COUNT,
     KEPT_DROPPED,
@@ -152,6 +152,7 @@ def query_sessions(
     end_ms: int,
     prefer: str = "newest",
     *,
+    tables: Tables,
     match: str = STARTED,
     as_of: AsOf | None = None,
 ) -> pa.Table:
@@ -163,40 +164,20 @@ def query_sessions(
         raise QueryError(f"empty range: end {end_ms} is not after start {start_ms}")
     if match not in (STARTED, ACTIVE):
         raise QueryError(f"match must be {STARTED} or {ACTIVE}, got {match!r}")
-    key_col = view.session.key
     first = start_ms - view.session.max_duration_ms if match == ACTIVE else start_ms
-    rows: list[dict[str, Any]] = []
-    tables = table_source(store, prefer, as_of)
-    sources = [] if tables is not None else segment_sources(store, view, first, end_ms, prefer)
-    if tables is not None:
+    check_prefer(prefer, as_of)
+    if prefer != "realtime":
         if prefer == "newest":  # batch: no table = no correction
             require_table(store, tables, view)
         found = read_rows(tables, view, first, end_ms, batch_only=prefer == "batch", as_of=as_of)
-        if not sources:
-            return _table_sessions(view, found, start_ms, end_ms, match)
-        rows = [_as_ms(row) for row in found.to_pylist()]
+        return _table_sessions(view, found, start_ms, end_ms, match)
     realtime: list[pa.Table] = []
-    for source in sources:
-        files = [read_parquet(store.get(key)) for key in source.files]
-        if source.kind == "batch":
-            for table in files:
-                for row in table.to_pylist():
-                    row[SOURCE] = source.label
-                    rows.append(row)
-            continue
-        found = realtime_sessions_table(view, files)
+    for source in segment_sources(store, view, first, end_ms):
+        found = realtime_sessions_table(
+            view, [read_parquet(store.get(key)) for key in source.files]
+        )
         realtime.append(found.append_column(SOURCE, pa.repeat(source.label, found.num_rows)))
-    if not rows:  # realtime sessions alone (a reconciliation's side): in Arrow throughout
-        return _realtime_answer(view, realtime, start_ms, end_ms, match)
-    for table in realtime:
-        rows += table.to_pylist()
-    if match == STARTED:
-        rows = [r for r in rows if start_ms <= r[SESSION_START] < end_ms]
-    else:
-        rows = [r for r in rows if r[SESSION_START] < end_ms and r[SESSION_END] >= start_ms]
-    rows.sort(key=lambda r: (r[SESSION_START], r[key_col]))
-    schema = view.output_schema().append(pa.field(SOURCE, pa.string()))
-    return pa.Table.from_pylist(rows, schema=schema)
+    return _realtime_answer(view, realtime, start_ms, end_ms, match)
 
 
 def _table_sessions(
@@ -261,11 +242,3 @@ def _ms_column(column: pa.ChunkedArray) -> pa.ChunkedArray:
     if pa.types.is_timestamp(column.type):
         column = column.cast(pa.timestamp("ms", tz=column.type.tz), safe=False)
     return column.cast(pa.int64())
-
-
-def _as_ms(row: dict[str, Any]) -> dict[str, Any]:
-    """A table row's session bounds in epoch ms, as the segments hold them."""
-    for col in (SESSION_START, SESSION_END):
-        if row[col] is not None:
-            row[col] = int(row[col].timestamp() * 1000)
-    return row

@@ -5,7 +5,8 @@ One table per view (:mod:`.schema`: the view's output columns, the window or ses
 control store's database or in Glue (:mod:`.catalog`). The correction and the realtime
 publisher replace whole hours in one commit each (:mod:`.commit`); readers scan a snapshot
 (:mod:`.read`, with time travel); :mod:`.maintenance` expires snapshots, removes orphan files
-and compacts an hour's files. The stream's per-task partial states stay its internal format.
+and compacts an hour's files. The stream's per-task partial states stay its internal format. Whoever reads or writes
+the tables is handed a :class:`.protocol.Tables` built once from the settings.
 
 May import: ``pipelines.segments``, ``pipelines.storage``, ``pipelines.views``,
 ``pipelines.exceptions``. No Dagster. (The realtime publisher, which merges the
@@ -30,8 +31,8 @@ if TYPE_CHECKING:
         replace_segments,
         write_hour_files,
     )
+    from pipelines.tables.protocol import Tables
     from pipelines.tables.read import AsOf, read_rows, resolve_snapshot
-    from pipelines.tables.registry import forget_tables, register_tables, tables_for
     from pipelines.tables.schema import (
         BATCH,
         BATCH_VERSION,
@@ -55,28 +56,26 @@ __all__ = [
     "CommitOutcome",
     "TableConflictError",
     "TableLocationError",
+    "Tables",
     "TablesConfig",
     "ViewTables",
     "arrow_schema",
     "batch_hours",
-    "forget_tables",
     "hour_files",
     "hours_filter",
     "iceberg_schema",
     "iso_time",
     "partition_field",
     "read_rows",
-    "register_tables",
     "replace_hours",
     "replace_segments",
     "resolve_snapshot",
     "table_rows",
-    "tables_for",
     "write_hour_files",
 ]
 
 # Exported names load their module on first use (PEP 562): agents and the CLI import this
-# package for the registry, and pyiceberg (about 1 s of CPU) should load only where a table
+# package, and pyiceberg (about 1 s of CPU) should load only where a table
 # is opened, not in every process start.
 _EXPORTS = {
     "CATALOG_KINDS": "pipelines.tables.catalog",
@@ -92,12 +91,10 @@ _EXPORTS = {
     "replace_hours": "pipelines.tables.commit",
     "replace_segments": "pipelines.tables.commit",
     "write_hour_files": "pipelines.tables.commit",
+    "Tables": "pipelines.tables.protocol",
     "AsOf": "pipelines.tables.read",
     "read_rows": "pipelines.tables.read",
     "resolve_snapshot": "pipelines.tables.read",
-    "forget_tables": "pipelines.tables.registry",
-    "register_tables": "pipelines.tables.registry",
-    "tables_for": "pipelines.tables.registry",
     "BATCH": "pipelines.tables.schema",
     "BATCH_VERSION": "pipelines.tables.schema",
     "REALTIME": "pipelines.tables.schema",

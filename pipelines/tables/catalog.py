@@ -25,6 +25,7 @@ from pyiceberg.exceptions import (
 from pyiceberg.table import Table
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
+from pipelines.exceptions import SluiceError
 from pipelines.tables.schema import arrow_schema, iceberg_schema, partition_field
 from pipelines.views.model import View
 
@@ -123,7 +124,7 @@ def _sql_catalog(props: dict[str, str]) -> Catalog:
     raise AssertionError("unreachable")
 
 
-class TableLocationError(ValueError):
+class TableLocationError(SluiceError, ValueError):
     """The catalog's table of a view lives under another storage root."""
 
 
@@ -141,7 +142,8 @@ def _check_location(table: Table, expected: str) -> None:
 
 
 class ViewTables:
-    """The table of every view, created on first use and evolved with the view's columns."""
+    """The table of every view, created on first use and evolved with the view's columns
+    (the Iceberg :class:`pipelines.tables.Tables`)."""
 
     def __init__(self, config: TablesConfig) -> None:
         self.config = config
@@ -153,6 +155,12 @@ class ViewTables:
         engine = getattr(self.catalog, "engine", None)
         if engine is not None:
             engine.dispose()
+
+    def __enter__(self) -> ViewTables:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def identifier(self, view: str) -> tuple[str, str]:
         return (self.config.namespace, view)

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from pipelines.segments import HOUR_MS, read_range_records
 from pipelines.serving import corrected_segments
 from pipelines.storage import ObjectStore
+from pipelines.tables import Tables
 from pipelines.views.model import View
 from quality.causes import ArchiveReader, archive_columns, read_hour_archive
 from quality.compare import Tolerance
@@ -40,6 +41,8 @@ def reconcile(
     on_result: Callable[[Reconciliation], None] | None = None,
     on_tables: TablesRead | None = None,
     archive_views: Sequence[View] | None = None,
+    *,
+    tables: Tables,
 ) -> list[Reconciliation]:
     """Reconcile every enabled view for every hour; the archive is read once per topic-hour.
 
@@ -47,7 +50,8 @@ def reconcile(
     hour (the report draws its series from them instead of reading the day again).
     ``archive_views``: the views whose columns the archive is read for (default ``views``):
     a caller reconciling one view at a time names them all, so that its passes read the
-    same columns and each hour is read once in the process (:func:`read_hour_archive`)."""
+    same columns and each hour is read once in the process (:func:`read_hour_archive`).
+    ``tables``: the views' tables, where the corrections are read."""
     tolerance = tolerance or Tolerance.from_env()
     enabled = [v for v in views if not v.disabled]
     results = []
@@ -62,18 +66,20 @@ def reconcile(
     reader = ArchiveReader(store)
     corrected = {  # one scan of each view's table for the pass, not two per hour
         view.name: set(
-            corrected_segments(store, view, sorted({view.segment_start(h) for h in hours}))
+            corrected_segments(tables, view, sorted({view.segment_start(h) for h in hours}))
         )
         for view in enabled
     }
     corrected_rows = {  # one read of each run of hours, not one per hour
         view.name: corrected_by_hour(
-            store, view, [h for h in hours if view.segment_start(h) in corrected[view.name]]
+            store, tables, view, [h for h in hours if view.segment_start(h) in corrected[view.name]]
         )
         for view in enabled
     }
     states = {  # the correction's sketches, read when a judge first needs them
-        view.name: CorrectedStates(store, view, hours) for view in enabled if not view.is_session
+        view.name: CorrectedStates(store, tables, view, hours)
+        for view in enabled
+        if not view.is_session
     }
     for hour in hours:
         for topic, topic_views in by_topic.items():
@@ -96,6 +102,7 @@ def reconcile(
                         has_correction=done,
                         on_tables=on_tables,
                         corrected=corrected_rows[view.name].get(hour),
+                        tables=tables,
                     )
                 else:
                     result = reconcile_hour(
@@ -109,6 +116,7 @@ def reconcile(
                         on_tables=on_tables,
                         corrected=corrected_rows[view.name].get(hour),
                         states=states[view.name],
+                        tables=tables,
                     )
                 results.append(result)
                 if on_result is not None:

@@ -10,12 +10,15 @@ import pyarrow as pa
 from pipelines.segments import HOUR_MS, hour_runs
 from pipelines.serving import query_view
 from pipelines.storage import ObjectStore
+from pipelines.tables import Tables
 from pipelines.views.model import SESSION_START, WINDOW_START, View
 
 __all__ = ["corrected_by_hour"]
 
 
-def corrected_by_hour(store: ObjectStore, view: View, hours: Sequence[int]) -> dict[int, pa.Table]:
+def corrected_by_hour(
+    store: ObjectStore, tables: Tables, view: View, hours: Sequence[int]
+) -> dict[int, pa.Table]:
     """The corrected rows of each of ``hours``, as :func:`query_view` answers one hour (the
     windows, or the sessions, starting in it): one read per run of consecutive hours, cut at
     the hours, since rows come sorted by their start (a day's 24 scans of one hour each
@@ -23,7 +26,7 @@ def corrected_by_hour(store: ObjectStore, view: View, hours: Sequence[int]) -> d
     start_col = SESSION_START if view.is_session else WINDOW_START
     out: dict[int, pa.Table] = {}
     for start, end in hour_runs(hours):
-        rows = query_view(store, view, start, end, prefer="batch")
+        rows = query_view(store, view, start, end, prefer="batch", tables=tables)
         starts = rows.column(start_col).cast(pa.int64()).to_numpy(zero_copy_only=False)
         bounds = np.searchsorted(starts, np.arange(start, end + 1, HOUR_MS), side="left")
         for hour, lo, hi in zip(range(start, end, HOUR_MS), bounds[:-1], bounds[1:], strict=True):

@@ -37,6 +37,7 @@ from pipelines.serving import corrected_segments
 from pipelines.serving.sessions import query_sessions
 from pipelines.storage import ObjectStore
 from pipelines.stream.checkpoint import load_checkpoint
+from pipelines.tables import Tables
 from pipelines.views.model import EVENT_COUNT, SESSION_END, SESSION_START, View
 from quality.causes import ArchiveReader, Causes, GroupCauses, read_hour_archive
 from quality.compare import (
@@ -231,6 +232,7 @@ def reconcile_session_hour(
     has_correction: bool | None = None,
     on_tables: TablesRead | None = None,
     corrected: pa.Table | None = None,
+    tables: Tables,
 ) -> Reconciliation:
     """Reconcile the sessions of ``view`` that started in the hour ``hour_ms``; the causes
     are those of every hour read (the sessions' spans).
@@ -242,14 +244,14 @@ def reconcile_session_hour(
     assert view.session is not None
     key_col = view.session.key
     if has_correction is None:
-        has_correction = hour_ms in corrected_segments(store, view, [hour_ms])
+        has_correction = hour_ms in corrected_segments(tables, view, [hour_ms])
     if not has_correction:
         return Reconciliation(view.name, hour_ms, False, None, Causes())
     causes = SessionCauses(view, archive_rows(reader or store, view, hour_ms, ranges))
     end = hour_ms + HOUR_MS
     if corrected is None:
-        corrected = query_sessions(store, view, hour_ms, end, prefer="batch")
-    realtime = query_sessions(store, view, hour_ms, end, prefer="realtime")
+        corrected = query_sessions(store, view, hour_ms, end, prefer="batch", tables=tables)
+    realtime = query_sessions(store, view, hour_ms, end, prefer="realtime", tables=tables)
     if on_tables is not None:
         on_tables(view, hour_ms, corrected, realtime)
     keys = [key_col, SESSION_START]

@@ -44,6 +44,7 @@ import pyarrow as pa
 from pipelines.segments import HOUR_MS, hour_label, hour_runs
 from pipelines.serving import corrected_segments, query_view, window_states
 from pipelines.storage import ObjectStore
+from pipelines.tables import Tables
 from pipelines.views.model import View
 from quality.causes import (
     GroupCauses,
@@ -150,8 +151,10 @@ class CorrectedStates:
     """The correction's states of a view (its sketches), per hour of a pass: read from the
     view's table once per run of consecutive hours, when a judge first asks."""
 
-    def __init__(self, store: ObjectStore, view: View, hours: Sequence[int]) -> None:
-        self.store, self.view = store, view
+    def __init__(
+        self, store: ObjectStore, tables: Tables, view: View, hours: Sequence[int]
+    ) -> None:
+        self.store, self.tables, self.view = store, tables, view
         self.runs = hour_runs(hours)
         self._hours: dict[int, dict[tuple, list[Any]]] = {}
 
@@ -162,7 +165,9 @@ class CorrectedStates:
             start, end = next(
                 ((s, e) for s, e in self.runs if s <= hour_ms < e), (hour_ms, hour_ms + HOUR_MS)
             )
-            found = window_states(self.store, self.view, start, end, prefer="batch")
+            found = window_states(
+                self.store, self.view, start, end, prefer="batch", tables=self.tables
+            )
             by_hour: dict[int, dict[tuple, list[Any]]] = {h: {} for h in range(start, end, HOUR_MS)}
             for k, (_, states) in found.items():
                 by_hour[k[0] - k[0] % HOUR_MS][(key_value(_utc(k[0])), *k[1:])] = states
@@ -237,9 +242,9 @@ def _utc(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
-def _has_correction(store: ObjectStore, view: View, hour_ms: int) -> bool:
+def _has_correction(tables: Tables, view: View, hour_ms: int) -> bool:
     segment = view.segment_start(hour_ms)
-    return segment in corrected_segments(store, view, [segment])
+    return segment in corrected_segments(tables, view, [segment])
 
 
 def reconcile_hour(
@@ -254,6 +259,7 @@ def reconcile_hour(
     on_tables: TablesRead | None = None,
     corrected: pa.Table | None = None,
     states: CorrectedStates | None = None,
+    tables: Tables,
 ) -> Reconciliation:
     """Reconcile ``view``'s windows starting in the hour ``hour_ms`` (epoch ms); a sliding
     view's windows also read the next hour's archive (``following``). ``has_correction``:
@@ -268,13 +274,13 @@ def reconcile_hour(
         following = read_hour_archive(store, view.topic, hour_ms + HOUR_MS, columns)
     total, causes = view_causes(archive, view, following)
     if has_correction is None:
-        has_correction = _has_correction(store, view, hour_ms)
+        has_correction = _has_correction(tables, view, hour_ms)
     if not has_correction:
         return Reconciliation(view.name, hour_ms, False, None, total)
     end = hour_ms + HOUR_MS
     if corrected is None:
-        corrected = query_view(store, view, hour_ms, end, prefer="batch")
-    realtime = query_view(store, view, hour_ms, end, prefer="realtime")
+        corrected = query_view(store, view, hour_ms, end, prefer="batch", tables=tables)
+    realtime = query_view(store, view, hour_ms, end, prefer="realtime", tables=tables)
     if on_tables is not None:
         on_tables(view, hour_ms, corrected, realtime)
     keys = view_keys(view)
@@ -285,7 +291,7 @@ def reconcile_hour(
         column: [(k, want[k].get(column), got[k].get(column)) for k in matched]
         for column in view.metric_columns
     }
-    states = states or CorrectedStates(store, view, [hour_ms])
+    states = states or CorrectedStates(store, tables, view, [hour_ms])
     checks = _Evidence(view, hour_ms, want, archive, following, states)
     metrics = _metrics(view, comparison, pairs, causes, tolerance, checks)
     missing_explained = sum(

@@ -24,6 +24,7 @@ from pipelines.control import ControlStore, FleetSample
 from pipelines.segments import HOUR_MS
 from pipelines.serving import query_view
 from pipelines.storage import ObjectStore
+from pipelines.tables import Tables
 from pipelines.views import WINDOW_START, View
 from pipelines.views.model import SESSION_START
 from quality.causes import Causes
@@ -232,6 +233,8 @@ def view_series(
     start_ms: int,
     end_ms: int,
     read: Mapping[int, tuple[pa.Table, pa.Table]] | None = None,
+    *,
+    tables: Tables,
 ) -> ViewSeries:
     """Realtime and corrected sums of :func:`series_metric` per window of ``[start, end)``.
 
@@ -244,16 +247,16 @@ def view_series(
     hours = range(start_ms - start_ms % HOUR_MS, end_ms, HOUR_MS)
     if not any(h in read for h in hours):
         sides = [
-            (query_view(store, view, start_ms, end_ms, prefer="batch"),
-             query_view(store, view, start_ms, end_ms, prefer="realtime"))
+            (query_view(store, view, start_ms, end_ms, prefer="batch", tables=tables),
+             query_view(store, view, start_ms, end_ms, prefer="realtime", tables=tables))
         ]  # fmt: skip
     else:
         sides = [
             read[h]
             if h in read
             else (
-                query_view(store, view, h, h + HOUR_MS, prefer="batch"),
-                query_view(store, view, h, h + HOUR_MS, prefer="realtime"),
+                query_view(store, view, h, h + HOUR_MS, prefer="batch", tables=tables),
+                query_view(store, view, h, h + HOUR_MS, prefer="realtime", tables=tables),
             )
             for h in hours
         ]
@@ -292,6 +295,8 @@ def build_report(
     day: date | str,
     tolerance: Tolerance | None = None,
     topic: str | None = None,
+    *,
+    tables: Tables,
 ) -> ReportData:
     """Reconcile every enabled view for the 24 hours of ``day`` and gather series and samples.
 
@@ -306,8 +311,11 @@ def build_report(
     def keep(view: View, hour: int, corrected: pa.Table, realtime: pa.Table) -> None:
         read[view.name][hour] = (corrected, realtime)
 
-    reconciliations = reconcile(store, enabled, hours, tolerance, on_tables=keep)
-    series = {v.name: view_series(store, v, start_ms, end_ms, read[v.name]) for v in enabled}
+    reconciliations = reconcile(store, enabled, hours, tolerance, on_tables=keep, tables=tables)
+    series = {
+        v.name: view_series(store, v, start_ms, end_ms, read[v.name], tables=tables)
+        for v in enabled
+    }
     samples = control.fleet_samples(topic, start_ms, end_ms) if control is not None else []
     return ReportData(
         day=day,

@@ -9,6 +9,7 @@ from datetime import date
 from pipelines.control import ControlStore
 from pipelines.segments import report_keys
 from pipelines.storage import ObjectStore
+from pipelines.tables import Tables
 from pipelines.views import View
 from quality.compare import Tolerance
 from quality.report.build import ReportData, build_report, parse_day
@@ -28,10 +29,13 @@ def publish_report(
     day: date | str,
     tolerance: Tolerance | None = None,
     topic: str | None = None,
+    *,
+    tables: Tables,
 ) -> tuple[ReportData, StoredReport]:
-    """The report of ``day`` (event-time UTC) written under ``reports/<day>/`` of ``store``."""
+    """The report of ``day`` (event-time UTC) written under ``reports/<day>/`` of ``store``
+    (the corrections read from ``tables``)."""
     day = parse_day(day)
-    data = build_report(store, control, views, day, tolerance, topic)
+    data = build_report(store, control, views, day, tolerance, topic, tables=tables)
     path, uri = report_location(store, report_keys(day)["html"])
     markdown = render_markdown(data, str(path) if path else uri)
     html = render_html(data, render_plots(data), root=store.root)

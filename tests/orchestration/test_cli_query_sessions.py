@@ -11,6 +11,7 @@ import yaml
 from orchestration.cli import main, query
 from pipelines.config import get_settings
 from pipelines.serving import query_sessions
+from pipelines.tables import TablesConfig, ViewTables
 from pipelines.testing import run_stream
 from pipelines.views import load_views
 
@@ -44,7 +45,10 @@ def test_started_and_active_sessions(tmp_path, monkeypatch, capsys):
     views_file.write_text(yaml.safe_dump({"views": [VIEW]}))
     (view,) = load_views(views_file)
     run = run_stream(tmp_path / "state" / "storage", [view], max_events=1500, partitions=2)
-    everything = query_sessions(run.store, view, 0, 2**62).to_pylist()
+    with ViewTables(TablesConfig.from_settings(get_settings(), run.store.root)) as tables:
+        everything = query_sessions(
+            run.store, view, 0, 2**62, "realtime", tables=tables
+        ).to_pylist()
     assert len(everything) > 20
     # A range that starts inside many sessions: "active" also returns those started before it.
     longest = max(everything, key=lambda r: r["session_end"] - r["session_start"])

@@ -12,7 +12,6 @@ import pytest
 import yaml
 
 from orchestration.cli import main
-from pipelines.batch.publish import publish_version
 from pipelines.config import PROJECT_ROOT, get_settings
 from pipelines.generator import GeneratorOptions
 from pipelines.segments import HOUR_MS, hour_label, published_key
@@ -21,6 +20,8 @@ from pipelines.tables import TablesConfig, ViewTables
 from pipelines.tables.maintenance import maintain, referenced_files, table_files
 from pipelines.testing import run_stream
 from pipelines.views import load_views
+from tests.fixtures.segments import write_older_version
+from tests.fixtures.tables import local_tables
 
 VIEWS_FILE = PROJECT_ROOT / "data" / "views.yaml"
 
@@ -31,11 +32,14 @@ def older_store(tmp_path, monkeypatch, control_url):
     views = [v for v in load_views(VIEWS_FILE) if v.name in ("traffic_by_org", "sessions")]
     run = run_stream(tmp_path / "storage", views, options=GeneratorOptions(max_events=1500))
     view = views[0]
-    starts = query_view(run.store, view, 0, 2**62, prefer="realtime").column("window_start")
+    with local_tables(run.store.root, tmp_path / "unused.db") as none_yet:
+        starts = query_view(run.store, view, 0, 2**62, prefer="realtime", tables=none_yet).column(
+            "window_start"
+        )
     hour = int(min(starts.to_pylist()).timestamp() * 1000) // HOUR_MS * HOUR_MS
     fixed = pa.table({"window_start": pa.array([hour], pa.int64()), "org": ["x"], "events": [3]})
-    publish_version(run.store, view, hour, fixed, 3, 0, [hour_label(hour)])
-    publish_version(run.store, view, hour, fixed, 3, 0, [hour_label(hour)])  # v2
+    write_older_version(run.store, view, hour, fixed, 3, [hour_label(hour)])
+    write_older_version(run.store, view, hour, fixed, 3, [hour_label(hour)])  # v2
     monkeypatch.setenv("SLUICE_STORAGE_ROOT", run.store.root)
     monkeypatch.setenv("SLUICE_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("SLUICE_CONTROL_STORE_URL", control_url)
@@ -70,10 +74,12 @@ def test_migrate_query_as_of_history_and_maintenance(older_store, capsys, contro
     corrected = [r for r in rows if r["window_start"].startswith(hour_label(hour))]
     assert [(r["org"], r["events"], r["source"]) for r in corrected] == [("x", 3, "batch v2")]
     realtime = [r for r in rows if r["source"] == "realtime"]
-    expected = query_view(run.store, view, hour + HOUR_MS, 2**62, prefer="realtime").num_rows
+    tables = ViewTables(TablesConfig.from_settings(get_settings(), run.store.root))
+    expected = query_view(
+        run.store, view, hour + HOUR_MS, 2**62, prefer="realtime", tables=tables
+    ).num_rows
     assert len(realtime) == expected > 0
 
-    tables = ViewTables(TablesConfig.from_settings(get_settings(), run.store.root))
     table = tables.find(view.name)
     batch_snapshot = next(s for s in table.snapshots() if s.summary["sluice.source"] == "batch")
     before = _query(capsys, "--as-of", str(batch_snapshot.parent_snapshot_id or 0))

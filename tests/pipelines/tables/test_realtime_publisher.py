@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 import pipelines.tables.commit as commit_module
-from pipelines.batch.publish import TableTarget, publish_version, publishing_to
+from pipelines.batch.publish import TableTarget, publish_version
 from pipelines.config import PROJECT_ROOT, SluiceSettings
 from pipelines.generator import GeneratorOptions, load_trace, synthesize
 from pipelines.segments import HOUR_MS
@@ -18,8 +18,7 @@ from pipelines.serving import query_view
 from pipelines.serving.publisher import RealtimePublisher
 from pipelines.storage import LocalObjectStore
 from pipelines.stream.task import StreamTask
-from pipelines.tables import BATCH, REALTIME, TablesConfig, ViewTables, register_tables
-from pipelines.tables.registry import forget_tables
+from pipelines.tables import BATCH, REALTIME, TablesConfig, ViewTables
 from pipelines.testing import CollectingDeadLetters
 from pipelines.views import load_views
 
@@ -77,7 +76,9 @@ def test_publish_changed_hours_and_never_a_corrected_one(
     second = publisher.publish_once()
     assert second.committed, "the hours the second half changed are committed again"
     for view in views:  # the table (read by DuckDB) equals the merged partials
-        expected = query_view(store, view, 0, 2**62, prefer="realtime").to_pylist()
+        expected = query_view(
+            store, view, 0, 2**62, prefer="realtime", tables=tables
+        ).to_pylist()
         got = _duckdb_rows(tables, view)
         assert len(got) == len(expected), view.name
         by_key = {_key(view, r): r for r in got}
@@ -99,8 +100,8 @@ def test_publish_changed_hours_and_never_a_corrected_one(
         found = original(table, v, wanted)
         if v.name == view.name and not landed:
             landed.append(True)
-            with publishing_to(TableTarget(ViewTables(tables.config), run_id="race")):
-                publish_version(store, view, hour, fixed, 1, 0, [])
+            with ViewTables(tables.config) as other:
+                publish_version(TableTarget(other, run_id="race"), view, hour, fixed, 1, 0, [])
         return found
 
     monkeypatch.setattr(commit_module, "batch_hours", check_then_correct)
@@ -108,11 +109,7 @@ def test_publish_changed_hours_and_never_a_corrected_one(
     publisher.digests.clear()  # every hour looks changed: all are committed again
     third = publisher.publish_once()
     assert landed and hour in third.skipped[view.name] and hour not in third.committed[view.name]
-    register_tables(store.root, tables)
-    try:
-        served = query_view(store, view, hour, hour + HOUR_MS).to_pylist()
-    finally:
-        forget_tables(store.root)
+    served = query_view(store, view, hour, hour + HOUR_MS, tables=tables).to_pylist()
     assert [(r["org"], r["events"], r["source"]) for r in served] == [("fixed", 7, "batch v1")]
     later = [
         r

@@ -16,7 +16,6 @@ from pipelines.batch.publish import (
     TableTarget,
     publish_version,
     publish_versions,
-    publishing_to,
 )
 from pipelines.config import PROJECT_ROOT
 from pipelines.segments import HOUR_MS
@@ -67,9 +66,9 @@ def test_a_correction_replaces_its_hours_in_one_snapshot(control_url, tmp_path, 
     store = LocalObjectStore(str(tmp_path / "root"))
     realtime = table_rows(view, _window_rows(view, H, 1), REALTIME, 0)
     replace_hours(tables, view, [H], realtime, source=REALTIME)
-    with publishing_to(TableTarget(tables, run_id="run-1")):
-        version, files = publish_version(store, view, H, _window_rows(view, H, 7), 42, 3, ["x"])
-        again, _ = publish_version(store, view, H, _window_rows(view, H, 8), 42, 3, ["x"])
+    target = TableTarget(tables, run_id="run-1")
+    version, files = publish_version(target, view, H, _window_rows(view, H, 7), 42, 3, ["x"])
+    again, _ = publish_version(target, view, H, _window_rows(view, H, 8), 42, 3, ["x"])
     assert (version, again) == (1, 2) and len(files) == 1
     table = tables.load(view)
     rows = _hour_rows(table, view, H)
@@ -97,16 +96,15 @@ def test_a_run_publishes_its_segments_in_one_snapshot_each_with_its_version(
     version; the summary sums the segments."""
     view = views["traffic_by_org"]
     tables = _tables(control_url, tmp_path / "root")
-    store = LocalObjectStore(str(tmp_path / "root"))
     second = H + HOUR_MS
-    with publishing_to(TableTarget(tables, run_id="run-1")):
-        publish_version(store, view, H, _window_rows(view, H, 1), 10, 0, ["a"])
-        before = len(tables.load(view).snapshots())
-        parts = [
-            SegmentRows(H, _window_rows(view, H, 2), 20, 1, ["a"]),
-            SegmentRows(second, _window_rows(view, second, 3), 30, 2, ["b"]),
-        ]
-        published = publish_versions(store, view, parts)
+    target = TableTarget(tables, run_id="run-1")
+    publish_version(target, view, H, _window_rows(view, H, 1), 10, 0, ["a"])
+    before = len(tables.load(view).snapshots())
+    parts = [
+        SegmentRows(H, _window_rows(view, H, 2), 20, 1, ["a"]),
+        SegmentRows(second, _window_rows(view, second, 3), 30, 2, ["b"]),
+    ]
+    published = publish_versions(target, view, parts)
     assert [version for version, _ in published] == [2, 1]
     assert all(len(files) == 1 for _, files in published)
     table = tables.load(view)
@@ -126,7 +124,6 @@ def test_two_corrections_of_one_hour_at_once_end_with_one_whole(
     correction only (no mix, no duplicate rows); both corrections land, one after the other."""
     view = views["traffic_by_org"]
     root = tmp_path / "root"
-    store = LocalObjectStore(str(root))
     rounds = 4
     barrier = threading.Barrier(2)
     errors: list[BaseException] = []
@@ -135,13 +132,13 @@ def test_two_corrections_of_one_hour_at_once_end_with_one_whole(
     def correct(events: int) -> None:
         tables = _tables(control_url, root)
         try:
-            with publishing_to(TableTarget(tables, run_id=f"run-{events}")):
-                for _ in range(rounds):
-                    barrier.wait(timeout=30)
-                    version, _ = publish_version(
-                        store, view, H, _window_rows(view, H, events), events, 0, []
-                    )
-                    results[events].append(version)
+            target = TableTarget(tables, run_id=f"run-{events}")
+            for _ in range(rounds):
+                barrier.wait(timeout=30)
+                version, _ = publish_version(
+                    target, view, H, _window_rows(view, H, events), events, 0, []
+                )
+                results[events].append(version)
         except BaseException as exc:
             errors.append(exc)
             barrier.abort()
@@ -174,7 +171,6 @@ def test_realtime_commits_never_replace_a_corrected_hour(control_url, tmp_path, 
     first hour commits: the corrected hour keeps its batch rows in every later snapshot."""
     view = views["traffic_by_org"]
     root = tmp_path / "root"
-    store = LocalObjectStore(str(root))
     stop = threading.Event()
     corrected = threading.Event()
     after: list[tuple] = []
@@ -212,8 +208,8 @@ def test_realtime_commits_never_replace_a_corrected_hour(control_url, tmp_path, 
         while table.current_snapshot() is None and time.monotonic() - start < deadline:
             time.sleep(0.05)
             table = tables.load(view)
-        with publishing_to(TableTarget(tables, run_id="fix")):
-            version, _ = publish_version(store, view, H, _window_rows(view, H, 9), 9, 0, [])
+        target = TableTarget(tables, run_id="fix")
+        version, _ = publish_version(target, view, H, _window_rows(view, H, 9), 9, 0, [])
         corrected.set()
         start = time.monotonic()
         while len(after) < 3 and time.monotonic() - start < deadline and not errors:

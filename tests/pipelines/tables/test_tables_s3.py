@@ -9,10 +9,9 @@ import boto3
 import pyarrow as pa
 import pytest
 
-from pipelines.batch.publish import TableTarget, publish_version, publishing_to
+from pipelines.batch.publish import TableTarget, publish_version
 from pipelines.config import PROJECT_ROOT
 from pipelines.segments import HOUR_MS
-from pipelines.storage import open_store
 from pipelines.tables import REALTIME, TablesConfig, ViewTables, replace_hours, table_rows
 from pipelines.tables.maintenance import maintain, referenced_files, table_files
 from pipelines.views import load_views
@@ -26,7 +25,6 @@ def test_tables_on_s3(moto_endpoint, monkeypatch, tmp_path) -> None:
     bucket = f"sluice-{uuid.uuid4().hex[:8]}"
     boto3.client("s3", endpoint_url=moto_endpoint).create_bucket(Bucket=bucket)
     root = f"s3://{bucket}/prefix"
-    store = open_store(root, moto_endpoint)
     view = next(
         v for v in load_views(PROJECT_ROOT / "data" / "views.yaml") if v.name == "traffic_by_org"
     )
@@ -48,8 +46,9 @@ def test_tables_on_s3(moto_endpoint, monkeypatch, tmp_path) -> None:
     first = replace_hours(
         tables, view, [H, H + HOUR_MS], table_rows(view, rows, REALTIME, 0), source=REALTIME
     )
-    with publishing_to(TableTarget(tables, run_id="s3")):
-        version, files = publish_version(store, view, H, rows.slice(0, 1), 1, 0, [])
+    version, files = publish_version(
+        TableTarget(tables, run_id="s3"), view, H, rows.slice(0, 1), 1, 0, []
+    )
     assert version == 1 and files[0].startswith(f"s3://{bucket}/prefix/tables/traffic_by_org/data/")
     table = tables.find(view.name)
     got = (
