@@ -17,17 +17,17 @@ from pipelines.batch import (
     CorrectionResult,
     InvalidHour,
     archive_hours,
-    batch_schema,
     correct_hours,
     segment_hours,
 )
 from pipelines.config import PROJECT_ROOT
 from pipelines.generator import GeneratorOptions
-from pipelines.segments import HOUR_MS, batch_prefix, hour_label, parse_hour_label, published_key
-from pipelines.serving import query_view, rollup_view
-from pipelines.tables import TablesConfig, ViewTables, forget_tables, register_tables
+from pipelines.segments import HOUR_MS, hour_label, parse_hour_label
+from pipelines.serving import corrected_segments, query_view
+from pipelines.tables import AsOf, ViewTables, arrow_schema, batch_hours
 from pipelines.testing import StreamRun, run_stream
 from pipelines.views import WINDOW_START, View, parse_views
+from tests.fixtures.tables import local_tables
 
 pytestmark = pytest.mark.spark
 
@@ -209,8 +209,22 @@ def streamed(tmp_path_factory) -> StreamRun:
 
 
 @pytest.fixture(scope="module")
-def corrected(spark, streamed) -> list[CorrectionResult]:
-    return correct_hours(spark, streamed.store, streamed.views, archive_hours(streamed.store))
+def tables(streamed, tmp_path_factory) -> ViewTables:
+    tables = local_tables(streamed.store.root, tmp_path_factory.mktemp("catalog") / "cat.db")
+    yield tables
+    tables.close()
+
+
+@pytest.fixture(scope="module")
+def corrected(spark, streamed, tables) -> list[CorrectionResult]:
+    return correct_hours(
+        spark,
+        streamed.store,
+        streamed.views,
+        archive_hours(streamed.store),
+        tables=tables,
+        run_id="t1",
+    )
 
 
 # --- the oracle ------------------------------------------------------------------------------
@@ -376,89 +390,57 @@ def test_the_traffic_has_late_and_duplicate_events(streamed):
     assert dropped > 20, "some events must be too late for the stream, so the batch differs"
 
 
-def test_every_view_equals_the_exact_oracle(streamed, corrected):
+def test_every_view_equals_the_exact_oracle(streamed, tables, corrected):
     events = streamed.events_frame(dedupe=True)
     start, end = streamed.event_hours()[0], streamed.event_hours()[-1] + HOUR_MS
     for view in streamed.views:
         first = view.segment_start(start)
-        rows = served(query_view(streamed.store, view, first, end))
+        rows = served(query_view(streamed.store, view, first, end, tables=tables))
         assert {r["source"] for r in rows} == {"batch v1"}, view.name
         # A sliding window may start before the first hour: in a segment never corrected.
         expected = [r for r in oracle(view, events) if r[WINDOW_START] >= first]
         assert_rows_equal(rows, expected, view)
 
 
-def test_a_correction_into_tables_equals_the_exact_oracle_through_duckdb(
-    spark, streamed, corrected, tmp_path
+def test_the_correction_s_tables_equal_the_exact_oracle_through_duckdb(
+    spark, streamed, tables, corrected
 ):
-    """The same correction committed to Iceberg tables (SQLite catalog): DuckDB reading each
+    """The correction committed to Iceberg tables (SQLite catalog): DuckDB reading each
     table through pyiceberg, not Sluice's reader, sees the oracle's values, one snapshot per
-    view naming every segment's hours, and no _published.json of the tables' making."""
-    tables = ViewTables(
-        TablesConfig(warehouse=streamed.store.root, catalog_url=f"sqlite:///{tmp_path / 'c.db'}")
-    )
+    view naming every segment's hours, and no segment files of the correction's making."""
     events = streamed.events_frame(dedupe=True)
-    try:
-        results = correct_hours(
-            spark, streamed.store, streamed.views, archive_hours(streamed.store),
-            tables=tables, run_id="t1",
-        )  # fmt: skip
-        for view in streamed.views:
-            table = tables.find(view.name)
-            con = table.scan().to_duckdb("v")
-            keys = ", ".join([WINDOW_START, *view.grouping_cols])
-            got = con.sql(f"SELECT * FROM v ORDER BY {keys}").to_arrow_table().to_pylist()
-            assert {(r["source"], r["batch_version"]) for r in got} == {("batch", 1)}
-            # a sliding window that starts before the first archived hour belongs to a segment
-            # no correction covers (the older layout serves it from the stream's partials)
-            covered = {r.segment_start_ms for r in results if r.view == view.name}
-            expected = [
-                r for r in oracle(view, events) if view.segment_start(r[WINDOW_START]) in covered
-            ]
-            assert_rows_equal(served_rows(got), expected, view)
-            # Spark reads the same rows from the files pyiceberg plans (no Iceberg jars)
-            files = [task.file.file_path for task in table.scan().plan_files()]
-            frame = spark.read.parquet(*files).selectExpr(
-                f"unix_millis({WINDOW_START}) AS {WINDOW_START}", "source", *view.grouping_cols
-            )
-            spark_rows = frame.orderBy(WINDOW_START, *view.grouping_cols).collect()
-            assert [(r[WINDOW_START], r["source"]) for r in spark_rows] == [
-                (r[WINDOW_START], "batch") for r in got
-            ]
-            mine = [r for r in results if r.view == view.name and not r.skipped]
-            (snapshot,) = table.snapshots()  # every segment of the run in one commit
-            hours = snapshot.summary["sluice.hours"].split(",")
-            assert {hour_label(r.segment_start_ms) for r in mine} <= set(hours)
-            assert int(snapshot.summary["sluice.events"]) == sum(r.events for r in mine)
-            assert {s.summary["sluice.run-id"] for s in table.snapshots()} == {"t1"}
-        # a roll-up reads the corrected windows' states from the table's state columns: the
-        # same days as from the files of the older layout the `corrected` fixture wrote
-        hourly = next(v for v in streamed.views if v.name == "new_types_1h")
-        start, end = streamed.event_hours()[0], streamed.event_hours()[-1] + HOUR_MS
-        from_files = rollup_view(streamed.store, hourly, start, end, 86_400_000).to_pylist()
-        register_tables(streamed.store.root, tables)
-        try:
-            from_table = rollup_view(streamed.store, hourly, start, end, 86_400_000).to_pylist()
-        finally:
-            forget_tables(streamed.store.root)
-        # KLL merges depend on their order (randomised compaction): within its rank error,
-        # checked by test_a_daily_rollup_of_the_hourly_view_equals_the_daily_view; the rest
-        # is the same
-        kll = {
-            f.name
-            for a in hourly.aggregators
-            if a.name in ("quantiles", "cdf", "histogram")
-            for f in a.output_fields()
-        }
-        diff = {
-            k
-            for a, b in zip(from_table, from_files, strict=True)
-            for k in a
-            if a[k] != b[k] and (k not in kll or (a[k] is None) != (b[k] is None))
-        }
-        assert not diff and len(from_table) == len(from_files) > 3, diff
-    finally:
-        tables.close()
+    results = corrected
+    for view in streamed.views:
+        table = tables.find(view.name)
+        con = table.scan().to_duckdb("v")
+        keys = ", ".join([WINDOW_START, *view.grouping_cols])
+        got = con.sql(f"SELECT * FROM v ORDER BY {keys}").to_arrow_table().to_pylist()
+        assert {(r["source"], r["batch_version"]) for r in got} == {("batch", 1)}
+        # a sliding window that starts before the first archived hour belongs to a segment
+        # no correction covers
+        covered = {r.segment_start_ms for r in results if r.view == view.name}
+        expected = [
+            r for r in oracle(view, events) if view.segment_start(r[WINDOW_START]) in covered
+        ]
+        assert_rows_equal(served_rows(got), expected, view)
+        # Spark reads the same rows from the files pyiceberg plans (no Iceberg jars)
+        files = [task.file.file_path for task in table.scan().plan_files()]
+        frame = spark.read.parquet(*files).selectExpr(
+            f"unix_millis({WINDOW_START}) AS {WINDOW_START}", "source", *view.grouping_cols
+        )
+        spark_rows = frame.orderBy(WINDOW_START, *view.grouping_cols).collect()
+        assert [(r[WINDOW_START], r["source"]) for r in spark_rows] == [
+            (r[WINDOW_START], "batch") for r in got
+        ]
+        mine = [r for r in results if r.view == view.name and not r.skipped]
+        (snapshot,) = table.snapshots()  # every segment of the run in one commit
+        hours = snapshot.summary["sluice.hours"].split(",")
+        assert {hour_label(r.segment_start_ms) for r in mine} <= set(hours)
+        assert int(snapshot.summary["sluice.events"]) == sum(r.events for r in mine)
+        assert {s.summary["sluice.run-id"] for s in table.snapshots()} == {"t1"}
+    assert not streamed.store.list("segments/") or all(
+        "/realtime/" in key for key in streamed.store.list("segments/")
+    )
 
 
 def served_rows(rows: list[dict]) -> list[dict]:
@@ -480,22 +462,24 @@ def test_results_count_events_after_dedup_per_segment(streamed, corrected):
         assert result.version == 1 and not result.skipped
 
 
-def test_published_manifest_and_files_follow_the_contract(streamed, corrected):
-    store = streamed.store
+def test_published_files_and_table_follow_the_contract(streamed, tables, corrected):
+    """Each segment's result names files of the table's current snapshot, one per hour with
+    rows, in the table's columns, holding the segment's rows at the result's version."""
     for result in corrected:
         view = next(v for v in streamed.views if v.name == result.view)
-        manifest = json.loads(store.get(published_key(view.name, result.segment_start_ms)))
-        assert manifest["version"] == result.version
-        assert manifest["kind"] == "batch"
-        assert manifest["files"] == list(result.files)
-        assert manifest["events"] == result.events
-        assert manifest["duplicates_dropped"] == result.duplicates_dropped
-        assert manifest["hours"] == list(result.hours)
-        prefix = batch_prefix(view.name, result.segment_start_ms, result.version)
-        assert all(key.startswith(prefix) for key in manifest["files"])
-        table = pq.read_table(store.uri(manifest["files"][0]))
-        assert table.schema.equals(batch_schema(view), check_metadata=False)
-        assert table.num_rows == result.rows
+        table = tables.find(view.name)
+        live = {task.file.file_path for task in table.scan().plan_files()}
+        assert result.files and set(result.files) <= live
+        assert all(f"{table.location()}/data/" in path for path in result.files)
+        rows = 0
+        for path in result.files:
+            written = pq.read_table(path)
+            assert written.schema.equals(arrow_schema(view), check_metadata=False)
+            assert set(written.column("batch_version").to_pylist()) == {result.version}
+            rows += written.num_rows
+        assert rows == result.rows
+        hours = segment_hours(view, result.segment_start_ms)
+        assert set(batch_hours(table, view, hours).values()) == {result.version}
 
 
 def test_a_two_hour_segment_reads_both_hours(streamed, corrected):
@@ -510,52 +494,61 @@ def test_a_two_hour_segment_reads_both_hours(streamed, corrected):
     assert any(len(r.hours) == 2 for r in results)
 
 
-def test_realtime_stays_readable_and_differs_from_the_correction(streamed, corrected):
+def test_realtime_stays_readable_and_differs_from_the_correction(streamed, tables, corrected):
     view = next(v for v in streamed.views if v.name == "traffic_10m")
     start, end = streamed.event_hours()[0], streamed.event_hours()[-1] + HOUR_MS
-    realtime = served(query_view(streamed.store, view, start, end, prefer="realtime"))
-    batch = served(query_view(streamed.store, view, start, end, prefer="batch"))
+    realtime = served(query_view(streamed.store, view, start, end, "realtime", tables=tables))
+    batch = served(query_view(streamed.store, view, start, end, "batch", tables=tables))
     assert realtime and {r["source"] for r in realtime} == {"realtime"}
     assert {r["source"] for r in batch} == {"batch v1"}
     assert sum(r["events"] for r in realtime) != sum(r["events"] for r in batch)
 
 
-def test_a_rerun_publishes_the_next_version_with_identical_values(spark, streamed, corrected):
+def test_a_rerun_publishes_the_next_version_with_identical_values(
+    spark, streamed, tables, corrected
+):
     views = [v for v in streamed.views if v.name == "top_clients_hourly"]
     hour = streamed.event_hours()[1]
-    before = {v.name: served(query_view(streamed.store, v, hour, hour + HOUR_MS)) for v in views}
-    rerun = correct_hours(spark, streamed.store, views, [hour])
+    before = {
+        v.name: served(query_view(streamed.store, v, hour, hour + HOUR_MS, tables=tables))
+        for v in views
+    }
+    previous = {v.name: tables.find(v.name).current_snapshot().snapshot_id for v in views}
+    rerun = correct_hours(spark, streamed.store, views, [hour], tables=tables)
     assert [(r.view, r.segment_start_ms, r.version) for r in rerun] == [
         (v.name, hour, 2) for v in views
     ]
     for view in views:
-        after = served(query_view(streamed.store, view, hour, hour + HOUR_MS))
+        after = served(query_view(streamed.store, view, hour, hour + HOUR_MS, tables=tables))
         assert {r["source"] for r in after} == {"batch v2"}
         strip = [{k: v for k, v in r.items() if k != "source"} for r in after]
         assert strip == [{k: v for k, v in r.items() if k != "source"} for r in before[view.name]]
-        # The previous version stays in place; only the manifest moved on.
-        assert streamed.store.list(batch_prefix(view.name, hour, 1))
+        # The previous version stays readable: the snapshot before the rerun serves it.
+        earlier = query_view(
+            streamed.store, view, hour, hour + HOUR_MS, tables=tables,
+            as_of=AsOf(snapshot_id=previous[view.name]),
+        )  # fmt: skip
+        assert set(earlier.column("source").to_pylist()) == {"batch v1"}
 
 
-def test_an_hour_without_archive_is_skipped_not_published(spark, streamed):
+def test_an_hour_without_archive_is_skipped_not_published(spark, streamed, tables):
     hour = parse_hour_label("2015-03-10T05")
     views = streamed.views[:2]
-    results = correct_hours(spark, streamed.store, views, [hour])
+    results = correct_hours(spark, streamed.store, views, [hour], tables=tables)
     assert [(r.view, r.skipped, r.version, r.rows) for r in results] == [
         (v.name, True, 0, 0) for v in views
     ]
     assert "2015-03-10T05" in results[0].reason
     for view in views:
-        assert not streamed.store.exists(published_key(view.name, hour))
-        assert not streamed.store.list(batch_prefix(view.name, hour, 1))
+        assert corrected_segments(tables, view, [hour]) == {}
 
 
-def test_hours_must_be_hour_starts(spark, streamed):
+def test_hours_must_be_hour_starts(spark, streamed, tables):
     with pytest.raises(InvalidHour, match="1800000"):
-        correct_hours(spark, streamed.store, streamed.views, [HOUR_MS // 2])
+        correct_hours(spark, streamed.store, streamed.views, [HOUR_MS // 2], tables=tables)
 
 
-def test_a_daily_rollup_of_the_hourly_view_equals_the_daily_view(streamed, corrected):
+def test_a_daily_rollup_of_the_hourly_view_equals_the_daily_view(streamed, tables, corrected):
     """`sluice query new_types_1h --granularity 1d` over corrected hours: exact types equal
     the daily view's exact values; sketches (merged Spark sketches) within their bounds, and
     HLL and theta equal the daily view's own sketch estimate (the same registers)."""
@@ -566,10 +559,18 @@ def test_a_daily_rollup_of_the_hourly_view_equals_the_daily_view(streamed, corre
     start, end = streamed.event_hours()[0], streamed.event_hours()[-1] + HOUR_MS
     day = daily.segment_start(start)
     rolled = {
-        r["org"]: r for r in rollup_view(streamed.store, hourly, start, end, 86_400_000).to_pylist()
+        r["org"]: r
+        for r in rollup_view(
+            streamed.store, hourly, start, end, 86_400_000, tables=tables
+        ).to_pylist()
     }
-    direct = {r["org"]: r for r in query_view(streamed.store, daily, day, end).to_pylist()}
-    states = {k[1]: s for k, (_, s) in window_states(streamed.store, daily, day, end).items()}
+    direct = {
+        r["org"]: r for r in query_view(streamed.store, daily, day, end, tables=tables).to_pylist()
+    }
+    states = {
+        k[1]: s
+        for k, (_, s) in window_states(streamed.store, daily, day, end, tables=tables).items()
+    }
     assert rolled.keys() == direct.keys() and len(direct) > 3
     sketches = {"approx_count_distinct", "hll_bounds", "theta_distinct", "theta_bounds"}
     for org, got in rolled.items():

@@ -14,8 +14,10 @@ from pipelines.batch.sessions import sessionize
 from pipelines.generator import GeneratorOptions
 from pipelines.segments import HOUR_MS
 from pipelines.serving import query_view
+from pipelines.tables import ViewTables
 from pipelines.testing import StreamRun, run_stream
 from pipelines.views import View, parse_views
+from tests.fixtures.tables import local_tables
 from tests.pipelines.batch.test_batch_correct import oracle_values
 
 pytestmark = pytest.mark.spark
@@ -73,9 +75,18 @@ def streamed(tmp_path_factory, view) -> StreamRun:
 
 
 @pytest.fixture(scope="module")
-def corrected(spark, streamed, view):
+def tables(streamed, tmp_path_factory) -> ViewTables:
+    tables = local_tables(streamed.store.root, tmp_path_factory.mktemp("catalog") / "cat.db")
+    yield tables
+    tables.close()
+
+
+@pytest.fixture(scope="module")
+def corrected(spark, streamed, view, tables):
     """Every archived hour corrected once (later tests may publish newer, equal versions)."""
-    return correct_hours(spark, streamed.store, [view], archive_hours(streamed.store))
+    return correct_hours(
+        spark, streamed.store, [view], archive_hours(streamed.store), tables=tables
+    )
 
 
 def oracle_sessions(view: View, events: pd.DataFrame) -> dict[tuple, dict]:
@@ -115,8 +126,8 @@ def oracle_sessions(view: View, events: pd.DataFrame) -> dict[tuple, dict]:
     return out
 
 
-def _served(view: View, store, start_ms: int, end_ms: int) -> dict[tuple, dict]:
-    rows = query_view(store, view, start_ms, end_ms, prefer="batch").to_pylist()
+def _served(view: View, store, tables, start_ms: int, end_ms: int) -> dict[tuple, dict]:
+    rows = query_view(store, view, start_ms, end_ms, prefer="batch", tables=tables).to_pylist()
     served = {}
     for row in rows:
         start = int(row.pop("session_start").timestamp() * 1000)
@@ -184,22 +195,22 @@ def test_sessions_follow_gap_and_maximum_duration_in_spark(spark):
     assert got == want
 
 
-def test_all_hours_equal_the_pandas_oracle(corrected, streamed, view):
+def test_all_hours_equal_the_pandas_oracle(corrected, streamed, view, tables):
     hours = archive_hours(streamed.store)
     results = corrected
     assert [r.segment_start_ms for r in results] == hours and not any(r.skipped for r in results)
     expected = oracle_sessions(view, streamed.events_frame(dedupe=True))
-    served = _served(view, streamed.store, 0, 2**62)
+    served = _served(view, streamed.store, tables, 0, 2**62)
     _assert_equal(served, expected)
     assert sum(r.rows for r in results) == len(expected)
     # The correction differs from the stream: late events and duplicates are treated exactly.
-    realtime = query_view(streamed.store, view, 0, 2**62, prefer="realtime")
+    realtime = query_view(streamed.store, view, 0, 2**62, prefer="realtime", tables=tables)
     assert sum(realtime.column("event_count").to_pylist()) != sum(
         v["event_count"] for v in expected.values()
     )
 
 
-def test_each_hour_alone_reads_around_it(spark, streamed, view):
+def test_each_hour_alone_reads_around_it(spark, streamed, view, tables):
     """Correcting one hour at a time: sessions that start in it are complete even when they run
     into the next hour (read after it), and those that started before it and run into it are
     neither published in it nor cut short in it (read before it)."""
@@ -211,7 +222,10 @@ def test_each_hour_alone_reads_around_it(spark, streamed, view):
     previous = spark.conf.get(batch_rows)
     spark.conf.set(batch_rows, "37")
     try:
-        results = [correct_hours(spark, streamed.store, [view], [hour]) for hour in hours[:2]]
+        results = [
+            correct_hours(spark, streamed.store, [view], [hour], tables=tables)
+            for hour in hours[:2]
+        ]
     finally:
         spark.conf.set(batch_rows, previous)
     for hour, (result,) in zip(hours[:2], results, strict=True):
@@ -220,12 +234,12 @@ def test_each_hour_alone_reads_around_it(spark, streamed, view):
         crossing_out = [v for v in expected.values() if v["session_end"] >= hour + HOUR_MS]
         crossing_in = [k for k, v in oracle.items() if k[1] < hour <= v["session_end"]]
         assert crossing_out if hour == hours[0] else crossing_in
-        served = _served(view, streamed.store, hour, hour + HOUR_MS)
+        served = _served(view, streamed.store, tables, hour, hour + HOUR_MS)
         _assert_equal(served, expected)
     # Beside a windowed view, the session view takes the hour's counts from the windowed
     # views' read (no second cached read): the same counts, the oracle's events.
     (hourly,) = parse_views([HOURLY_COUNT])
-    together = correct_hours(spark, streamed.store, [hourly, view], hours[:1])
+    together = correct_hours(spark, streamed.store, [hourly, view], hours[:1], tables=tables)
     (alone,) = results[0]
     (beside,) = [r for r in together if r.view == view.name]
     events = streamed.events_frame(dedupe=True)["event_time"]
@@ -235,13 +249,13 @@ def test_each_hour_alone_reads_around_it(spark, streamed, view):
 
 
 def test_reconciliation_explains_late_and_duplicate_events_and_catches_lost_sessions(
-    corrected, streamed, view
+    corrected, streamed, view, tables
 ):
     from pipelines.segments import read_parquet, realtime_prefix, to_parquet
     from quality.reconcile import SessionCauses, reconcile, settled_frontier
 
     hours = archive_hours(streamed.store)
-    results = reconcile(streamed.store, [view], hours)
+    results = reconcile(streamed.store, [view], hours, tables=tables)
     assert [r.hour_ms for r in results] == hours and all(r.corrected for r in results)
     assert all(r.passed for r in results), [f for r in results for f in r.failures]
     differing = sum(len(r.comparison.missing) + len(r.comparison.extra) for r in results) + sum(
@@ -271,7 +285,7 @@ def test_reconciliation_explains_late_and_duplicate_events_and_catches_lost_sess
     )
     keep = [i for i in range(len(rows)) if i != victim]
     streamed.store.put(key, to_parquet(table.take(keep)))
-    (after,) = reconcile(streamed.store, [view], [hour])
+    (after,) = reconcile(streamed.store, [view], [hour], tables=tables)
     assert not after.passed and result.passed
     assert len(after.comparison.missing) == len(result.comparison.missing) + 1
     assert "session(s) missing or extra" in after.failures[0]
@@ -288,7 +302,7 @@ def test_reconciliation_explains_late_and_duplicate_events_and_catches_lost_sess
     rows[miscounted]["event_count"] += 3
     tampered = pa.Table.from_pylist(rows, schema=table.schema)
     streamed.store.put(key, to_parquet(tampered.take(keep)))
-    (counted,) = reconcile(streamed.store, [view], [hour])
+    (counted,) = reconcile(streamed.store, [view], [hour], tables=tables)
     metric = next(m for m in counted.metrics if m.column == "event_count")
     assert not metric.passed and metric.unexplained == 1
     (shown,) = metric.samples

@@ -12,12 +12,13 @@ import pyarrow as pa
 import pytest
 
 from pipelines.config import SluiceSettings
-from pipelines.serving import ACTIVE, query_sessions, query_view
+from pipelines.serving import ACTIVE
 from pipelines.storage import LocalObjectStore
 from pipelines.stream.task import StreamTask
 from pipelines.testing import CollectingDeadLetters
 from pipelines.views import parse_views
 from tests.fixtures.oracle import SessionTruth, compare_sessions
+from tests.fixtures.tables import query_realtime
 
 MIN = 60_000
 T0 = 1_424_988_000_000  # 2015-02-26T22:00Z
@@ -84,7 +85,7 @@ def _task(tmp_path, view, name="run"):
 
 
 def _sessions(store, view) -> list[dict]:
-    rows = query_view(store, view, 0, 2**62, prefer="realtime").to_pylist()
+    rows = query_realtime(store, view).to_pylist()
     return [
         {
             "key": r["session_id"],
@@ -155,7 +156,7 @@ def test_kept_events_are_the_first_in_event_time_and_the_rest_are_counted(tmp_pa
     events = [(m, "s1", k) for m, k in zip([4, 1, 3, 2, 5], kinds, strict=True)]
     task.process(_records([*events, (100, "s2")]))
     task.flush()
-    (row,) = query_view(store, view, 0, 2**62).to_pylist()
+    (row,) = query_realtime(store, view).to_pylist()
     kept = orjson.loads(row["kept_events"])
     assert [k["event_type"] for k in kept] == ["view", "error", "upload"]  # minutes 1, 2, 3
     assert [k["event_time"] for k in kept] == [T0 + m * MIN for m in (1, 2, 3)]
@@ -239,7 +240,7 @@ def test_random_partitions_equal_the_oracle_whatever_the_cuts_and_crashes(tmp_pa
         cuts = [] if name == "whole" else sorted(rng.sample(range(1, len(records)), 40))
         cuts.append(len(records))
         store = _run(tmp_path, name, view, records, cuts, crash)
-        rows = query_view(store, view, 0, 2**62).to_pylist()
+        rows = query_realtime(store, view).to_pylist()
         assert not compare_sessions(view, rows, expected), name
         frontier = truth.frontiers[0]
         for row in rows:
@@ -256,7 +257,7 @@ def test_query_returns_sessions_started_or_active_in_a_range(tmp_path):
     task.flush()
 
     def keys(start_min, end_min, match="started"):
-        table = query_sessions(store, view, T0 + start_min * MIN, T0 + end_min * MIN, match=match)
+        table = query_realtime(store, view, T0 + start_min * MIN, T0 + end_min * MIN, match=match)
         return table.column("session_id").to_pylist()
 
     assert keys(30, 100) == ["b", "c"]  # a started at 0
@@ -299,7 +300,7 @@ def test_folding_in_early_when_many_events_wait_changes_nothing(tmp_path, monkey
         task.process(records[first : first + 100])
         assert task.states["visits"].pending_rows < 150
     task.flush()
-    rows = query_view(store, view, 0, 2**62).to_pylist()
+    rows = query_realtime(store, view).to_pylist()
     assert not compare_sessions(view, rows, truth.sessions())
 
 
@@ -426,7 +427,7 @@ def test_the_realtime_sessions_table_equals_the_merged_rows(tmp_path, monkeypatc
         task.start_at(0)
         task.process(records)
         task.flush()
-    sources = segment_sources(store, view, 0, 2**62, "realtime")
+    sources = segment_sources(store, view, 0, 2**62)
     assert len(sources) > 1
     schema = serving.realtime_sessions_table(view, []).schema
     row_path = serving.realtime_session_rows

@@ -11,12 +11,12 @@ import pytest
 
 from pipelines.config import PROJECT_ROOT, SluiceSettings
 from pipelines.generator import GeneratorOptions, load_trace, synthesize
-from pipelines.serving import query_view
 from pipelines.storage import LocalObjectStore
 from pipelines.stream.checkpoint import load_checkpoint
 from pipelines.stream.task import StreamTask
 from pipelines.testing import CollectingDeadLetters
 from pipelines.views import load_views
+from tests.fixtures.tables import query_realtime
 
 
 @dataclass
@@ -62,7 +62,7 @@ def _query_all(store, views):
         sketched = {
             f.name for a in view.aggregators if a.name == "quantiles" for f in a.output_fields()
         }
-        rows = query_view(store, view, 0, 2**62).to_pylist()
+        rows = query_realtime(store, view).to_pylist()
         result[view.name] = [{k: v for k, v in r.items() if k not in sketched} for r in rows]
     return result
 

@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 from pipelines.config import PROJECT_ROOT, SluiceSettings
 from pipelines.generator import GeneratorOptions, load_trace, synthesize
 from pipelines.segments import read_parquet, state_column
-from pipelines.serving import query_view
 from pipelines.storage import LocalObjectStore
 from pipelines.stream import TaskId
 from pipelines.stream.buckets import children, key_hashes, parent
@@ -27,6 +26,7 @@ from pipelines.views import load_views
 from pipelines.views.model import WINDOW_START
 from quality.lineage import check_nothing_lost
 from tests.fixtures.oracle import Truth, compare_view
+from tests.fixtures.tables import query_realtime
 
 FACTORS = [1, 2, 4, 8, 16, 32]
 DEFAULTS = SluiceSettings()
@@ -102,7 +102,7 @@ def _run(task: StreamTask, records: list[Record], batch: int = 700) -> None:
 
 
 def _served(store) -> dict[str, list]:
-    return {v.name: query_view(store, v, 0, 2**62, prefer="realtime").to_pylist() for v in VIEWS}
+    return {v.name: query_realtime(store, v).to_pylist() for v in VIEWS}
 
 
 @settings(max_examples=5, deadline=None)
@@ -193,7 +193,7 @@ def test_split_then_uneven_children_then_merge_equal_the_oracle(tmp_path):
     assert truth.late and truth.dead  # the replay has both, so both paths ran
     problems = []
     for view in VIEWS:
-        rows = query_view(store, view, 0, 2**62, prefer="realtime").to_pylist()
+        rows = query_realtime(store, view).to_pylist()
         problems += compare_view(view, rows, truth.expected(view))
     assert not problems, "\n".join(problems[:20])
     counters = merged.view_counters()
