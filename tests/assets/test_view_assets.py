@@ -23,6 +23,7 @@ from pipelines.control import ControlStore
 from pipelines.segments import HOUR_MS, realtime_prefix
 from pipelines.serving.query import query_view
 from pipelines.storage import LocalObjectStore, ObjectStore
+from pipelines.tables import Tables
 from pipelines.views import View
 from quality.compare import Tolerance
 from tests.fixtures.dagster_fixture import build_archive, copy_storage, example_views
@@ -163,8 +164,9 @@ def test_corrected_assets_and_blocking_checks_for_a_range_in_one_run(
     rules = [e for e in evaluations if e.check_name == SEGMENT_RULES_CHECK]
     assert all(e.metadata["segments_validated"].value == len(hours) for e in rules)
     store = LocalObjectStore(str(storage_root))
+    tables = LocalStorageResource(root=str(storage_root)).open_tables()  # the run's tables
     for name in names:
-        served = query_view(store, VIEWS[name], hours[0], hours[-1] + HOUR_MS)
+        served = query_view(store, VIEWS[name], hours[0], hours[-1] + HOUR_MS, tables=tables)
         assert served.num_rows > 0
         assert set(served.column("source").to_pylist()) == {"batch v1"}
     # Dagster's standard metadata: the rows each hour published, the columns a query returns
@@ -174,8 +176,9 @@ def test_corrected_assets_and_blocking_checks_for_a_range_in_one_run(
             continue
         view = VIEWS[m.asset_key.path[-1].removeprefix("corrected_")]
         hour = next(h for h in hours if partition_key_for(h) == m.partition)
-        published = query_view(store, view, hour, hour + HOUR_MS).num_rows
+        published = query_view(store, view, hour, hour + HOUR_MS, tables=tables).num_rows
         assert m.metadata["dagster/row_count"].value == published
+    tables.close()
     spec = asset.specs_by_key[corrected_key(names[0])]
     schema = spec.metadata["dagster/column_schema"]
     columns = [c.name for c in getattr(schema, "schema", schema).columns]  # value or wrapper
@@ -204,19 +207,22 @@ def test_a_sliding_view_corrects_the_segment_before_its_run_without_failing_it(
         }
         assert partitions == {partition_key_for(hour)}
     store = LocalObjectStore(str(storage_root))
-    served = query_view(store, VIEWS[name], hours[0], hours[0] + HOUR_MS)
+    with LocalStorageResource(root=str(storage_root)).open_tables() as tables:
+        served = query_view(store, VIEWS[name], hours[0], hours[0] + HOUR_MS, tables=tables)
     assert served.num_rows and set(served.column("source").to_pylist()) == {"batch v2"}
 
 
-def _tamper(store: ObjectStore, view: View, segment: int, column: str, factor: float) -> None:
+def _tamper(
+    store: ObjectStore, tables: Tables, view: View, segment: int, column: str, factor: float
+) -> None:
     """Publish a new batch version of ``segment`` with ``column`` scaled by ``factor``."""
-    table = published_table(store, view, segment)
+    table = published_table(store, tables, view, segment)
     index = table.schema.get_field_index(column)
     scaled = pc.cast(
         pc.round(pc.multiply(table.column(column), factor)), table.schema.field(column).type
     )
     publish_batch_version(
-        store, view, segment, table.set_column(index, table.schema.field(column), scaled)
+        tables, view, segment, table.set_column(index, table.schema.field(column), scaled)
     )
 
 
@@ -228,23 +234,25 @@ def test_check_passes_when_realtime_agrees_and_fails_beyond_tolerance(
     _, hours = archive
     view = VIEWS["traffic_by_org"]
     store = LocalObjectStore(str(storage_root))
-    correct_hours(spark_session, store, [view], hours)
+    tables = LocalStorageResource(root=str(storage_root)).open_tables()
+    correct_hours(spark_session, store, [view], hours, tables=tables)
     start, end = hours[0], hours[-1] + HOUR_MS
 
-    agrees = evaluate_correction(store, view, start, end)
+    agrees = evaluate_correction(store, view, start, end, tables=tables)
     assert agrees.passed
     assert agrees.metadata["groups_missing"].value + agrees.metadata["groups_extra"].value <= 3
     assert agrees.metadata["events_rel_mean"].value < 0.05
     assert agrees.metadata["failures"].value == []
 
-    _tamper(store, view, hours[1], "events", 1.5)
-    differs = evaluate_correction(store, view, start, end)
+    _tamper(store, tables, view, hours[1], "events", 1.5)
+    differs = evaluate_correction(store, view, start, end, tables=tables)
     assert not differs.passed
     assert differs.severity == dg.AssetCheckSeverity.ERROR
     assert differs.metadata["events_rel_max"].value >= 0.3
     assert any(f.startswith("events:") for f in differs.metadata["failures"].value)
     # other metrics were untouched and still agree
     assert differs.metadata["bytes_total_rel_mean"].value < 0.05
+    tables.close()
 
 
 def _materialize_with_check(storage_root: Path, view: View, check, hours: list[int]):
@@ -336,7 +344,11 @@ def test_a_broken_segment_rule_fails_the_run_unpublished_without_retrying(
     message = failure.step_failure_data.user_failure_data.description
     assert "segment rules broken" in message and "fails '>= 0'" in message
     assert result.get_asset_materialization_events() == []  # the hour is not shown as corrected
-    served = query_view(LocalObjectStore(str(storage_root)), view, hours[1], hours[1] + HOUR_MS)
-    assert "batch v1" not in set(served.column("source").to_pylist())
+    with LocalStorageResource(root=str(storage_root)).open_tables() as tables:
+        served = query_view(
+            LocalObjectStore(str(storage_root)), view, hours[1], hours[1] + HOUR_MS, "batch",
+            tables=tables,
+        )  # fmt: skip
+    assert served.num_rows == 0 and "batch v1" not in set(served.column("source").to_pylist())
     retried = [e for e in result.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"]
     assert retried == []

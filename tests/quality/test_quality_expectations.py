@@ -7,8 +7,10 @@ the hours the tests check, so the row-count bounds are learned from real publish
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -32,10 +34,9 @@ from pipelines.config import PROJECT_ROOT, get_settings
 from pipelines.exceptions import ConfigError, QueryError
 from pipelines.generator import GeneratorOptions
 from pipelines.segments import HOUR_MS
-from pipelines.serving.migrate import migrate_store
 from pipelines.serving.query import query_view
 from pipelines.storage import LocalObjectStore, ObjectStore
-from pipelines.tables import TablesConfig, ViewTables
+from pipelines.tables import Tables, TablesConfig, ViewTables
 from pipelines.testing import StreamRun, run_stream
 from pipelines.views import View, parse_views
 from quality.config import ExpectationSettings
@@ -53,6 +54,7 @@ from tests.fixtures.dagster_fixture import copy_storage, example_views
 from tests.fixtures.pipes import InProcessSparkResource
 from tests.fixtures.segments import publish_batch_version, published_table
 from tests.fixtures.spark import spark  # noqa: F401  (session-scoped SparkSession)
+from tests.fixtures.tables import copy_tables, local_tables
 
 pytestmark = [pytest.mark.spark, pytest.mark.filterwarnings("ignore::dagster.BetaWarning")]
 
@@ -117,9 +119,17 @@ def streamed(tmp_path_factory: pytest.TempPathFactory) -> StreamRun:
 
 
 @pytest.fixture(scope="module")
-def corrected(spark, streamed: StreamRun) -> StreamRun:  # noqa: F811  (the session fixture)
+def tables(streamed: StreamRun, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ViewTables]:
+    tables = local_tables(streamed.store.root, tmp_path_factory.mktemp("catalog") / "cat.db")
+    yield tables
+    tables.close()
+
+
+@pytest.fixture(scope="module")
+def corrected(spark, streamed: StreamRun, tables: ViewTables) -> StreamRun:  # noqa: F811
     # The hours the tests check and everything before them (history); not the last five.
-    correct_hours(spark, streamed.store, streamed.views, archive_hours(streamed.store)[:8])
+    hours = archive_hours(streamed.store)[:8]
+    correct_hours(spark, streamed.store, streamed.views, hours, tables=tables)
     return streamed
 
 
@@ -130,8 +140,8 @@ def hours(streamed: StreamRun) -> list[int]:
     return hours
 
 
-def corrected_table(store: ObjectStore, view: View, hour: int) -> pa.Table:
-    table = query_view(store, view, hour, hour + HOUR_MS, prefer="batch")
+def corrected_table(store: ObjectStore, tables: Tables, view: View, hour: int) -> pa.Table:
+    table = query_view(store, view, hour, hour + HOUR_MS, prefer="batch", tables=tables)
     assert table.num_rows and set(table.column("source").to_pylist()) == {"batch v1"}
     return table
 
@@ -216,9 +226,11 @@ def test_settings_come_from_the_environment_and_bad_values_are_named(monkeypatch
 
 
 @pytest.mark.parametrize("name", sorted(VIEWS))
-def test_suites_pass_on_clean_corrected_data(corrected: StreamRun, hours, name: str) -> None:
+def test_suites_pass_on_clean_corrected_data(
+    corrected: StreamRun, hours, name: str, tables
+) -> None:
     view = VIEWS[name]
-    result = validate_view(corrected.store, view, hours[6], hours[8], SETTINGS)
+    result = validate_view(corrected.store, view, hours[6], hours[8], SETTINGS, tables=tables)
     assert result.success, [o.describe() for o in result.failed]
     bounds = result.row_bounds
     assert bounds is not None and bounds.learned
@@ -229,9 +241,11 @@ def test_suites_pass_on_clean_corrected_data(corrected: StreamRun, hours, name: 
     assert result.seconds < 10
 
 
-def test_too_little_history_adds_no_row_bound_and_says_so(corrected: StreamRun, hours) -> None:
+def test_too_little_history_adds_no_row_bound_and_says_so(
+    corrected: StreamRun, hours, tables
+) -> None:
     view = VIEWS["traffic_by_org"]
-    result = validate_view(corrected.store, view, hours[1], hours[2], SETTINGS)
+    result = validate_view(corrected.store, view, hours[1], hours[2], SETTINGS, tables=tables)
     assert result.success
     assert "expect_table_row_count_to_be_between" not in {o.expectation for o in result.outcomes}
     assert result.notes == [
@@ -239,9 +253,11 @@ def test_too_little_history_adds_no_row_bound_and_says_so(corrected: StreamRun, 
     ]
 
 
-def test_a_partial_hour_misses_windows_and_names_them(corrected: StreamRun, hours) -> None:
+def test_a_partial_hour_misses_windows_and_names_them(corrected: StreamRun, hours, tables) -> None:
     # The traffic starts at 21:37: the windows before it do not exist.
-    result = validate_view(corrected.store, VIEWS["traffic_by_org"], hours[0], hours[1], SETTINGS)
+    result = validate_view(
+        corrected.store, VIEWS["traffic_by_org"], hours[0], hours[1], SETTINGS, tables=tables
+    )
     missing = only_failure(result)
     assert missing.expectation == "expect_column_distinct_values_to_contain_set"
     assert missing.columns == ("window_start",) and missing.severity == CRITICAL
@@ -249,22 +265,32 @@ def test_a_partial_hour_misses_windows_and_names_them(corrected: StreamRun, hour
     assert missing.sample == ["2015-02-26T21:00", "2015-02-26T21:10", "2015-02-26T21:20"]
 
 
-def test_hours_without_archived_events_are_not_checked(corrected: StreamRun, hours) -> None:
+def test_hours_without_archived_events_are_not_checked(corrected: StreamRun, hours, tables) -> None:
     """A closed hour nobody sent events in is empty by right: no window is expected there
     (automation corrects the whole day, the hours before a replay began included)."""
     view = VIEWS["traffic_by_org"]
-    result = validate_view(corrected.store, view, hours[0] - 2 * HOUR_MS, hours[1], SETTINGS)
+    result = validate_view(
+        corrected.store, view, hours[0] - 2 * HOUR_MS, hours[1], SETTINGS, tables=tables
+    )
     assert result.empty_segments == 2
     assert "2 segment(s) without archived events not checked" in result.notes
     missing = only_failure(result)  # the partial first hour still, and only it
     assert missing.unexpected_count == 3
-    nothing = validate_view(corrected.store, view, hours[0] - 2 * HOUR_MS, hours[0], SETTINGS)
+    nothing = validate_view(
+        corrected.store, view, hours[0] - 2 * HOUR_MS, hours[0], SETTINGS, tables=tables
+    )
     assert nothing.success and nothing.rows == 0 and nothing.empty_segments == 2
 
 
-def test_the_realtime_values_have_the_same_shape(streamed: StreamRun, hours) -> None:
+def test_the_realtime_values_have_the_same_shape(streamed: StreamRun, hours, tables) -> None:
     result = validate_view(
-        streamed.store, VIEWS["clients_5m"], hours[3], hours[4], SETTINGS, prefer="realtime"
+        streamed.store,
+        VIEWS["clients_5m"],
+        hours[3],
+        hours[4],
+        SETTINGS,
+        prefer="realtime",
+        tables=tables,
     )
     assert result.success, [o.describe() for o in result.failed]
 
@@ -279,27 +305,27 @@ def _set(table: pa.Table, column: str, row: int, value) -> pa.Table:
     return table.set_column(index, table.schema.field(column), pa.array(values, table[column].type))
 
 
-def _validate(store: ObjectStore, view: View, hour: int, table: pa.Table) -> SuiteResult:
-    bounds = learn_row_bounds(store, view, hour, hour + HOUR_MS, SETTINGS)
+def _validate(tables: Tables, view: View, hour: int, table: pa.Table) -> SuiteResult:
+    bounds = learn_row_bounds(tables, view, hour, hour + HOUR_MS, SETTINGS)
     assert bounds.learned
     return validate_table(view, table, hour, hour + HOUR_MS, bounds, SETTINGS)
 
 
-def test_a_removed_window_fails_completeness(corrected: StreamRun, hours) -> None:
+def test_a_removed_window_fails_completeness(corrected: StreamRun, hours, tables) -> None:
     view, hour = VIEWS["clients_5m"], hours[6]
-    table = corrected_table(corrected.store, view, hour)
+    table = corrected_table(corrected.store, tables, view, hour)
     gone = hour + 15 * 60_000
     starts = pc.cast(table.column("window_start"), pa.int64())
     broken = table.filter(pc.not_equal(starts, gone))
-    failure = only_failure(_validate(corrected.store, view, hour, broken))
+    failure = only_failure(_validate(tables, view, hour, broken))
     assert failure.rule == "all 12 windows of 2015-02-27T03:00 .. 2015-02-27T04:00 are present"
     assert failure.sample == ["2015-02-27T03:15"] and failure.columns == ("window_start",)
 
 
-def test_a_negative_count_fails_non_negativity(corrected: StreamRun, hours) -> None:
+def test_a_negative_count_fails_non_negativity(corrected: StreamRun, hours, tables) -> None:
     view, hour = VIEWS["traffic_by_org"], hours[6]
-    broken = _set(corrected_table(corrected.store, view, hour), "events", 4, -1)
-    failure = only_failure(_validate(corrected.store, view, hour, broken))
+    broken = _set(corrected_table(corrected.store, tables, view, hour), "events", 4, -1)
+    failure = only_failure(_validate(tables, view, hour, broken))
     assert (failure.rule, failure.columns, failure.unexpected_count) == (
         "events >= 0",
         ("events",),
@@ -310,30 +336,32 @@ def test_a_negative_count_fails_non_negativity(corrected: StreamRun, hours) -> N
     assert row["window_start"].startswith("2015-02-27T03:")
 
 
-def test_distinct_above_count_fails_the_pair(corrected: StreamRun, hours) -> None:
+def test_distinct_above_count_fails_the_pair(corrected: StreamRun, hours, tables) -> None:
     view, hour = VIEWS["clients_5m"], hours[6]
-    table = corrected_table(corrected.store, view, hour)
+    table = corrected_table(corrected.store, tables, view, hour)
     broken = _set(table, "clients", 2, table.column("events")[2].as_py() + 1)
-    failure = only_failure(_validate(corrected.store, view, hour, broken))
+    failure = only_failure(_validate(tables, view, hour, broken))
     assert failure.rule == "clients <= events"
     assert failure.columns == ("events", "clients") and failure.unexpected_count == 1
 
 
-def test_quantiles_out_of_order_fail(corrected: StreamRun, hours) -> None:
+def test_quantiles_out_of_order_fail(corrected: StreamRun, hours, tables) -> None:
     view, hour = VIEWS["clients_5m"], hours[6]
-    table = corrected_table(corrected.store, view, hour)
+    table = corrected_table(corrected.store, tables, view, hour)
     row = next(i for i, p50 in enumerate(table.column("bytes_p50").to_pylist()) if p50 > 1)
     broken = _set(table, "bytes_p95", row, table.column("bytes_p50")[row].as_py() / 2)
-    failure = only_failure(_validate(corrected.store, view, hour, broken))
+    failure = only_failure(_validate(tables, view, hour, broken))
     assert failure.rule == "bytes_p50 <= bytes_p95"
     assert failure.columns == ("bytes_p95", "bytes_p50") and failure.severity == CRITICAL
 
 
-def test_a_row_count_far_outside_the_learned_bounds_warns(corrected: StreamRun, hours) -> None:
+def test_a_row_count_far_outside_the_learned_bounds_warns(
+    corrected: StreamRun, hours, tables
+) -> None:
     view, hour = VIEWS["clients_5m"], hours[6]
-    table = corrected_table(corrected.store, view, hour)
+    table = corrected_table(corrected.store, tables, view, hour)
     broken = one_row_per_window(table)  # every window, few rows
-    result = _validate(corrected.store, view, hour, broken)
+    result = _validate(tables, view, hour, broken)
     failure = only_failure(result)
     assert failure.expectation == "expect_table_row_count_to_be_between"
     assert failure.severity == WARNING and failure.observed == 12
@@ -341,10 +369,10 @@ def test_a_row_count_far_outside_the_learned_bounds_warns(corrected: StreamRun, 
     assert result.row_bounds.low > 12
 
 
-def test_a_missing_metric_column_fails_naming_it(corrected: StreamRun, hours) -> None:
+def test_a_missing_metric_column_fails_naming_it(corrected: StreamRun, hours, tables) -> None:
     view, hour = VIEWS["traffic_by_org"], hours[6]
-    broken = corrected_table(corrected.store, view, hour).drop(["bytes_max"])
-    failure = only_failure(_validate(corrected.store, view, hour, broken))
+    broken = corrected_table(corrected.store, tables, view, hour).drop(["bytes_max"])
+    failure = only_failure(_validate(tables, view, hour, broken))
     assert failure.columns == ("bytes_max",)
     assert 'The column "bytes_max"' in failure.error and "does not exist" in failure.error
 
@@ -353,14 +381,13 @@ def test_a_missing_metric_column_fails_naming_it(corrected: StreamRun, hours) ->
 
 
 def test_the_check_runs_after_the_correction_and_records_the_suite(
-    corrected: StreamRun, hours, tmp_path: Path
+    corrected: StreamRun, hours, tmp_path: Path, tables
 ) -> None:
     view = VIEWS["clients_5m"]
     root = copy_storage(Path(corrected.store.root), tmp_path / "storage")
-    # the copied store holds earlier corrections in the older layout: into the tables first
-    tables = ViewTables(TablesConfig.from_settings(get_settings(), str(root)))
-    migrate_store(LocalObjectStore(str(root)), tables, [view])
-    tables.close()
+    shutil.rmtree(root / "tables")  # the copy's tables are its own catalog's: the settings'
+    with ViewTables(TablesConfig.from_settings(get_settings(), str(root))) as copied:
+        copy_tables(tables, copied, [view])
     result = dg.materialize(
         [
             build_corrected_assets([view], {d["name"]: d for d in TEST_VIEWS}),
@@ -393,25 +420,30 @@ def test_the_check_runs_after_the_correction_and_records_the_suite(
 
 
 def test_the_check_fails_with_error_or_warns_by_what_broke(
-    corrected: StreamRun, hours, tmp_path: Path
+    corrected: StreamRun, hours, tmp_path: Path, tables: ViewTables
 ) -> None:
     view, hour = VIEWS["clients_5m"], hours[6]
-    store = LocalObjectStore(str(copy_storage(Path(corrected.store.root), tmp_path / "storage")))
-    table = published_table(store, view, hour)
+    root = copy_storage(Path(corrected.store.root), tmp_path / "storage")
+    shutil.rmtree(root / "tables")
+    store = LocalObjectStore(str(root))
+    copied = local_tables(root, tmp_path / "cat.db")
+    copy_tables(tables, copied, [view])
+    table = published_table(store, copied, view, hour)
 
-    publish_batch_version(store, view, hour, _set(table, "bytes_total", 0, -10.0))
-    broken = evaluate_expectations(store, view, hour, hour + HOUR_MS, SETTINGS)
+    publish_batch_version(copied, view, hour, _set(table, "bytes_total", 0, -10.0))
+    broken = evaluate_expectations(store, view, hour, hour + HOUR_MS, SETTINGS, tables=copied)
     assert not broken.passed and broken.severity == dg.AssetCheckSeverity.ERROR
     assert broken.metadata["failed_columns"].value == ["bytes_total"]
     assert broken.description.startswith("1 of ") and "bytes_total >= 0 [bytes_total]" in (
         broken.description
     )
 
-    publish_batch_version(store, view, hour, one_row_per_window(table))
-    sparse = evaluate_expectations(store, view, hour, hour + HOUR_MS, SETTINGS)
+    publish_batch_version(copied, view, hour, one_row_per_window(table))
+    sparse = evaluate_expectations(store, view, hour, hour + HOUR_MS, SETTINGS, tables=copied)
     assert not sparse.passed and sparse.severity == dg.AssetCheckSeverity.WARN
     assert sparse.metadata["failed_warnings"].value == 1
     assert sparse.metadata["failed_errors"].value == 0
+    copied.close()
 
 
 def test_one_non_blocking_check_per_enabled_view() -> None:

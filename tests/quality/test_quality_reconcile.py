@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from pipelines.segments import (
     realtime_prefix,
 )
 from pipelines.serving import query_view
+from pipelines.tables import ViewTables
 from pipelines.testing import StreamRun, run_stream
 from pipelines.views import load_views
 from quality.causes import ArchiveReader, read_hour_archive
@@ -23,6 +25,7 @@ from quality.compare import Tolerance
 from quality.reconcile import reconcile
 from quality.reconcile.reads import corrected_by_hour
 from tests.fixtures.spark import spark  # noqa: F401
+from tests.fixtures.tables import local_tables
 
 pytestmark = pytest.mark.spark
 
@@ -35,22 +38,45 @@ COUNTED = [
 ]
 
 
-def _run(root: Path, spark, options: GeneratorOptions) -> StreamRun:  # noqa: F811
-    run = run_stream(root, COUNTED, partitions=3, options=options)
-    correct_hours(spark, run.store, COUNTED, run.event_hours())
-    return run
+def _run(root: Path, spark, options: GeneratorOptions) -> tuple[StreamRun, ViewTables]:  # noqa: F811
+    run = run_stream(root / "storage", COUNTED, partitions=3, options=options)
+    tables = local_tables(run.store.root, root / "catalog.db")
+    correct_hours(spark, run.store, COUNTED, run.event_hours(), tables=tables)
+    return run, tables
 
 
 @pytest.fixture(scope="module")
-def clean_run(tmp_path_factory, spark) -> StreamRun:  # noqa: F811
+def clean(tmp_path_factory, spark) -> Iterator[tuple[StreamRun, ViewTables]]:  # noqa: F811
     options = GeneratorOptions(
         max_events=6000, speedup=36.0, late_share=0.0, duplicate_share=0.0, malformed_share=0.0
     )
-    return _run(tmp_path_factory.mktemp("clean"), spark, options)
+    run, tables = _run(tmp_path_factory.mktemp("clean"), spark, options)
+    yield run, tables
+    tables.close()
 
 
 @pytest.fixture(scope="module")
-def messy_run(tmp_path_factory, spark) -> StreamRun:  # noqa: F811
+def clean_run(clean) -> StreamRun:
+    return clean[0]
+
+
+@pytest.fixture(scope="module")
+def clean_tables(clean) -> ViewTables:
+    return clean[1]
+
+
+@pytest.fixture(scope="module")
+def messy_run(messy) -> StreamRun:
+    return messy[0]
+
+
+@pytest.fixture(scope="module")
+def messy_tables(messy) -> ViewTables:
+    return messy[1]
+
+
+@pytest.fixture(scope="module")
+def messy(tmp_path_factory, spark) -> Iterator[tuple[StreamRun, ViewTables]]:  # noqa: F811
     options = GeneratorOptions(
         max_events=6000,
         speedup=36.0,
@@ -59,11 +85,15 @@ def messy_run(tmp_path_factory, spark) -> StreamRun:  # noqa: F811
         duplicate_share=0.04,
         malformed_share=0.01,
     )
-    return _run(tmp_path_factory.mktemp("messy"), spark, options)
+    run, tables = _run(tmp_path_factory.mktemp("messy"), spark, options)
+    yield run, tables
+    tables.close()
 
 
-def test_clean_data_reconciles_with_zero_difference(clean_run: StreamRun) -> None:
-    results = reconcile(clean_run.store, COUNTED, clean_run.event_hours(), Tolerance())
+def test_clean_data_reconciles_with_zero_difference(clean_run: StreamRun, clean_tables) -> None:
+    results = reconcile(
+        clean_run.store, COUNTED, clean_run.event_hours(), Tolerance(), tables=clean_tables
+    )
     assert results and all(r.corrected for r in results)
     for result in results:
         assert result.passed, result.failures
@@ -79,8 +109,11 @@ def test_clean_data_reconciles_with_zero_difference(clean_run: StreamRun) -> Non
 
 def test_late_and_duplicate_events_are_counted_and_explain_the_difference(
     messy_run: StreamRun,
+    messy_tables,
 ) -> None:
-    results = reconcile(messy_run.store, COUNTED, messy_run.event_hours(), Tolerance())
+    results = reconcile(
+        messy_run.store, COUNTED, messy_run.event_hours(), Tolerance(), tables=messy_tables
+    )
     traffic = [r for r in results if r.view == "traffic_by_org"]
     duplicates_sent = sum(1 for m in messy_run.messages if m.kind == "duplicate")
     assert duplicates_sent > 50
@@ -97,7 +130,9 @@ def test_late_and_duplicate_events_are_counted_and_explain_the_difference(
         assert result.passed, result.failures  # ... and every difference has a cause
 
 
-def test_lost_realtime_data_is_unexplained_and_fails(messy_run: StreamRun, tmp_path: Path) -> None:
+def test_lost_realtime_data_is_unexplained_and_fails(
+    messy_run: StreamRun, tmp_path: Path, messy_tables
+) -> None:
     view = next(v for v in COUNTED if v.name == "traffic_by_org")
     hours = messy_run.event_hours()
     busiest = max(hours, key=lambda h: len(messy_run.store.list(realtime_prefix(view.name, h))))
@@ -105,7 +140,7 @@ def test_lost_realtime_data_is_unexplained_and_fails(messy_run: StreamRun, tmp_p
     saved = messy_run.store.get(victim)
     messy_run.store.delete(victim)
     try:
-        (result,) = reconcile(messy_run.store, [view], [busiest], Tolerance())
+        (result,) = reconcile(messy_run.store, [view], [busiest], Tolerance(), tables=messy_tables)
     finally:
         messy_run.store.put(victim, saved)
     assert not result.passed
@@ -117,15 +152,18 @@ def test_lost_realtime_data_is_unexplained_and_fails(messy_run: StreamRun, tmp_p
 
 def test_corrected_rows_read_per_run_of_hours_match_each_hour_read_alone(
     messy_run: StreamRun,
+    messy_tables,
 ) -> None:
     view = next(v for v in COUNTED if v.name == "transfers_last_hour")
     hours = messy_run.event_hours()
     assert len(hours) >= 3
     wanted = [hours[0], *hours[2:]]  # two runs of consecutive hours
-    by_hour = corrected_by_hour(messy_run.store, view, wanted)
+    by_hour = corrected_by_hour(messy_run.store, messy_tables, view, wanted)
     assert sorted(by_hour) == wanted
     for hour in wanted:
-        alone = query_view(messy_run.store, view, hour, hour + HOUR_MS, prefer="batch")
+        alone = query_view(
+            messy_run.store, view, hour, hour + HOUR_MS, prefer="batch", tables=messy_tables
+        )
         assert alone.num_rows > 0
         assert by_hour[hour].equals(alone), hour
 

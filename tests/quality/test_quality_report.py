@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from datetime import UTC, date, datetime
 from pathlib import Path
 
@@ -32,7 +33,7 @@ from pipelines.control import ControlStore, TaskStatus
 from pipelines.exceptions import ConfigError
 from pipelines.generator import GeneratorOptions
 from pipelines.segments import HOUR_MS
-from pipelines.tables import TablesConfig, ViewTables, register_tables
+from pipelines.tables import TablesConfig, ViewTables
 from pipelines.testing import StreamRun, run_stream
 from quality.report import InvalidReportDay, parse_day, publish_report, report_keys
 from tests.fixtures.browser import chromium_page
@@ -61,6 +62,10 @@ class Day:
         self.corrected = corrected
         self.control_url = f"sqlite:///{root / 'control.db'}"
         self.storage = root / "storage"
+        # the views' tables, in the catalog the CLI and Dagster open (the control store's)
+        self.tables = ViewTables(
+            TablesConfig(warehouse=run.store.root, catalog_url=self.control_url)
+        )
 
     def env(self) -> dict[str, str]:
         return {
@@ -107,7 +112,7 @@ def _record_samples(root: Path, control_url: str, hours: list[int]) -> None:
 
 
 @pytest.fixture(scope="module")
-def day(tmp_path_factory, spark) -> Day:  # noqa: F811  (the session fixture imported above)
+def day(tmp_path_factory, spark) -> Iterator[Day]:  # noqa: F811  (the session fixture above)
     root = tmp_path_factory.mktemp("report")
     run = run_stream(root / "storage", example_views(), options=OPTIONS)
     hours = [
@@ -118,20 +123,19 @@ def day(tmp_path_factory, spark) -> Day:  # noqa: F811  (the session fixture imp
     assert len(hours) == 3
     corrected = hours[1:]
     built = Day(root, run, corrected)
-    # corrected into the views' tables, in the catalog the CLI and Dagster open (the control
-    # store's); in-process readers of the root read them too
-    tables = ViewTables(TablesConfig(warehouse=run.store.root, catalog_url=built.control_url))
-    register_tables(run.store.root, tables)
-    correct_hours(spark, run.store, run.views, corrected, tables=tables)
+    correct_hours(spark, run.store, run.views, corrected, tables=built.tables)
     _record_samples(root, built.control_url, hours)
-    return built
+    yield built
+    built.tables.close()
 
 
 @pytest.fixture(scope="module")
 def published(day: Day):
     control = ControlStore(day.control_url)
     try:
-        return publish_report(day.run.store, control, example_views(), DAY.isoformat())
+        return publish_report(
+            day.run.store, control, example_views(), DAY.isoformat(), tables=day.tables
+        )
     finally:
         control.close()
 
@@ -194,7 +198,9 @@ def test_the_html_shows_its_plots_and_tables_in_chromium(published, artifacts_di
 
 
 def test_an_empty_day_renders_with_notes(day: Day, tmp_path: Path):
-    data, stored = publish_report(day.run.store, None, example_views(), "2015-03-10")
+    data, stored = publish_report(
+        day.run.store, None, example_views(), "2015-03-10", tables=day.tables
+    )
     assert not data.corrected and not data.samples
     assert "No archived events or realtime segments for 2015-03-10" in stored.markdown
     assert "No fleet samples for this day" in stored.markdown

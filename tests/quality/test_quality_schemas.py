@@ -35,7 +35,6 @@ from pipelines.segments import (
     realtime_prefix,
     state_column,
 )
-from pipelines.serving.query import query_view
 from pipelines.storage import LocalObjectStore
 from pipelines.testing import StreamRun, run_stream
 from pipelines.views import View, parse_views
@@ -49,6 +48,7 @@ from quality.schemas import (
     validate_segment,
 )
 from tests.fixtures.dagster_fixture import example_views
+from tests.fixtures.tables import query_realtime
 
 pytestmark = pytest.mark.filterwarnings("ignore::dagster.BetaWarning")
 
@@ -140,7 +140,7 @@ def test_realtime_segments_of_every_view_match(streamed: StreamRun, hours: list[
 
 def test_query_results_of_every_view_match(streamed: StreamRun, hours: list[int]) -> None:
     for view in streamed.views:
-        served = query_view(streamed.store, view, hours[0], hours[-1] + HOUR_MS)
+        served = query_realtime(streamed.store, view, hours[0], hours[-1] + HOUR_MS)
         assert served.num_rows > 0
         assert len(validate_segment(view, served)) == served.num_rows
 
@@ -265,7 +265,7 @@ def test_dead_letters_may_lack_the_value_but_not_the_detail(dead_letters: pd.Dat
 @pytest.fixture(scope="module")
 def served(streamed: StreamRun, hours: list[int]) -> pd.DataFrame:
     view = _view(streamed, "traffic_by_org")
-    return query_view(streamed.store, view, hours[0], hours[-1] + HOUR_MS).to_pandas()
+    return query_realtime(streamed.store, view, hours[0], hours[-1] + HOUR_MS).to_pandas()
 
 
 def _query_rejects(streamed: StreamRun, frame: pd.DataFrame) -> str:

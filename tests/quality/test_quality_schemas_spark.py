@@ -3,25 +3,28 @@ and a failing validator stops ``correct_hours`` before the view is published."""
 
 from __future__ import annotations
 
-import io
+from collections.abc import Iterator, Sequence
 
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_type
 
-from pipelines.batch import CorrectionResult, archive_hours, correct_hours
+from pipelines.batch import CorrectionResult, archive_hours, batch_schema, correct_hours
 from pipelines.generator import GeneratorOptions
 from pipelines.segments import HOUR_MS
 from pipelines.serving.query import query_view
+from pipelines.tables import ViewTables
 from pipelines.testing import StreamRun, run_stream
 from pipelines.views import View, parse_views
 from quality.exceptions import SchemaViolation
 from quality.schemas import SegmentKind, segment_spec, validate_segment, validate_spark_segment
 from tests.fixtures.dagster_fixture import example_views
 from tests.fixtures.spark import spark  # noqa: F401  (session-scoped SparkSession)
+from tests.fixtures.tables import local_tables
 
 pytestmark = pytest.mark.spark
 
@@ -47,14 +50,39 @@ def streamed(tmp_path_factory: pytest.TempPathFactory) -> StreamRun:
 
 
 @pytest.fixture(scope="module")
-def corrected(spark, streamed: StreamRun) -> list[CorrectionResult]:  # noqa: F811
+def tables(streamed: StreamRun, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ViewTables]:
+    tables = local_tables(streamed.store.root, tmp_path_factory.mktemp("catalog") / "cat.db")
+    yield tables
+    tables.close()
+
+
+@pytest.fixture(scope="module")
+def corrected(spark, streamed: StreamRun, tables: ViewTables) -> list[CorrectionResult]:  # noqa: F811
     return correct_hours(
         spark,
         streamed.store,
         streamed.views,
         archive_hours(streamed.store),
         validate_segment=validate_spark_segment,
+        tables=tables,
     )
+
+
+def _batch_rows(view: View, files: Sequence[str]) -> pa.Table:
+    """The correction's rows of a segment as it computed them (:func:`batch_schema`), read
+    back from the table's files (times as epoch ms, without the table's own columns)."""
+    schema = batch_schema(view)
+    out = []
+    for path in files:
+        table = pq.read_table(path)
+        columns = []
+        for field in schema:
+            column = table.column(field.name)
+            if pa.types.is_timestamp(column.type):
+                column = column.cast(pa.timestamp("ms", tz="UTC")).cast(pa.int64())
+            columns.append(column.cast(field.type))
+        out.append(pa.Table.from_arrays(columns, schema=schema))
+    return pa.concat_tables(out)
 
 
 def _view(streamed: StreamRun, name: str) -> View:
@@ -62,24 +90,26 @@ def _view(streamed: StreamRun, name: str) -> View:
 
 
 def test_a_validated_correction_publishes_rows_that_match_every_schema(
-    streamed: StreamRun, corrected: list[CorrectionResult]
+    streamed: StreamRun, corrected: list[CorrectionResult], tables: ViewTables
 ) -> None:
     published = [r for r in corrected if not r.skipped]
     assert {r.view for r in published} == {v.name for v in streamed.views}
     for result in published:
         view = _view(streamed, result.view)
-        (key,) = result.files
-        rows = pq.read_table(io.BytesIO(streamed.store.get(key)))
+        rows = _batch_rows(view, result.files)
         assert len(validate_segment(view, rows, SegmentKind.BATCH)) == result.rows
     hours = streamed.event_hours()
     for view in streamed.views:
-        served = query_view(streamed.store, view, hours[0], hours[-1] + HOUR_MS, prefer="batch")
+        served = query_view(
+            streamed.store, view, hours[0], hours[-1] + HOUR_MS, prefer="batch", tables=tables
+        )
         assert len(validate_segment(view, served)) == served.num_rows > 0
 
 
 def _corrected_rows(streamed: StreamRun, corrected: list[CorrectionResult], name: str):
     result = next(r for r in corrected if r.view == name and not r.skipped and r.rows > 5)
-    return pq.read_table(io.BytesIO(streamed.store.get(result.files[0]))).to_pandas()
+    view = _view(streamed, name)
+    return _batch_rows(view, result.files).to_pandas()
 
 
 def _spark_frame(spark, view: View, rows: pd.DataFrame) -> DataFrame:  # noqa: F811
@@ -133,6 +163,7 @@ def test_a_violation_stops_the_correction_before_the_view_is_published(
     spark,  # noqa: F811
     streamed: StreamRun,
     corrected: list[CorrectionResult],
+    tables: ViewTables,
 ) -> None:
     view = _view(streamed, "all_2h")
     hours = archive_hours(streamed.store)
@@ -141,9 +172,13 @@ def test_a_violation_stops_the_correction_before_the_view_is_published(
         validate_spark_segment(frame.withColumn("events", -F.col("events")), checked)
 
     with pytest.raises(SchemaViolation) as caught:
-        correct_hours(spark, streamed.store, [view], hours, validate_segment=negate_counts)
+        correct_hours(
+            spark, streamed.store, [view], hours, validate_segment=negate_counts, tables=tables
+        )
     assert "batch rows of view all_2h" in str(caught.value)
     assert "column 'events' fails '>= 0'" in str(caught.value)
-    served = query_view(streamed.store, view, hours[0], hours[-1] + HOUR_MS, prefer="batch")
+    served = query_view(
+        streamed.store, view, hours[0], hours[-1] + HOUR_MS, prefer="batch", tables=tables
+    )
     # only the fixture's valid correction (v1) is served: the failed run published nothing
     assert set(served.column("source").to_pylist()) == {"batch v1"}
