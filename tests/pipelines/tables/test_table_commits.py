@@ -235,3 +235,26 @@ def test_realtime_commits_never_replace_a_corrected_hour(control_url, tmp_path, 
             rows = _hour_rows(table, view, H, snapshot.snapshot_id)
             assert {r["source"] for r in rows} <= {BATCH}
     tables.close()
+
+
+def test_a_snapshot_keeps_no_manifest_without_live_files(control_url, tmp_path, views) -> None:
+    """One hour replaced commit after commit (the publisher every 30 s): the current
+    snapshot's manifests stay the hour's file and the last commit's deletions, not one more
+    manifest per commit that each later commit reads again."""
+    view = views["traffic_by_org"]
+    tables = _tables(control_url, tmp_path / "root")
+    commits = 8
+    for events in range(1, commits + 1):
+        rows = table_rows(view, _window_rows(view, H, events), REALTIME, 0)
+        replace_hours(tables, view, [H], rows, source=REALTIME)
+    table = tables.load(view)
+    manifests = table.inspect.manifests().to_pylist()
+    dead = [
+        m
+        for m in manifests
+        if m["added_data_files_count"] == 0 and m["existing_data_files_count"] == 0
+    ]
+    assert len(table.snapshots()) == commits
+    assert len(manifests) <= 2 and len(dead) <= 1, manifests
+    assert {(r["source"], r["events"]) for r in _hour_rows(table, view, H)} == {(REALTIME, commits)}
+    tables.close()
