@@ -270,7 +270,10 @@ def test_the_cli_refuses_bad_input_with_exit_2(day: Day, monkeypatch, capsys, ar
     assert message in capsys.readouterr().err
 
 
-def test_the_asset_materializes_with_the_summary_and_the_page(day: Day):
+def test_the_asset_materializes_with_the_summary_and_the_page(day: Day, monkeypatch):
+    for name, value in day.env().items():  # the settings name the day's catalog
+        monkeypatch.setenv(name, value)
+    get_settings.cache_clear()
     asset = build_reconciliation_report(example_views())
     result = dg.materialize(
         [asset],
