@@ -3,8 +3,8 @@ keys use, range records and the Parquet helpers. Everything that reads or writes
 root imports them from here::
 
     segments/<view>/<segment>/realtime/<topic>-<partition>.parquet   a task's partials (version 0)
-    segments/<view>/<segment>/batch/v<version>/part-*.parquet        a correction's exact values
-    segments/<view>/<segment>/_published.json                        the newest published batch (:mod:`.manifest`)
+    segments/<view>/<segment>/batch/v<version>/part-*.parquet        older stores: a correction's values
+    segments/<view>/<segment>/_published.json                        older stores: its manifest (:mod:`.manifest`)
     checkpoints/<topic>/<partition>/g<generation>.parquet             a task's state and offsets
     archive/events/hour=<hour>/<topic>-<partition>-<first>-<end>.parquet
     archive/dead_letters/hour=<hour>/<topic>-<partition>-<first>-<end>.parquet
@@ -12,7 +12,9 @@ root imports them from here::
     reports/<YYYY-MM-DD>/reconciliation.{html,md,json}                a day's reconciliation report
 
 ``<segment>`` and ``<hour>`` are UTC hours such as ``2015-02-26T21`` (:mod:`.time`); times
-inside files are epoch milliseconds. Parquet files are zstd (:mod:`.parquet`).
+inside files are epoch milliseconds. Parquet files are zstd (:mod:`.parquet`). Corrections
+live in the views' tables (``tables/<view>/``, :mod:`pipelines.tables`); the two ``older
+stores`` keys are read only by ``sluice tables migrate`` (:mod:`pipelines.serving.migrate`).
 
 May import: ``pipelines.storage`` only.
 """

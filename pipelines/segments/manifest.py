@@ -1,8 +1,9 @@
-"""The published manifest of a segment (``_published.json``): which batch version is served.
+"""The published manifest of a segment (``_published.json``) in stores written before the
+views' tables: which batch version was served.
 
-One writer and one reader, so the batch correction that publishes a version and the query,
-quality checks and report that read it agree on every field. The manifest is written last,
-after the version's files, so a reader never sees a version whose files are not there.
+Read only by ``sluice tables migrate`` (:mod:`pipelines.serving.migrate`), which commits that
+version to the view's table. It was written last, after the version's files, so a manifest
+never names a version whose files are not there.
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ from sqlalchemy.exc import OperationalError
 
 from pipelines.exceptions import SluiceError
 from pipelines.segments import HOUR_MS, hour_label, hour_runs
-from pipelines.tables.catalog import ViewTables
+from pipelines.tables.protocol import Tables
 from pipelines.tables.schema import (
     BATCH,
     BATCH_VERSION,
@@ -135,7 +135,7 @@ def batch_hours(
 
 
 def replace_hours(
-    tables: ViewTables,
+    tables: Tables,
     view: View,
     hours: Iterable[int],
     rows: Callable[[int], pa.Table] | pa.Table,
@@ -160,7 +160,7 @@ def replace_hours(
 
 
 def replace_segments(
-    tables: ViewTables,
+    tables: Tables,
     view: View,
     segments: Sequence[Sequence[int]],
     rows: Callable[[list[int]], pa.Table],
@@ -177,7 +177,7 @@ def replace_segments(
 def _replace(
     groups: list[list[int]],
     view: View,
-    tables: ViewTables,
+    tables: Tables,
     rows: Callable[[list[int]], pa.Table] | pa.Table,
     source: str,
     summary: Mapping[str, str] | None,

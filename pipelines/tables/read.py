@@ -1,8 +1,8 @@
 """Reading a view's table: a time range of rows as of the newest or an earlier snapshot.
 
 Rows come back in the shape :func:`pipelines.serving.query_view` answers in (the view's output
-columns with millisecond timestamps, then ``source``: ``realtime`` or ``batch v<N>``), so the
-CLI, the reconciliation and the report read tables and older stores alike.
+columns with millisecond timestamps, then ``source``: ``realtime`` or ``batch v<N>``), as the
+CLI, the reconciliation and the report expect.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
 from pipelines.exceptions import QueryError
-from pipelines.tables.catalog import ViewTables
+from pipelines.tables.protocol import Tables
 from pipelines.tables.schema import (
     BATCH,
     BATCH_VERSION,
@@ -55,7 +55,7 @@ def resolve_snapshot(table: Table, as_of: AsOf | None) -> Snapshot | None:
 
 
 def read_rows(
-    tables: ViewTables,
+    tables: Tables,
     view: View,
     start_ms: int,
     end_ms: int,

@@ -76,9 +76,7 @@ def test_publish_changed_hours_and_never_a_corrected_one(
     second = publisher.publish_once()
     assert second.committed, "the hours the second half changed are committed again"
     for view in views:  # the table (read by DuckDB) equals the merged partials
-        expected = query_view(
-            store, view, 0, 2**62, prefer="realtime", tables=tables
-        ).to_pylist()
+        expected = query_view(store, view, 0, 2**62, prefer="realtime", tables=tables).to_pylist()
         got = _duckdb_rows(tables, view)
         assert len(got) == len(expected), view.name
         by_key = {_key(view, r): r for r in got}
