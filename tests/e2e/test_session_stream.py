@@ -15,12 +15,12 @@ from pipelines.control import ControlStore
 from pipelines.generator import GeneratorOptions, load_trace, replay
 from pipelines.kafka import ensure_topics
 from pipelines.kafka.writer import open_writer
-from pipelines.serving import query_view
 from pipelines.storage import LocalObjectStore
 from pipelines.views import load_views
 from tests.fixtures.oracle import SessionTruth, compare_sessions
 from tests.fixtures.processes import sluice_process, stop_process, wait_until
 from tests.fixtures.stream import read_partitions
+from tests.fixtures.tables import query_realtime
 
 pytestmark = [pytest.mark.e2e, pytest.mark.broker]
 
@@ -115,7 +115,7 @@ def test_sigkill_mid_session_then_sessions_equal_the_oracle(tmp_path, broker, se
     try:
 
         def served():
-            return query_view(store, view, 0, 2**62, prefer="realtime").to_pylist()
+            return query_realtime(store, view).to_pylist()
 
         def mid_session():
             # Some partition well short of its end: librdkafka may drain one partition before

@@ -11,11 +11,11 @@ import pytest
 
 from pipelines.config import SluiceSettings
 from pipelines.control import ControlStore
-from pipelines.serving import query_view
 from pipelines.storage import LocalObjectStore
 from pipelines.views.model import WINDOW_START
 from tests.fixtures.processes import sluice_process, stop_process, wait_until
 from tests.fixtures.stream import check_against_oracle, make_stream, read_records
+from tests.fixtures.tables import query_realtime
 
 pytestmark = [pytest.mark.e2e, pytest.mark.broker]
 
@@ -99,7 +99,7 @@ class Fleet:
         for view in self.stream["views"]:
             if view.is_session or "events" not in view.output_schema().names:
                 continue
-            rows = query_view(self.store, view, 0, 2**62, prefer="realtime").to_pylist()
+            rows = query_realtime(self.store, view).to_pylist()
             keys = [WINDOW_START, *view.grouping_cols]
             out[view.name] = {tuple(r[k] for k in keys): r["events"] for r in rows}
         assert out, "no view counts events"

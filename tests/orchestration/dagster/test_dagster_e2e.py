@@ -34,7 +34,7 @@ from pipelines.control import ControlStore
 from pipelines.segments import HOUR_MS
 from pipelines.serving.query import query_view
 from pipelines.storage import LocalObjectStore
-from pipelines.tables import TablesConfig, ViewTables, register_tables
+from pipelines.tables import TablesConfig, ViewTables
 from pipelines.testing import StreamRun
 from tests.fixtures.browser import chromium_page
 from tests.fixtures.dagster_fixture import build_archive, example_views
@@ -474,13 +474,13 @@ def test_a_replayed_day_corrects_and_reports_itself(dagster, artifacts_dir: Path
     assert ranges and {r["status"] for r in ranges} == {"SUCCEEDED"}, ranges
     assert ranges[0]["startKey"] == f"{day}-00:00", ranges
     assert ranges[-1]["endKey"] in (f"{day}-23:00", f"{next_day}-00:00"), ranges
-    store = _store_with_tables(settings)
-    served = query_view(store, views[0], hours[0], hours[-1] + HOUR_MS)
+    store, tables = _store_and_tables(settings)
+    served = query_view(store, views[0], hours[0], hours[-1] + HOUR_MS, tables=tables)
     assert set(served.column("source").to_pylist()) == {"batch v1"}
     # what the spark-submitted job reported through Pipes, per hour, agrees with the store
     hour = hours[1]
     reported = _hour_metadata(handle, corrected_key(views[0].name), hour)
-    published = query_view(store, views[0], hour, hour + HOUR_MS).num_rows
+    published = query_view(store, views[0], hour, hour + HOUR_MS, tables=tables).num_rows
     assert reported["version"] == 1 and reported["skipped"] is False, reported
     assert reported["dagster/row_count"] == reported["rows"] == published > 0, reported
     assert reported["events"] > 0 and reported["spark_seconds"] > 0, reported
@@ -524,11 +524,10 @@ def test_a_replayed_day_corrects_and_reports_itself(dagster, artifacts_dir: Path
     assert overview.stat().st_size > 10_000 and shot.stat().st_size > 10_000
 
 
-def _store_with_tables(settings) -> LocalObjectStore:
-    """The storage root as Dagster's processes see it: its views are Iceberg tables."""
+def _store_and_tables(settings) -> tuple[LocalObjectStore, ViewTables]:
+    """The storage root and its views' tables as Dagster's processes open them."""
     store = LocalObjectStore(settings.resolved_storage_root)
-    register_tables(store.root, ViewTables(TablesConfig.from_settings(settings, store.root)))
-    return store
+    return store, ViewTables(TablesConfig.from_settings(settings, store.root))
 
 
 def test_the_report_summary_shows_on_the_asset_page(dagster, artifacts_dir: Path) -> None:
@@ -626,10 +625,10 @@ def test_a_backfill_recorrects_an_hour_even_with_the_warm_server_killed_under_it
     assert f"(pid {before.pid}," in retried[0], retried
     assert len(retried) >= 2 and f"(pid {after.pid}," in retried[-1], retried
 
-    store = _store_with_tables(settings)
-    table = query_view(store, view, hour, hour + HOUR_MS)
+    store, tables = _store_and_tables(settings)
+    table = query_view(store, view, hour, hour + HOUR_MS, tables=tables)
     assert table.num_rows > 0 and set(table.column("source").to_pylist()) == {"batch v2"}
-    others = query_view(store, view, hours[0], hours[0] + HOUR_MS)
+    others = query_view(store, view, hours[0], hours[0] + HOUR_MS, tables=tables)
     assert set(others.column("source").to_pylist()) == {"batch v1"}
     events = STREAMED["run"].events_frame(dedupe=True)
     events = events[(events["event_time"] >= hour) & (events["event_time"] < hour + HOUR_MS)]
