@@ -144,6 +144,7 @@ def run_correction(pipes: PipesContext, spark: Any = None) -> None:
         pipes.log.info(f"{result.view} {result.segment_start_ms}: {state}, {result.rows} rows")
 
     started = time.monotonic()
+    tables = ViewTables(TablesConfig.from_settings(settings, request.storage_root))
     try:
         results = correct_hours(
             spark,
@@ -153,7 +154,7 @@ def run_correction(pipes: PipesContext, spark: Any = None) -> None:
             s3_scheme=spark_settings.s3_scheme,
             on_result=progress,
             validate_rows=validate,
-            tables=ViewTables(TablesConfig.from_settings(settings, request.storage_root)),
+            tables=tables,
             run_id=str(getattr(pipes, "run_id", "") or ""),
         )
     except _RulesBroken as broken:
@@ -178,6 +179,7 @@ def run_correction(pipes: PipesContext, spark: Any = None) -> None:
             raise lost from exc
         raise
     finally:
+        tables.close()
         if remote:
             with contextlib.suppress(Exception):
                 spark.stop()  # releases a session of its own; a shared one stays open

@@ -269,7 +269,7 @@ def correct_session_hours(
        whose own hour has no archive is skipped, never published;
     2. reads them in one Spark read, deduplicated by event id, and cuts sessions per key;
     3. aggregates the sessions starting in the segments with the registry's expressions;
-    4. publishes each segment's sessions as its next batch version (manifest last).
+    4. publishes each segment's sessions as its next batch version (one commit to the table).
     """
     segments = sorted(set(hours))
     before, after = session_hours(view, segments)
