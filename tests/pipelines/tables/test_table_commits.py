@@ -258,3 +258,16 @@ def test_a_snapshot_keeps_no_manifest_without_live_files(control_url, tmp_path, 
     assert len(manifests) <= 2 and len(dead) <= 1, manifests
     assert {(r["source"], r["events"]) for r in _hour_rows(table, view, H)} == {(REALTIME, commits)}
     tables.close()
+
+
+def test_table_errors_are_sluice_errors() -> None:
+    """Callers catch Sluice's root; the older bases stay for those that catch them."""
+    from pipelines.exceptions import SluiceError
+    from pipelines.tables import TableConflictError, TableLocationError
+
+    assert issubclass(TableConflictError, SluiceError) and issubclass(
+        TableConflictError, RuntimeError
+    )
+    assert issubclass(TableLocationError, SluiceError) and issubclass(
+        TableLocationError, ValueError
+    )
