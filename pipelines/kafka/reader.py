@@ -6,7 +6,8 @@ the tests build their oracles with. ``SLUICE_KAFKA_CLIENT`` picks one (default c
 What the worker needs: assign partitions at given offsets, poll records by partition as
 columns (offsets, timestamps, values, keys), commit an offset, and the log's start and end,
 where the end is the larger of what the broker lists and the high watermark fetches
-reported (the embedded broker under-reports the listed end, FACTS.md).
+reported (the embedded broker lists the last batch's base offset + 1, short of the end when
+producers batch: docs/kafka.md).
 """
 
 from __future__ import annotations
