@@ -25,6 +25,7 @@ from pyiceberg.exceptions import (
 from pyiceberg.table import Table
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
+from pipelines.exceptions import SluiceError
 from pipelines.tables.schema import arrow_schema, iceberg_schema, partition_field
 from pipelines.views.model import View
 
@@ -123,7 +124,7 @@ def _sql_catalog(props: dict[str, str]) -> Catalog:
     raise AssertionError("unreachable")
 
 
-class TableLocationError(ValueError):
+class TableLocationError(SluiceError, ValueError):
     """The catalog's table of a view lives under another storage root."""
 
 

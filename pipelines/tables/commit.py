@@ -35,6 +35,7 @@ from pyiceberg.manifest import DataFile, ManifestFile
 from pyiceberg.table import Table, Transaction
 from sqlalchemy.exc import OperationalError
 
+from pipelines.exceptions import SluiceError
 from pipelines.segments import HOUR_MS, hour_label, hour_runs
 from pipelines.tables.catalog import ViewTables
 from pipelines.tables.schema import (
@@ -65,7 +66,7 @@ SUMMARY_PREFIX = "sluice."
 MAX_ATTEMPTS = 20
 
 
-class TableConflictError(RuntimeError):
+class TableConflictError(SluiceError, RuntimeError):
     """Every attempt met a concurrent commit (reported, never a half-written hour)."""
 
 
