@@ -27,6 +27,7 @@ from pipelines.segments import (
     archive_events_key,
     archive_range_key,
     archive_ranges_prefix,
+    bucket_suffix,
     hour_start,
     to_parquet,
 )
@@ -265,7 +266,7 @@ def discard_uncommitted(
     range removed (how far the task had flushed before it stopped), or ``offset`` if none."""
     removed = 0
     flushed = offset
-    suffix = ".json" if factor == 1 else f"-b{bucket}of{factor}.json"
+    suffix = bucket_suffix(bucket, factor) + ".json"
     for key in store.list(archive_ranges_prefix(topic, partition)):
         name = key.rsplit("/", 1)[1]
         if not name.endswith(suffix) or (factor == 1 and "-b" in name):

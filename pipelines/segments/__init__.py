@@ -14,7 +14,7 @@ root imports them from here::
 ``<segment>`` and ``<hour>`` are UTC hours such as ``2015-02-26T21`` (:mod:`.time`); times
 inside files are epoch milliseconds. Parquet files are zstd (:mod:`.parquet`).
 
-May import: ``pipelines.storage`` only.
+May import: ``pipelines.exceptions`` and ``pipelines.storage`` only.
 """
 
 from pipelines.segments.columns import STATE_SUFFIX, is_state_column, state_column
@@ -27,6 +27,7 @@ from pipelines.segments.layout import (
     archive_range_key,
     archive_ranges_prefix,
     batch_prefix,
+    bucket_suffix,
     checkpoint_generation,
     checkpoint_key,
     checkpoint_prefix,
@@ -83,6 +84,7 @@ __all__ = [
     "archive_range_key",
     "archive_ranges_prefix",
     "batch_prefix",
+    "bucket_suffix",
     "checkpoint_generation",
     "checkpoint_key",
     "checkpoint_prefix",
