@@ -20,7 +20,7 @@ from orchestration.lag import TaskLag
 from pipelines.config import SluiceSettings
 from pipelines.kafka import ensure_topics, producer
 from pipelines.storage import LocalObjectStore
-from pipelines.stream import StreamWorker, TaskId
+from pipelines.stream import StreamWorker, TaskId, open_worker_clients
 from pipelines.stream.checkpoint import TaskCheckpoint, load_checkpoint, save_checkpoint
 from pipelines.views import parse_views
 from tests.fixtures.processes import wait_until
@@ -94,8 +94,9 @@ def test_a_checkpoint_past_the_log_end_is_an_error_counted_in_status(
     )
 
     def worker() -> StreamWorker:
+        clients = open_worker_clients(broker.bootstrap, None, topic)
         return StreamWorker(
-            "w0", [], views, settings, broker.bootstrap, store, topic=topic, on_event=[].append
+            "w0", [], views, settings, clients, store, topic=topic, on_event=[].append
         )
 
     first = worker()
