@@ -116,9 +116,8 @@ GC_YOUNG_THRESHOLD = 10_000
 def tune_collector() -> None:
     """Collect cyclic garbage less often in a worker: its hot path allocates many small
     objects that die young (events, session pieces) and makes no cycles, and each collection
-    also walked every object the worker holds (open windows and sessions). What is alive at
-    start (modules, settings, views) is frozen out of the collector's walks. Measured on the
-    example views: about a quarter more events per second (docs/benchmarks.md)."""
+    also walks every object the worker holds (open windows and sessions). What is alive at
+    start (modules, settings, views) is frozen out of the collector's walks."""
     gc.freeze()
     young, middle, old = gc.get_threshold()
     gc.set_threshold(max(young, GC_YOUNG_THRESHOLD), middle, old)
