@@ -16,7 +16,7 @@ that task alone: it is dropped without writing and reported with the offsets it 
 and the traceback's last line, so its next start can take them one record at a time and
 quarantine the record that crashes it again (:mod:`pipelines.control.crashes`); the worker and
 its other tasks go on. Without an agent the worker runs the tasks it was built with, and a
-crash stops the process as before (nothing would restart the task).
+crash stops the process (nothing would restart the task).
 
 Utilisation (busy time over wall time) counts decoding, processing, flushes and checkpoints,
 not waiting for the broker, so rate / utilisation estimates what the worker could carry. With
