@@ -19,6 +19,8 @@ __all__ = ["WorkerClients", "consumer_group", "open_worker_clients"]
 
 @dataclass(frozen=True)
 class WorkerClients:
+    """A worker's reader and dead-letter writer, and how long its dead-letter flushes wait."""
+
     reader: Reader
     """Reads the partitions of the worker's tasks and commits their checkpointed offsets."""
     dead_letters: Writer
