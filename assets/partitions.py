@@ -12,7 +12,6 @@ start is a day's start so that each daily partition of the report has its 24 hou
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
 import dagster as dg
@@ -114,10 +113,6 @@ END_HOUR_MS = int(HOURLY.end.timestamp() * 1000) if HOURLY.end is not None else 
 def partition_key_for(hour_ms: int) -> str:
     """The partition key of the hour starting at ``hour_ms``."""
     return datetime.fromtimestamp(hour_ms / 1000, tz=UTC).strftime(PARTITION_FORMAT)
-
-
-def partition_keys_for(hours: Iterable[int]) -> list[str]:
-    return [partition_key_for(h) for h in hours]
 
 
 def in_partitions(hour_ms: int) -> bool:

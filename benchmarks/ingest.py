@@ -60,7 +60,7 @@ from pipelines.kafka import EmbeddedBroker, ensure_topics
 from pipelines.kafka.reader import open_reader
 from pipelines.kafka.writer import open_writer
 from pipelines.storage import LocalObjectStore
-from pipelines.stream import StreamWorker, TaskId
+from pipelines.stream import StreamWorker, TaskId, open_worker_clients
 from pipelines.stream.sessions import SessionState
 from pipelines.stream.state import WindowState
 from pipelines.stream.task import StreamTask
@@ -104,9 +104,8 @@ def worker_consume(
             [TaskId(topic, p) for p in range(PARTITIONS)],
             load_views(views_file),
             settings,
-            bootstrap,
+            open_worker_clients(bootstrap, KafkaSettings(client=client), topic),
             LocalObjectStore(settings.resolved_storage_root),
-            kafka=KafkaSettings(client=client),
         )
         # Until every record is processed and the final checkpoint (archive, segments, state)
         # is written: a flush interval's durable work belongs to the rate it sustains.

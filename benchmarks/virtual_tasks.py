@@ -38,7 +38,7 @@ from pipelines.generator import GeneratorOptions, load_trace, replay, synthesize
 from pipelines.kafka import EmbeddedBroker, ensure_topics
 from pipelines.kafka.writer import open_writer
 from pipelines.storage import LocalObjectStore
-from pipelines.stream import StreamWorker, TaskId
+from pipelines.stream import StreamWorker, TaskId, open_worker_clients
 from pipelines.stream.buckets import key_hashes
 from pipelines.views import load_views
 
@@ -80,9 +80,8 @@ def _worker(
         tasks,
         load_views(views_file),
         settings,
-        bootstrap,
+        open_worker_clients(bootstrap, KafkaSettings(client="confluent"), TOPIC),
         LocalObjectStore(settings.resolved_storage_root),
-        kafka=KafkaSettings(client="confluent"),
     )
     start.wait()  # every worker imported and built: they read from the same instant
     began, cpu = time.time(), time.process_time()

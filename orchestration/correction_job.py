@@ -35,6 +35,8 @@ from dagster_pipes import (
     PipesParamsLoader,
 )
 
+from pipelines.exceptions import SluiceError
+
 __all__ = ["SEGMENT_RULES_CHECK", "CorrectionRequest", "ServerLost", "main", "run_correction"]
 
 log = logging.getLogger(__name__)
@@ -221,7 +223,7 @@ def _where(remote: str | None, spark: Any) -> str:
     return where + (f", shared session {spark.session_id[:8]}" if session_id_of(remote) else "")
 
 
-class ServerLost(RuntimeError):
+class ServerLost(SluiceError, RuntimeError):
     """The Spark Connect server went away under a correction (killed, restarted, crashed)."""
 
 

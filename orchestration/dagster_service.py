@@ -3,10 +3,10 @@
 ``start_dagster`` starts ``dagster dev`` on 127.0.0.1 and a free port, with
 ``DAGSTER_HOME=<state_dir>/dagster`` (telemetry off, the UI's first-visit pop-up marked as
 seen), in a new process group whose signal handlers are reset to the defaults: a child of a
-non-interactive shell would otherwise inherit SIG_IGN for SIGINT and ignore ``stop()``
-(FACTS.md). The webserver, daemon, code server and every run process stay in that group,
-so :meth:`DagsterHandle.stop` can end all of them: SIGINT (Dagster's clean shutdown), then
-SIGTERM and SIGKILL to the group after deadlines, so nothing is orphaned.
+non-interactive shell would otherwise inherit SIG_IGN for SIGINT and SIGTERM, ignore
+``stop()`` and leave orphans. The webserver, daemon, code server and every run process stay
+in that group, so :meth:`DagsterHandle.stop` can end all of them: SIGINT (Dagster's clean
+shutdown), then SIGTERM and SIGKILL to the group after deadlines, so nothing is orphaned.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """One Spark Connect session for every correction on the warm server, not a new one per run.
 
 A new session starts cold on the server: its own class loader for the generated code, a
-plan cache to fill, a Python worker daemon if anything needs one. One closed hour of the main
-job (4,717 events) took 7.4-8.7 s in a new session per correction against 4.7-6.0 s when each
-reused the one before (server CPU 13-16 s against 8.5-11 s; docs/benchmarks.md). So the
-keeper names a session per JVM (:attr:`ServerInfo.session_id
+plan cache to fill, a Python worker daemon if anything needs one, so a correction in a new
+session runs markedly slower than one that reuses the session before it (docs/benchmarks.md).
+So the keeper names a session per JVM (:attr:`ServerInfo.session_id
 <orchestration.spark_server.ServerInfo>`), the Dagster launch passes it in the URL
 (``sc://127.0.0.1:PORT/;session_id=UUID``), and the job connects to it, clears what a killed
 run may have left cached, and leaves it open on the server when done.

@@ -1,6 +1,6 @@
 """A warm Spark for corrections: a Spark Connect server on 127.0.0.1, kept running by a keeper.
 
-Each correction Dagster launched with ``spark-submit`` started a JVM: 15-40 s here before any
+Each correction Dagster launches with ``spark-submit`` starts a JVM: many seconds before any
 work, for every run, all day. pyspark ships the Spark Connect server (its jar and server
 class), so one long-lived JVM with the project's Spark settings (:func:`spark_conf`) serves
 every correction: the run's job is a plain Python process that connects to
@@ -51,7 +51,7 @@ log = logging.getLogger(__name__)
 CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 STATE_FILE = "spark-connect.json"
 START_TIMEOUT_S = 120.0
-"""How long a JVM may take to open its port (about 5 s idle here; minutes under load)."""
+"""How long a JVM may take to open its port (seconds on an idle machine; minutes under load)."""
 SESSION_IDLE_TIMEOUT = "24h"
 """How long the server keeps a session no RPC reached (Spark's default: 60 min): the shared
 session of hourly corrections would otherwise expire between two of them

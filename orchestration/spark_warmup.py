@@ -1,12 +1,12 @@
 """A new Spark Connect server's first correction, on a few thousand synthetic events.
 
 A JVM compiles Spark's hot paths (whole-stage codegen, the Parquet reader, the sketches'
-aggregates) as they run, so a server's first real correction paid for it: a day through
-Dagster took 102.9 s on a new server against 74.6 s on the next run (docs/benchmarks.md).
-The keeper runs this once per JVM, in a process of its own, with a Spark session of its own
-(the shared session's settings belong to the corrections) and into a temporary directory it
-removes. A correction that arrives meanwhile just shares the JVM; a failed warm-up is logged
-and changes nothing else. ``SLUICE_SPARK_WARM_UP=false`` turns it off.
+aggregates) as they run, so a new server's first real correction would pay for it, running
+markedly slower than the next (docs/benchmarks.md). The keeper runs this once per JVM, in a
+process of its own, with a Spark session of its own (the shared session's settings belong to
+the corrections) and into a temporary directory it removes. A correction that arrives meanwhile
+just shares the JVM; a failed warm-up is logged and changes nothing else.
+``SLUICE_SPARK_WARM_UP=false`` turns it off.
 """
 
 from __future__ import annotations

@@ -57,3 +57,29 @@ def test_every_page_of_docs_is_linked_from_the_readme() -> None:
 
 def test_the_readme_stays_short() -> None:
     assert len((PROJECT / "README.md").read_bytes()) < 15_000
+
+
+def test_no_file_cites_a_page_outside_the_repository() -> None:
+    """A reader must be able to open what a docstring or a page cites: a Markdown file named in
+    capitals (the way notes kept beside a checkout are named) must be one of the repository's."""
+    sources = [
+        *_pages(),
+        *(
+            path
+            for package in ("pipelines", "quality", "orchestration", "assets", "benchmarks")
+            for path in sorted((PROJECT / package).rglob("*.py"))
+        ),
+        *sorted((PROJECT / "tests").rglob("*.py")),
+        *sorted((PROJECT / "scripts").rglob("*")),
+    ]
+    names = {path.name for path in PROJECT.glob("*.md")} | {
+        path.name for path in (PROJECT / "docs").glob("*.md")
+    }
+    cited = [
+        f"{path.relative_to(PROJECT)}: {match.group(0)}"
+        for path in sources
+        if path.is_file()
+        for match in re.finditer(r"\b[A-Z][A-Z_]*\.md\b", path.read_text(errors="replace"))
+        if match.group(0) not in names
+    ]
+    assert cited == []

@@ -332,7 +332,7 @@ def _start_spark_server(
 ) -> subprocess.Popen | None:
     """The keeper of the warm Spark Connect server corrections use (`sluice spark serve`),
     unless one runs already (`sluice spark start`: used, left running). It opens its port in
-    the background (~5-15 s) while the rest starts; a correction before that uses spark-submit."""
+    the background while the rest starts; a correction before that uses spark-submit."""
     running = SparkConnectServer(state_dir).info()
     if running is not None:
         console.print(f"using the running Spark Connect server at {running.url}")

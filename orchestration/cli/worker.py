@@ -7,7 +7,8 @@ import argparse
 import logging
 
 from orchestration.runtime import Runtime
-from pipelines.stream import StreamWorker, TaskId
+from pipelines.exceptions import ConfigError
+from pipelines.stream import StreamWorker, TaskId, open_worker_clients
 
 __all__ = ["register"]
 
@@ -38,18 +39,18 @@ def run(args: argparse.Namespace) -> int:
     try:
         tasks = [TaskId.parse(t) for t in args.tasks.split(",") if t]
     except ValueError as exc:
-        from pipelines.exceptions import ConfigError
-
         raise ConfigError(str(exc)) from None
+    topics = sorted({t.topic for t in tasks})
+    if len(topics) != 1:
+        raise ConfigError(f"--tasks must name tasks of one topic, got {topics or 'none'}")
     worker = StreamWorker(
         worker_id=args.id,
         tasks=tasks,
         views=runtime.active_views(args.views),
         settings=runtime.settings,
-        bootstrap=runtime.bootstrap(),
+        clients=open_worker_clients(runtime.bootstrap(), runtime.kafka, topics[0]),
         store=runtime.store,
         control=runtime.control,
-        kafka=runtime.kafka,
     )
     worker.install_signal_handlers()
     log.info("worker %s running %s", args.id, ", ".join(map(str, tasks)))

@@ -55,7 +55,7 @@ from orchestration.runtime import Runtime
 from pipelines.control import TaskCrash, crash_plan
 from pipelines.kafka import partitions_of
 from pipelines.stopping import StopDeadline
-from pipelines.stream import StreamWorker, TaskId
+from pipelines.stream import StreamWorker, TaskId, open_worker_clients
 from pipelines.stream.worker import TaskEvent
 from pipelines.views.model import View
 
@@ -127,10 +127,9 @@ class Agent:
             [],
             self.views,
             self.settings,
-            runtime.bootstrap(),
+            open_worker_clients(runtime.bootstrap(), runtime.kafka, self.topic),
             runtime.store,
             runtime.control,
-            runtime.kafka,
             topic=self.topic,
             on_event=self._on_event,
         )

@@ -57,8 +57,7 @@ class PublisherRunner:
     def tick(self, leader: bool) -> None:
         """Start a pass if this agent leads, none is running and one is due (the first pass
         also opens the publisher, in its thread: importing pyiceberg and opening the tables
-        took 2.7 s on a loaded machine, and in the heartbeat's thread it cost a new leader
-        its lease)."""
+        takes seconds, which in the heartbeat's thread can cost a new leader its lease)."""
         if not leader or (self.thread is not None and self.thread.is_alive()):
             return
         if self.publisher is not None and not self.publisher.due():

@@ -142,7 +142,7 @@ def plan_changes(
 def _balance(assignments: Sequence[Assignment], load: Counter[str]) -> list[Change]:
     """Every hand-off that evens the loads out (within one task), planned at once: the
     busiest agents keep the larger shares, so the fewest tasks move, and they all move in
-    parallel (one at a time, a scale-up from 1 to 24 agents over 288 tasks took minutes)."""
+    parallel (one at a time, a large scale-up would take minutes)."""
     agents = sorted(load, key=lambda x: (-load[x], x))
     share, extra = divmod(sum(load.values()), len(agents))
     target = {a: share + (i < extra) for i, a in enumerate(agents)}

@@ -74,7 +74,7 @@ def catching_up(now_s: float, watermark: float | None, closing_ms: int, held: in
     of past event time, or a backlog being read), and fewer than :data:`MAX_STRETCH_HOURS`
     are waiting. Such hours are recorded together when the stretch ends (the fleet idles or
     reaches the present), so automation corrects them in one run instead of one per tick;
-    a live stream's hours close one by one as before."""
+    a live stream's hours close one by one."""
     if watermark is None or held >= MAX_STRETCH_HOURS:
         return False
     return now_s * 1000 - watermark > closing_ms + HOUR_MS

@@ -27,6 +27,7 @@ from pipelines.segments import (
     archive_events_key,
     archive_range_key,
     archive_ranges_prefix,
+    bucket_suffix,
     hour_start,
     to_parquet,
 )
@@ -59,8 +60,8 @@ ARCHIVE_SCHEMA = pa.schema(
 )
 ARCHIVE_DICTIONARY = ("org", "client", "event_type", "topic", "partition")
 """The archive's columns of few distinct values, dictionary-encoded; the others (ids, times,
-sizes, offsets) are not: a dictionary of unique values only slowed the writer (1.7x on the
-example events) and made the files larger."""
+sizes, offsets) are not: a dictionary of unique values only slows the writer and makes the
+files larger."""
 
 DEAD_LETTER_SCHEMA = pa.schema(
     [
@@ -78,7 +79,7 @@ DEAD_LETTER_SCHEMA = pa.schema(
 ROW_GROUP_ROWS = 65_536
 """Events a task buffers before they go to the encoding thread as row groups of its hourly
 files: between flushes memory holds these and compressed Parquet, not every decoded event
-(about 440 bytes each: 2.6 GB a minute at 100k msg/s)."""
+(gigabytes a minute at a worker's full rate)."""
 
 ALIGN_OFFSETS = 65_536
 """A virtual task cuts its ranges at multiples of this offset, so the ranges of a partition's
@@ -238,7 +239,7 @@ class ArchiveBuffer:
         data["offset"] = offsets
         data["kafka_timestamp"] = np.concatenate([b.kafka_timestamps for b in batches])
         columns = {f.name: pa.array(data[f.name], f.type) for f in ARCHIVE_SCHEMA if f.name in data}
-        # one value repeated in Arrow, not a Python string per row converted (50x faster)
+        # one value repeated in Arrow, not a Python string converted per row
         columns["topic"] = pa.repeat(pa.scalar(self.topic, pa.string()), len(offsets))
         return pa.table({f.name: columns[f.name] for f in ARCHIVE_SCHEMA}, schema=ARCHIVE_SCHEMA)
 
@@ -265,7 +266,7 @@ def discard_uncommitted(
     range removed (how far the task had flushed before it stopped), or ``offset`` if none."""
     removed = 0
     flushed = offset
-    suffix = ".json" if factor == 1 else f"-b{bucket}of{factor}.json"
+    suffix = bucket_suffix(bucket, factor) + ".json"
     for key in store.list(archive_ranges_prefix(topic, partition)):
         name = key.rsplit("/", 1)[1]
         if not name.endswith(suffix) or (factor == 1 and "-b" in name):

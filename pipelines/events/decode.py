@@ -277,8 +277,8 @@ def _check(value: bytes | None, max_message_bytes: int) -> tuple[str, str] | _Ev
 
 RUN = 32
 """Messages decoded by one ``map`` over the fast path. A run with a bad message is decoded
-again message by message, so the longer the run, the more a rare bad message costs; at the
-generator's 0.5% of bad messages 32 did best of 16 to 128 (docs/benchmarks.md)."""
+again message by message, so the longer the run, the more a rare bad message costs; 32 did
+best on the generator's share of bad messages (docs/benchmarks.md)."""
 
 
 def _one(value: bytes | None, max_message_bytes: int) -> tuple[str, str] | _Event:

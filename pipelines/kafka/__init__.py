@@ -1,6 +1,8 @@
-"""Kafka access for the data plane: the embedded broker and client helpers.
+"""Kafka access for the data plane: the embedded broker, a broker in memory for tests, and
+client helpers.
 
-May import: ``pipelines.config``, ``pipelines.exceptions``.
+May import: ``pipelines.config``, ``pipelines.events`` (the record batches a reader hands
+out), ``pipelines.exceptions``.
 """
 
 from pipelines.kafka.client import (

@@ -1,12 +1,14 @@
 """The stream worker's Kafka reader: one small interface, two clients behind it.
 
-librdkafka (confluent-kafka) reads an order of magnitude faster than kafka-python on the same
-broker (``benchmarks/ingest.py``); kafka-python stays supported and is the independent client
-the tests build their oracles with. ``SLUICE_KAFKA_CLIENT`` picks one (default confluent).
-What the worker needs: assign partitions at given offsets, poll records by partition as
-columns (offsets, timestamps, values, keys), commit an offset, and the log's start and end,
-where the end is the larger of what the broker lists and the high watermark fetches
-reported (the embedded broker under-reports the listed end, FACTS.md).
+librdkafka (confluent-kafka) reads much faster than kafka-python on the same broker
+(docs/kafka.md, ``benchmarks/ingest.py``); kafka-python stays supported and is the independent
+client the tests build their oracles with. ``SLUICE_KAFKA_CLIENT`` picks one (default
+confluent). What the worker needs: assign partitions at given offsets, poll records by
+partition as columns (offsets, timestamps, values, keys), commit an offset, and the log's start
+and end, where the end is the larger of what the broker lists and the high watermark fetches
+reported (the embedded broker lists the last batch's base offset + 1, short of the end when
+producers batch: docs/kafka.md), and for a checkpoint past that end, the end a fetch reports.
+:mod:`pipelines.kafka.memory` implements the same interface without a broker, for tests.
 """
 
 from __future__ import annotations
@@ -23,7 +25,13 @@ from kafka.structs import OffsetAndMetadata
 from pipelines.config import KafkaSettings
 from pipelines.events.decode import RecordBatch
 from pipelines.exceptions import BrokerUnavailable
-from pipelines.kafka.client import CONSUMER_FETCH, beginning_offsets, consumer, end_offsets
+from pipelines.kafka.client import (
+    CONSUMER_FETCH,
+    beginning_offsets,
+    consumer,
+    end_offsets,
+    fetched_log_end,
+)
 from pipelines.kafka.columns import by_partition
 
 __all__ = ["ConfluentReader", "KafkaPythonReader", "Reader", "RecordBatch", "open_reader"]
@@ -41,6 +49,11 @@ class Reader(Protocol):
         ...
 
     def commit(self, tp: TopicPartition, offset: int) -> None: ...
+
+    def fetched_end(self, tp: TopicPartition, near: int) -> int | None:
+        """The log end as a fetch just before ``near`` reports it, for a checkpoint found past
+        the listed end (which may under-report); None if no fetch answered in time."""
+        ...
 
     def beginning_offsets(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]: ...
 
@@ -80,6 +93,8 @@ class KafkaPythonReader:
     """kafka-python's KafkaConsumer (manual assignment; the group only stores commits)."""
 
     def __init__(self, bootstrap: str, kafka: KafkaSettings | None, group_id: str) -> None:
+        self.bootstrap = bootstrap
+        self.kafka = kafka
         # as librdkafka's below: an out-of-range fetch restarts at the log start, not its end
         self.client = consumer(bootstrap, kafka, group_id=group_id, auto_offset_reset="earliest")
         self.commits = Commits(self.client, (kafka or KafkaSettings()).timeout_s)
@@ -97,6 +112,9 @@ class KafkaPythonReader:
 
     def commit(self, tp: TopicPartition, offset: int) -> None:
         self.commits.commit(tp, offset)
+
+    def fetched_end(self, tp: TopicPartition, near: int) -> int | None:
+        return fetched_log_end(self.bootstrap, self.kafka, tp, near)
 
     def beginning_offsets(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
         return beginning_offsets(self.client, list(tps))
@@ -187,6 +205,9 @@ class ConfluentReader:
         an asynchronous one its close (and the process's exit) waits as long. The worker treats
         commits as a courtesy copy of the checkpoint, so a slow one is given up on."""
         self.commits.commit(tp, offset)
+
+    def fetched_end(self, tp: TopicPartition, near: int) -> int | None:
+        return fetched_log_end(self.bootstrap, self.kafka, tp, near)
 
     def _watermarks(
         self, tp: TopicPartition, cached: bool, timeout_s: float | None = None

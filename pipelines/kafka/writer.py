@@ -1,7 +1,7 @@
 """The generator's Kafka writer: send keyed messages fast, then wait for every delivery.
 
-librdkafka (confluent-kafka) produces an order of magnitude faster than kafka-python, whose
-producer spends ~100 µs per keyed send. ``SLUICE_KAFKA_CLIENT`` picks one, as for the reader
+librdkafka (confluent-kafka) produces much faster than kafka-python, whose producer does each
+keyed send's work in Python (docs/kafka.md). ``SLUICE_KAFKA_CLIENT`` picks one, as for the reader
 (:mod:`pipelines.kafka.reader`). A delivery that fails is counted and its error kept; flush
 raises if any failed, so a replay never reports messages that are not in the topic.
 """

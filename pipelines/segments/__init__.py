@@ -16,7 +16,7 @@ inside files are epoch milliseconds. Parquet files are zstd (:mod:`.parquet`). C
 live in the views' tables (``tables/<view>/``, :mod:`pipelines.tables`); the two ``older
 stores`` keys are read only by ``sluice tables migrate`` (:mod:`pipelines.serving.migrate`).
 
-May import: ``pipelines.storage`` only.
+May import: ``pipelines.exceptions`` and ``pipelines.storage`` only.
 """
 
 from pipelines.segments.columns import STATE_SUFFIX, is_state_column, state_column
@@ -29,6 +29,7 @@ from pipelines.segments.layout import (
     archive_range_key,
     archive_ranges_prefix,
     batch_prefix,
+    bucket_suffix,
     checkpoint_generation,
     checkpoint_key,
     checkpoint_prefix,
@@ -85,6 +86,7 @@ __all__ = [
     "archive_range_key",
     "archive_ranges_prefix",
     "batch_prefix",
+    "bucket_suffix",
     "checkpoint_generation",
     "checkpoint_key",
     "checkpoint_prefix",

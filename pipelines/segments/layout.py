@@ -15,6 +15,7 @@ __all__ = [
     "archive_range_key",
     "archive_ranges_prefix",
     "batch_prefix",
+    "bucket_suffix",
     "checkpoint_generation",
     "checkpoint_key",
     "checkpoint_prefix",
@@ -44,9 +45,15 @@ def realtime_prefix(view: str, segment_start_ms: int) -> str:
     return f"{segment_prefix(view, segment_start_ms)}realtime/"
 
 
+def bucket_suffix(bucket: int, factor: int) -> str:
+    """``-b5of8``: how a key names bucket 5 of 8 of a partition after the partition or offset
+    range it follows ("" for a whole partition, so its keys stay those of an unsplit one)."""
+    return "" if factor == 1 else f"-b{bucket}of{factor}"
+
+
 def task_label(partition: int, bucket: int = 0, factor: int = 1) -> str:
     """``3`` for a whole partition, ``3-b5of8`` for bucket 5 of 8 of it (a virtual task)."""
-    return str(partition) if factor == 1 else f"{partition}-b{bucket}of{factor}"
+    return f"{partition}{bucket_suffix(bucket, factor)}"
 
 
 def parse_task_label(label: str) -> tuple[int, int, int] | None:
@@ -128,8 +135,7 @@ def legacy_checkpoint_key(topic: str, partition: int) -> str:
 
 
 def _range_name(topic: str, partition: int, first: int, end: int, bucket: int, factor: int) -> str:
-    suffix = "" if factor == 1 else f"-b{bucket}of{factor}"
-    return f"{topic}-{partition}-{first}-{end}{suffix}"
+    return f"{topic}-{partition}-{first}-{end}{bucket_suffix(bucket, factor)}"
 
 
 def archive_events_key(
@@ -158,7 +164,7 @@ def archive_ranges_prefix(topic: str, partition: int) -> str:
 def archive_range_key(
     topic: str, partition: int, first: int, end: int, bucket: int = 0, factor: int = 1
 ) -> str:
-    suffix = "" if factor == 1 else f"-b{bucket}of{factor}"
+    suffix = bucket_suffix(bucket, factor)
     return f"{archive_ranges_prefix(topic, partition)}{first:020d}-{end:020d}{suffix}.json"
 
 

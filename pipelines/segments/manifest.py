@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from pipelines.exceptions import SluiceError
 from pipelines.segments.layout import published_key
 from pipelines.storage import ObjectStore
 
 __all__ = ["ManifestError", "PublishedManifest", "read_manifest", "write_manifest"]
 
 
-class ManifestError(ValueError):
+class ManifestError(SluiceError, ValueError):
     """A ``_published.json`` that is not a manifest (truncated, edited by hand)."""
 
 

@@ -3,7 +3,15 @@
 May import: the rest of ``pipelines`` (events, views, archive, segments, storage, control, kafka).
 """
 
+from pipelines.stream.clients import WorkerClients, consumer_group, open_worker_clients
 from pipelines.stream.task import StreamTask
-from pipelines.stream.worker import StreamWorker, TaskId, consumer_group
+from pipelines.stream.worker import StreamWorker, TaskId
 
-__all__ = ["StreamTask", "StreamWorker", "TaskId", "consumer_group"]
+__all__ = [
+    "StreamTask",
+    "StreamWorker",
+    "TaskId",
+    "WorkerClients",
+    "consumer_group",
+    "open_worker_clients",
+]

@@ -31,7 +31,6 @@ from pipelines.settings import MAX_BUCKET_FACTOR
 __all__ = [
     "MAX_FACTOR",
     "backlog_share",
-    "bucket_label",
     "check_bucket",
     "children",
     "key_hashes",
@@ -92,8 +91,3 @@ def backlog_share(gap: int, factor: int) -> int:
     """A bucket's share of its partition's offset gap (rounded up): what lag and status count
     as its backlog, since it keeps about 1/factor of the records it reads."""
     return -(-max(0, gap) // factor)
-
-
-def bucket_label(bucket: int, factor: int) -> str:
-    """``b3of8``: how storage keys name a bucket ("" for a whole partition)."""
-    return "" if factor == 1 else f"b{bucket}of{factor}"

@@ -48,8 +48,8 @@ def dead_letter_message(topic: str, partition: int, letter: DeadLetter) -> tuple
 class KafkaDeadLetterSink:
     """Dead letters through the worker's Kafka writer (:mod:`pipelines.kafka.writer`, the client
     ``SLUICE_KAFKA_CLIENT`` names): with librdkafka a send queues the message in C and returns,
-    where kafka-python's producer spent about 100 us a send and ran its network loop in
-    Python, holding the GIL the tasks need."""
+    where kafka-python's producer does each send's work and runs its network loop in Python,
+    holding the GIL the tasks need."""
 
     def __init__(self, writer: Writer, topic: str, timeout_s: float) -> None:
         self.writer = writer

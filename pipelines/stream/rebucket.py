@@ -27,6 +27,7 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
+from pipelines.exceptions import SluiceError
 from pipelines.segments import read_parquet, realtime_key, to_parquet
 from pipelines.storage import ObjectStore
 from pipelines.stream.buckets import children, value_hashes
@@ -40,7 +41,7 @@ __all__ = ["RebucketError", "merge_tasks", "split_task"]
 log = logging.getLogger(__name__)
 
 
-class RebucketError(ValueError):
+class RebucketError(SluiceError, ValueError):
     """A split or merge that cannot be done (a session view, a missing checkpoint)."""
 
 

@@ -1,9 +1,11 @@
 """A stream worker: one process running the tasks the job model gave it.
 
 It consumes its partitions by manual assignment (no group rebalancing: the control plane
-decides who runs what), feeds each task its records (the virtual tasks of one partition on
-this worker share one read, from the lowest of their offsets, and its key hashes), flushes and checkpoints on schedule,
-and reports per-task metrics to the control store. SIGTERM or SIGINT stop it gracefully,
+decides who runs what) through the clients it is given (:mod:`pipelines.stream.clients`: a
+broker's, or the in-memory ones of :mod:`pipelines.kafka.memory`), feeds each task its records
+(the virtual tasks of one partition on this worker share one read, from the lowest of their
+offsets, and its key hashes), flushes and checkpoints on schedule, and reports per-task
+metrics to the control store. SIGTERM or SIGINT stop it gracefully,
 with a final checkpoint; SIGKILL loses nothing either, since it resumes from the last one.
 
 An agent drives a worker through its job model: :meth:`StreamWorker.start_task` and
@@ -14,7 +16,7 @@ that task alone: it is dropped without writing and reported with the offsets it 
 and the traceback's last line, so its next start can take them one record at a time and
 quarantine the record that crashes it again (:mod:`pipelines.control.crashes`); the worker and
 its other tasks go on. Without an agent the worker runs the tasks it was built with, and a
-crash stops the process as before (nothing would restart the task).
+crash stops the process (nothing would restart the task).
 
 Utilisation (busy time over wall time) counts decoding, processing, flushes and checkpoints,
 not waiting for the broker, so rate / utilisation estimates what the worker could carry. With
@@ -39,21 +41,19 @@ from dataclasses import dataclass
 from kafka import TopicPartition
 from kafka.errors import KafkaError
 
-from pipelines.config import KafkaSettings, SluiceSettings
+from pipelines.config import SluiceSettings
 from pipelines.control import ControlStore, TaskCrash, TaskStatus, crash_plan
 from pipelines.exceptions import BrokerUnavailable, StorageError, TaskFenced, ViewCrash
-from pipelines.kafka import fetched_log_end
-from pipelines.kafka.reader import open_reader
-from pipelines.kafka.writer import open_writer
 from pipelines.stopping import StopDeadline, on_stop_signals
 from pipelines.storage import ObjectStore
 from pipelines.stream.buckets import key_hashes
+from pipelines.stream.clients import WorkerClients
 from pipelines.stream.dead_letters import KafkaDeadLetterSink
 from pipelines.stream.task import StreamTask
 from pipelines.stream.task_id import TaskId
 from pipelines.views.model import View
 
-__all__ = ["StreamWorker", "TaskEvent", "TaskId", "consumer_group"]
+__all__ = ["StreamWorker", "TaskEvent", "TaskId"]
 
 log = logging.getLogger(__name__)
 
@@ -109,11 +109,6 @@ class _Stop:
     reason: str
 
 
-def consumer_group(topic: str) -> str:
-    """The consumer group whose committed offsets mirror the checkpoints of a topic's tasks."""
-    return f"sluice-{topic}"
-
-
 GC_YOUNG_THRESHOLD = 10_000
 """Allocations between collections of the youngest generation (Python's default: 700)."""
 
@@ -121,9 +116,8 @@ GC_YOUNG_THRESHOLD = 10_000
 def tune_collector() -> None:
     """Collect cyclic garbage less often in a worker: its hot path allocates many small
     objects that die young (events, session pieces) and makes no cycles, and each collection
-    also walked every object the worker holds (open windows and sessions). What is alive at
-    start (modules, settings, views) is frozen out of the collector's walks. Measured on the
-    example views: about a quarter more events per second (docs/benchmarks.md)."""
+    also walks every object the worker holds (open windows and sessions). What is alive at
+    start (modules, settings, views) is frozen out of the collector's walks."""
     gc.freeze()
     young, middle, old = gc.get_threshold()
     gc.set_threshold(max(young, GC_YOUNG_THRESHOLD), middle, old)
@@ -136,10 +130,9 @@ class StreamWorker:
         tasks: Sequence[TaskId],
         views: Sequence[View],
         settings: SluiceSettings,
-        bootstrap: str,
+        clients: WorkerClients,
         store: ObjectStore,
         control: ControlStore | None = None,
-        kafka: KafkaSettings | None = None,
         *,
         topic: str | None = None,
         on_event: Callable[[TaskEvent], None] | None = None,
@@ -154,21 +147,19 @@ class StreamWorker:
         self.on_event = on_event
         self.commands: queue.SimpleQueue = queue.SimpleQueue()
         self.settings = settings
-        self.bootstrap = bootstrap
         self.store = store
         self.control = control
-        self.kafka = kafka
         self.stop_event = threading.Event()
-        self.kafka_timeout_s = (kafka or KafkaSettings()).timeout_s
-        self.dead_letter_writer = open_writer(bootstrap, kafka)
+        self.reader = clients.reader
+        """What the worker reads with, given by whoever built it (a broker's client, or the
+        in-memory reader of :mod:`pipelines.kafka.memory`); closed when the worker stops."""
+        self.dead_letter_writer = clients.dead_letters
         self.sink = KafkaDeadLetterSink(
-            self.dead_letter_writer, settings.dead_letter_topic, self.kafka_timeout_s
+            self.dead_letter_writer, settings.dead_letter_topic, clients.timeout_s
         )
         self.tasks: dict[TaskId, StreamTask] = {}
         for t in tasks:
             self.commands.put(_Start(t, None, tuple(views), None))
-        self.reader = open_reader(bootstrap, kafka, consumer_group(self.topic))
-        """The client the worker reads with (SLUICE_KAFKA_CLIENT)."""
         self.busy_s = 0.0
         self.seconds: Counter[str] = Counter()
         """Wall seconds spent reading (polls that returned records), flushing, checkpointing."""
@@ -271,7 +262,7 @@ class StreamWorker:
             start = self.reader.beginning_offsets([tp]).get(tp, 0)
             end = self.reader.end_offsets([tp]).get(tp, 0)
             if offset is not None and offset > end:  # ListOffsets may under-report: ask a fetch
-                end = max(end, fetched_log_end(self.bootstrap, self.kafka, tp, offset) or 0)
+                end = max(end, self.reader.fetched_end(tp, offset) or 0)
             if offset is None:
                 task.start_at(start)
             elif not start <= offset <= end:  # checked here, not left to auto.offset.reset

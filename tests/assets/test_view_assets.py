@@ -1,6 +1,7 @@
 """Assets materialize in-process on a small real archive; the correction check passes and fails.
 
-One module for everything that needs Spark, so the session starts once (FACTS.md: ~7 s).
+One module for everything that needs Spark, so the session starts once (it takes
+seconds to start).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """benchmarks/batch.py runs, on a tiny input, and its two engines agree on every view kind.
 
-The benchmark stopped running once a session view was added to the example file (its DuckDB
-side computed ``event_time % 0``) and nobody noticed: this runs its comparison as the shipped
+A benchmark that no test runs can break unnoticed (a session view in the example file once
+made its DuckDB side compute ``event_time % 0``): this runs its comparison as the shipped
 command does, over the shipped views, on 3,000 events.
 """
 

@@ -344,7 +344,7 @@ def rebucket_stream(broker, tmp_path_factory):
 
 
 def test_chaos_during_splits_and_merges_strands_no_task(tmp_path, broker, pg_url, rebucket_stream):
-    """Issue 27: PostgreSQL, factor up to 4, agents joining and leaving so that partitions
+    """PostgreSQL, factor up to 4, agents joining and leaving so that partitions
     split and merge during the faults: the leader SIGKILLed in a split and in a merge, the
     owner of a task stopping for a merge SIGKILLed, a spot notice during a merge. At the end
     every task runs, nothing is left marked, the backlog is 0 and the views equal the oracle.

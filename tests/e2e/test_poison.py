@@ -1,4 +1,4 @@
-"""No record stops a task (issue 27): hostile messages among valid ones are dead-lettered once
+"""No record stops a task: hostile messages among valid ones are dead-lettered once
 each with a reason, and a view that raises on one record gets that record quarantined, while
 two ``sluice agent`` processes go on and every task ends Running. Judged against an oracle
 computed from the topic (read back with kafka-python) and the dead-letter topic read with its
@@ -156,7 +156,7 @@ def _run_two_agents(tmp_path, broker, stream, **env) -> Agents:
 
 
 def test_hostile_messages_are_dead_lettered_once_each_and_no_agent_stops(broker, tmp_path):
-    """The twenty messages of issue 27 (the 5,000-deep one crashed every agent) among valid
+    """Twenty hostile messages (a 5,000-deep one once crashed every agent) among valid
     events, on two agents: each hostile message is dead-lettered once with its reason, no
     valid one is, every task ends Running, the views equal the oracle."""
 

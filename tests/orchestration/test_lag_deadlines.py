@@ -1,6 +1,6 @@
-"""The regression test of issue 27's hang: with the broker gone, the supervisor's lag probe
-(end offsets and the newest records, `orchestration/lag.py`) blocked in kafka-python's
-``end_offsets`` for good. It now answers, or raises BrokerUnavailable, within its deadline
+"""With the broker gone, the supervisor's lag probe (end offsets and the newest records,
+`orchestration/lag.py`) must not block in kafka-python's ``end_offsets`` for good (it did,
+and hung the supervisor): it answers, or raises BrokerUnavailable, within its deadline
 (SLUICE_KAFKA_TIMEOUT_S, here 1 s), against a broker killed, a broker hung (SIGSTOP) and a
 black hole (accepts connections, never answers)."""
 

@@ -36,8 +36,8 @@ def test_fleet_status_is_the_worst_task():
 
 
 def test_status_summary_is_not_ok_while_a_task_is_stale(tmp_path, monkeypatch, capsys) -> None:
-    """Seen by a user: `OK  4 tasks` while two tasks of a disabled worker had been dead for
-    minutes; the per-task column was `-` for every task."""
+    """A summary must not say `OK  4 tasks` while two tasks of a disabled worker have been dead
+    for minutes, nor the per-task column `-` for every task."""
     import json
     import time
 

@@ -37,7 +37,7 @@ def test_status_into_a_pipe_prints_the_tables_once_and_exits(tmp_path) -> None:
         },
         capture_output=True,  # stdout is a pipe, not a terminal: no live refresh
         text=True,
-        timeout=60,  # before the fix it printed the views table and refreshed forever
+        timeout=60,  # a status that refreshed forever on a pipe would never return
     )
     assert done.returncode == 0, done.stderr
     assert "events:0" in done.stdout and "tasks" in done.stdout

@@ -1,8 +1,8 @@
 """One rule for what a view is and whether it runs: the newest change wins, file or deployment.
 
-Defects these tests were written against: a view disabled in views.yaml after it had been
-deployed kept running (the deployment always won), and `sluice query` resolved a view from the
-file only, so after a deployment with another definition every realtime segment was skipped.
+So a view disabled in views.yaml after it was deployed stops (the deployment does not always
+win), and `sluice query` resolves a view from file and deployments alike (from the file only,
+after a deployment with another definition, every realtime segment would be skipped).
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from pipelines.generator import GeneratorOptions, load_trace, replay
 from pipelines.kafka import ensure_topics, producer
 from pipelines.segments import RangeRecord, archive_range_key, hour_label, read_range_records
 from pipelines.storage import LocalObjectStore, ObjectStore
-from pipelines.stream import StreamWorker, TaskId
+from pipelines.stream import StreamWorker, TaskId, open_worker_clients
 from pipelines.testing import StreamRun, run_stream
 from quality.completeness import merge_ranges
 from quality.lineage import check_nothing_lost, format_offsets
@@ -280,7 +280,8 @@ def test_against_the_broker_a_removed_file_can_be_replayed(broker, topic_name, t
     )
     store = LocalObjectStore(str(tmp_path / "storage"))
     tasks = [TaskId(topic_name, p) for p in range(2)]
-    worker = StreamWorker("lineage", tasks, [], settings, broker.bootstrap, store)
+    clients = open_worker_clients(broker.bootstrap, None, topic_name)
+    worker = StreamWorker("lineage", tasks, [], settings, clients, store)
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     produced = 0

@@ -414,8 +414,8 @@ def _write_views(path, topic: str) -> None:
 
 def _log_end(bootstrap: str, topic: str) -> dict[int, int]:
     """How many records each partition holds, counted by reading it back: ListOffsets on the
-    embedded broker answers the last batch's base offset + 1 (FACTS.md), which is short of the
-    log end whenever the producer's last batch held more than one record."""
+    embedded broker answers the last batch's base offset + 1 (docs/kafka.md), which is short of
+    the log end whenever the producer's last batch held more than one record."""
     return {p: len(values) for p, values in read_partitions(bootstrap, topic, PARTITIONS).items()}
 
 

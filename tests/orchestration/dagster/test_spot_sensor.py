@@ -15,7 +15,7 @@ from orchestration.recovery_jobs import evacuate_spot_instance
 from orchestration.sensors.spot import make_spot_interruption_sensor
 from orchestration.settings import SpotSettings
 from tests.fixtures.moto import aws_test_credentials
-from tests.orchestration.test_fleet_notices import event, lifecycle
+from tests.orchestration.fleet.test_notices import event, lifecycle
 
 
 @pytest.fixture

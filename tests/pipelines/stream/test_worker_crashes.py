@@ -1,4 +1,4 @@
-"""A real worker on the real broker, driven as an agent drives it (``on_event``): a task whose
+"""A real worker (reading an in-memory broker), driven as an agent drives it (``on_event``): a task whose
 batch raises is dropped alone with the offsets it was processing, the worker and its other
 tasks go on, and a restart with its crashes quarantines the record and finishes the rest."""
 
@@ -13,14 +13,13 @@ import pytest
 
 from pipelines.config import SluiceSettings
 from pipelines.control import TaskCrash
-from pipelines.kafka import ensure_topics, producer
+from pipelines.kafka.memory import MemoryBroker
 from pipelines.storage import LocalObjectStore
 from pipelines.stream import StreamWorker, TaskId
 from pipelines.views import parse_views
 from tests.fixtures import poison as poison_fixture  # registers fails_on
 from tests.fixtures.processes import wait_until
-
-pytestmark = pytest.mark.broker
+from tests.fixtures.stream import memory_clients
 
 COUNT = 400
 POISON_AT = 250  # in partition 0
@@ -52,8 +51,7 @@ def _views(topic: str, poison: str):
     )
 
 
-def _produce(bootstrap: str, topic: str, poison: str) -> None:
-    out = producer(bootstrap)
+def _produce(broker: MemoryBroker, topic: str, poison: str) -> None:
     now_ms = int(time.time() * 1000)
     for i in range(COUNT):
         for partition in (0, 1):
@@ -67,20 +65,19 @@ def _produce(bootstrap: str, topic: str, poison: str) -> None:
                 "session_id": "s",
                 "event_type": "view",
             }
-            out.send(topic, value=orjson.dumps(event), key=b"k", partition=partition)
-    out.flush()
-    out.close()
+            broker.send(topic, b"k", orjson.dumps(event), partition=partition)
 
 
 @pytest.mark.parametrize(("poison", "crash_names_the_record"), [("boom", True), ("oserror", False)])
 def test_a_crash_drops_its_task_alone_and_a_restart_quarantines_the_record(
-    broker, tmp_path, monkeypatch, poison, crash_names_the_record
+    tmp_path, monkeypatch, poison, crash_names_the_record
 ) -> None:
     """``oserror``: a failure of what the task talks to (here the view raises OSError) names
     no offsets, so it can never get a record quarantined."""
     topic = f"crash-{uuid.uuid4().hex[:8]}"
-    ensure_topics(broker.bootstrap, {topic: 2, f"{topic}.dlq": 1})
-    _produce(broker.bootstrap, topic, poison)
+    broker = MemoryBroker()
+    broker.create_topic(topic, 2)
+    _produce(broker, topic, poison)
     settings = SluiceSettings(
         state_dir=tmp_path / "state",
         dead_letter_topic=f"{topic}.dlq",
@@ -104,7 +101,7 @@ def test_a_crash_drops_its_task_alone_and_a_restart_quarantines_the_record(
         [],
         views,
         settings,
-        broker.bootstrap,
+        memory_clients(broker, topic),
         LocalObjectStore(settings.resolved_storage_root),
         topic=topic,
         on_event=on_event,
@@ -157,6 +154,10 @@ def test_a_crash_drops_its_task_alone_and_a_restart_quarantines_the_record(
         )
         task = worker.tasks[TaskId(topic, 0)]
         assert task.dead_lettered == {"crashed_task": 1}
+        letters = [orjson.loads(r.value) for r in broker.records(f"{topic}.dlq", 0)]
+        assert [(m["source_partition"], m["source_offset"], m["reason"]) for m in letters] == [
+            (0, POISON_AT, "crashed_task")
+        ]
         assert task.states["counts"].processed == COUNT - 1
         assert sum(e.kind == "crashed" for e in events) == 2
         assert running_at_crash == [True, True]

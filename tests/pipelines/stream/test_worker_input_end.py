@@ -4,24 +4,21 @@ so the hours would otherwise wait for the checkpoint interval."""
 
 from __future__ import annotations
 
-import pytest
+from kafka import TopicPartition
 
 from pipelines.config import SluiceSettings
 from pipelines.generator import GeneratorOptions
-from pipelines.kafka import exact_end_offsets
+from pipelines.kafka.memory import MemoryBroker
 from tests.fixtures.processes import wait_until
-from tests.fixtures.stream import example_views_on, read_records, replayed_topic, start_worker
-
-pytestmark = pytest.mark.broker
+from tests.fixtures.stream import example_views_on, replayed_topic, start_worker
 
 
-def test_a_worker_checkpoints_once_it_has_read_the_input_to_its_recorded_end(
-    broker, tmp_path
-) -> None:
+def test_a_worker_checkpoints_once_it_has_read_the_input_to_its_recorded_end(tmp_path) -> None:
+    broker = MemoryBroker()
     options = GeneratorOptions(max_events=3_000, peak_rate=3_000, speedup=480)
-    topic = replayed_topic(broker.bootstrap, "ended", 2, options)
-    # the topic's ends as another client reads them
-    ends = {p: rs[-1].offset + 1 for p, rs in read_records(broker.bootstrap, topic, 2).items()}
+    topic = replayed_topic(broker, "ended", 2, options)
+    # the topic's ends as the records it holds say
+    ends = {p: broker.records(topic, p)[-1].offset + 1 for p in range(2)}
     settings = SluiceSettings(
         state_dir=tmp_path / "state",
         dead_letter_topic=f"{topic}.dlq",
@@ -29,9 +26,7 @@ def test_a_worker_checkpoints_once_it_has_read_the_input_to_its_recorded_end(
         checkpoint_interval_s=3600.0,  # never, within this test, but for the input's end
         status_interval_s=0.2,
     )
-    worker, control, thread = start_worker(
-        broker.bootstrap, topic, 2, example_views_on(topic), settings
-    )
+    worker, control, thread = start_worker(broker, topic, 2, example_views_on(topic), settings)
     try:
 
         def tasks() -> dict[int, object]:
@@ -54,7 +49,8 @@ def test_a_worker_checkpoints_once_it_has_read_the_input_to_its_recorded_end(
         wait_until(five_more_reports, 30, "five more status reports")
         assert all(s.checkpointed_offset is None for s in tasks().values())
 
-        control.input_ends.record(topic, exact_end_offsets(broker.bootstrap, None, topic))
+        listed = {p: broker.bounds(TopicPartition(topic, p))[1] for p in range(2)}
+        control.input_ends.record(topic, listed)
         assert dict(control.input_ends.of_topic(topic).end_offsets) == ends
         wait_until(
             lambda: all(tasks()[p].checkpointed_offset == ends[p] for p in ends),

@@ -1,5 +1,6 @@
-"""The per-worker rate cap (SLUICE_WORKER_MAX_RATE): a real worker on the real broker never
-processes faster than its cap, reports itself busy while throttled, and still stops promptly."""
+"""The per-worker rate cap (SLUICE_WORKER_MAX_RATE): a real worker (reading an in-memory broker)
+never processes faster than its cap, reports itself busy while throttled, and still stops
+promptly."""
 
 from __future__ import annotations
 
@@ -10,14 +11,12 @@ import orjson
 import pytest
 
 from pipelines.config import SluiceSettings
-from pipelines.kafka import ensure_topics, producer
+from pipelines.kafka.memory import MemoryBroker
 from pipelines.stream import StreamWorker
 from pipelines.stream.worker import THROTTLE_SLICE_S
 from pipelines.views import parse_views
 from tests.fixtures.processes import wait_until
 from tests.fixtures.stream import start_worker
-
-pytestmark = pytest.mark.broker
 
 PARTITIONS = 2
 
@@ -38,8 +37,7 @@ def _views(topic: str):
     )
 
 
-def _produce(bootstrap: str, topic: str, count: int) -> None:
-    out = producer(bootstrap)
+def _produce(broker: MemoryBroker, topic: str, count: int) -> None:
     now_ms = int(time.time() * 1000)
     for i in range(count):
         event = {
@@ -51,20 +49,19 @@ def _produce(bootstrap: str, topic: str, count: int) -> None:
             "session_id": "s",
             "event_type": "view",
         }
-        out.send(topic, value=orjson.dumps(event), key=b"k", partition=i % PARTITIONS)
-    out.flush()
-    out.close()
+        broker.send(topic, b"k", orjson.dumps(event), partition=i % PARTITIONS)
 
 
 @pytest.fixture
-def capped_worker(broker, tmp_path):
+def capped_worker(tmp_path):
     """Start a worker on a fresh topic in a thread: (worker, control store, thread, topic)."""
     started = []
+    broker = MemoryBroker()
 
     def start(messages: int, max_rate: float):
         topic = f"cap-{uuid.uuid4().hex[:8]}"
-        ensure_topics(broker.bootstrap, {topic: PARTITIONS, f"{topic}.dlq": 1})
-        _produce(broker.bootstrap, topic, messages)
+        broker.create_topic(topic, PARTITIONS)
+        _produce(broker, topic, messages)
         settings = SluiceSettings(
             state_dir=tmp_path / "state",
             dead_letter_topic=f"{topic}.dlq",
@@ -73,9 +70,7 @@ def capped_worker(broker, tmp_path):
             status_interval_s=0.3,
             worker_max_rate=max_rate,
         )
-        worker, control, thread = start_worker(
-            broker.bootstrap, topic, PARTITIONS, _views(topic), settings
-        )
+        worker, control, thread = start_worker(broker, topic, PARTITIONS, _views(topic), settings)
         started.append((worker, control, thread))
         return worker, control, thread
 

@@ -3,20 +3,18 @@ aggregating, archiving, flushing and checkpointing, each between 0 and 1, togeth
 
 from __future__ import annotations
 
-import pytest
-
 from pipelines.config import SluiceSettings
 from pipelines.generator import GeneratorOptions
+from pipelines.kafka.memory import MemoryBroker
 from pipelines.stream.worker import TIME_PARTS
 from tests.fixtures.processes import wait_until
 from tests.fixtures.stream import example_views_on, replayed_topic, start_worker
 
-pytestmark = pytest.mark.broker
 
-
-def test_the_worker_reports_its_time_shares(broker, tmp_path) -> None:
+def test_the_worker_reports_its_time_shares(tmp_path) -> None:
+    broker = MemoryBroker()
     options = GeneratorOptions(max_events=40_000, peak_rate=40_000, speedup=120)
-    topic = replayed_topic(broker.bootstrap, "shares", 2, options)
+    topic = replayed_topic(broker, "shares", 2, options)
     settings = SluiceSettings(
         state_dir=tmp_path / "state",
         dead_letter_topic=f"{topic}.dlq",
@@ -25,9 +23,7 @@ def test_the_worker_reports_its_time_shares(broker, tmp_path) -> None:
         status_interval_s=0.3,
         worker_max_rate=20_000,  # long enough to report several times while busy
     )
-    worker, control, thread = start_worker(
-        broker.bootstrap, topic, 2, example_views_on(topic), settings
-    )
+    worker, control, thread = start_worker(broker, topic, 2, example_views_on(topic), settings)
     seen: list[dict[str, float]] = []
     try:
 

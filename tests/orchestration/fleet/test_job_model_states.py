@@ -11,7 +11,7 @@ no step depends on the clock; a lease move is a new :class:`Coordinator` with no
 After every step: the tasks of each partition cover its key-hash space exactly once (bucket
 ``b`` of factor ``F`` holds the hashes ``h`` with ``h mod F == b``), each owned by at most one
 agent that the model knows. When the faults stop, every task runs again within a bounded
-number of coordinator passes (liveness): this found the stranded merge of issue 27.
+number of coordinator passes (liveness), which is how a merge left stranded shows.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Every split or merge finishes or rolls back (issue 27), on both control-store backends.
+"""Every split or merge finishes or rolls back, on both control-store backends.
 
 The stranded merge: a merge asked two buckets to stop; one stopped (Waiting ``@merge``), the
 other's agent restarted, and its half went back to Running elsewhere. Six tasks then waited
@@ -76,7 +76,8 @@ def _settle(control: ControlStore, store: LocalObjectStore, passes: int = 8) -> 
 
 
 def test_the_stranded_merge_is_cancelled_by_the_next_leader(control_url, tmp_path):
-    """Issue 27's sequence: one half stops for the merge, the other's agent restarts."""
+    """The stranded merge's sequence: one half stops for the merge, the other's agent
+    restarts."""
     control, store, coordinator = _two_halves(control_url, tmp_path)
     rows = _ask_for_a_merge(control, coordinator)
     owner = {a.agent_id: a.task for a in rows.values()}

@@ -1,6 +1,6 @@
 """The leader's realtime publisher never holds up the heartbeat: not while a pass commits, and
 not while its first pass opens the tables (imports pyiceberg, connects the catalog), which
-once took 2.7 s on a loaded machine inside the control tick and cost a new leader its lease."""
+takes seconds: inside the control tick it can cost a new leader its lease."""
 
 from __future__ import annotations
 
