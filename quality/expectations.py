@@ -351,7 +351,7 @@ class SuiteResult:
     outcomes: tuple[ExpectationOutcome, ...]
     row_bounds: RowBounds | None
     seconds: float
-    """Wall time of the great-expectations validation alone."""
+    """Wall time of the great-expectations run alone (its context and the validation)."""
     empty_segments: int = 0
     """Segments of the range without archived events, not checked."""
 
