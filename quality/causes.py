@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 import duckdb
 import pyarrow as pa
 
-from pipelines.aggregators import Aggregator
+from pipelines.aggregators import Aggregator, Reconciled
 from pipelines.segments import (
     HOUR_MS,
     RangeRecord,
@@ -220,8 +220,12 @@ def archive_columns(views: Sequence[View]) -> list[str]:
     grouping columns and the fields of their ``where:`` filters."""
     columns = {c for v in views for c in v.grouping_cols}
     columns |= {f for v in views if v.filter is not None for f in v.filter.fields}
-    columns |= {
-        c for v in views for a in v.aggregators if a.name == "quantiles" for c in a.columns_read()
+    columns |= {  # quantiles are judged by rank among the window's own values
+        c
+        for v in views
+        for a in v.aggregators
+        if a.description.reconciled is Reconciled.QUANTILE_RANK
+        for c in a.columns_read()
     }
     return sorted(columns - {"event_id", "event_time"})
 

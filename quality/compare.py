@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from pipelines.aggregators import Reconciled
 from pipelines.exceptions import ConfigError
 from pipelines.views.model import View
 from quality.config import CheckSettings
@@ -47,17 +48,6 @@ __all__ = [
 EXACT = "exact"
 APPROXIMATE = "approximate"
 INFORMATIONAL = "informational"
-
-_APPROXIMATE_AGGREGATIONS = {
-    "approx_count_distinct",
-    "quantiles",
-    "hll_bounds",
-    "theta_distinct",
-    "theta_bounds",
-    "cdf",
-    "histogram",
-}
-_INFORMATIONAL_AGGREGATIONS = {"top_k", "frequent_items"}
 
 
 @dataclass(frozen=True)
@@ -209,18 +199,19 @@ class Comparison:
 
 
 def metric_kinds(view: View) -> dict[str, str]:
-    """Per output column of ``view``: exact, approximate (sketch) or informational (ranking)."""
-    kinds = {}
-    for agg in view.aggregators:
-        if agg.name in _INFORMATIONAL_AGGREGATIONS:
-            kind = INFORMATIONAL
-        elif agg.name in _APPROXIMATE_AGGREGATIONS:
-            kind = APPROXIMATE
-        else:
-            kind = EXACT
-        for out in agg.output_fields():
-            kinds[out.name] = kind
-    return kinds
+    """Per output column of ``view``: exact, approximate (sketch) or informational (ranking),
+    as each aggregation's description says it is reconciled."""
+    return {
+        out.name: _kind(agg.description.reconciled)
+        for agg in view.aggregators
+        for out in agg.output_fields()
+    }
+
+
+def _kind(how: Reconciled) -> str:
+    if how.exact:
+        return EXACT
+    return INFORMATIONAL if how.informational else APPROXIMATE
 
 
 def _statistic(metric: MetricError, statistic: str) -> float:

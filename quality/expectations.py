@@ -1,40 +1,37 @@
 """Great-expectations suites for the corrected views: what every corrected segment must satisfy.
 
-Each suite is derived from a :class:`View` alone, so a new view gets its expectations without
-code here:
+Each suite is derived from a :class:`View` and its aggregations' own descriptions
+(:class:`~pipelines.aggregators.Description`), so a new view or aggregation gets its
+expectations without code here:
 
 - completeness: every window starting in the checked segments is present and no other
   (windows, not groups: a quiet group may legitimately have no row), window_start non-null;
-- non-negative counts (count, count_distinct, approx_count_distinct), and non-negative sums,
-  means, minima, maxima, quantiles, first and last values of fields the event schema keeps
-  non-negative;
-- distinct <= count where a view has both a distinct metric and a row count;
-- quantile order: each lower quantile column <= the next one;
+- every numeric metric within its range (:func:`quality.schemas.metrics.output_rules`):
+  counts, distinct counts, variances and histogram bins >= 0, shares in [0, 1], values of
+  the input (min, mean, quantiles, first, ...) and sums within the input column's range;
+- distinct counts and filtered counts <= the row's count of all its events;
+- ordered outputs: each lower quantile column <= the next one, shares of a CDF in order, an
+  estimate between its lower and upper bound;
 - row count within bounds learned from the published corrections of the segments before the
   checked ones (a warning, not an error: traffic moves; see :class:`ExpectationSettings`).
 
-Validation runs in one ephemeral great-expectations context per process (no files, no
-network) over a pandas frame, and returns a plain :class:`SuiteResult`. Importing
-great-expectations takes 5-9 s of CPU, so it happens on first use, never at import of this
-module (Dagster loads the code location without paying for it), without pyspark (see
-:func:`_without_pyspark`), and a run that will check can start it early in a background
-thread (:func:`preload`) while it waits on Spark.
+A check builds its suite, an ephemeral great-expectations context (no files, no network) with
+a pandas data source and a validation definition, runs it over the table, and returns a plain
+:class:`SuiteResult`. great-expectations is imported inside the functions that build and run
+suites, so only processes that check pay for its import (stream workers, the CLI and Dagster's
+code location never do).
 """
 
 from __future__ import annotations
 
-import importlib.abc
 import itertools
 import json
 import logging
 import math
 import os
 import statistics
-import sys
-import threading
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -52,13 +49,14 @@ from pipelines.storage import ObjectStore
 from pipelines.tables import Tables
 from pipelines.views.model import WINDOW_START, View
 from quality.config import ExpectationSettings
+from quality.schemas.metrics import counted_pairs, output_rules
+from quality.schemas.spec import Rule, RuleKind
 
 if TYPE_CHECKING:
     import great_expectations as gx
 
 __all__ = [
     "CRITICAL",
-    "NON_NEGATIVE_FIELDS",
     "WARNING",
     "ExpectationOutcome",
     "RowBounds",
@@ -68,29 +66,20 @@ __all__ = [
     "checked_range",
     "expected_windows",
     "learn_row_bounds",
-    "preload",
     "validate_table",
     "validate_view",
 ]
 
 log = logging.getLogger(__name__)
 
-PRELOAD_NICENESS = 10
-"""Niceness of :func:`preload`'s thread: below the Spark job it overlaps."""
-
 CRITICAL = "critical"
 """Severity of expectations a correct segment can never break."""
 WARNING = "warning"
 """Severity of expectations learned from history: traffic may legitimately move."""
 
-NON_NEGATIVE_FIELDS = frozenset({"bytes_tx"})
-"""Event fields the decoder rejects below zero (``out_of_range`` dead letters)."""
-
 _CONTAINS = "expect_column_distinct_values_to_contain_set"
-_COUNTS = frozenset({"count", "count_distinct", "approx_count_distinct"})
-_DISTINCT = frozenset({"count_distinct", "approx_count_distinct"})
-_VALUES_OF_INPUT = frozenset({"sum", "mean", "min", "max", "quantiles", "first", "last"})
-"""Outputs that are a sum, an average or one of the input values: >= 0 when the input is."""
+_RANGE_RULES = (RuleKind.GE, RuleKind.LE, RuleKind.LT)
+"""The rules of :func:`~quality.schemas.metrics.output_rules` a between-expectation holds."""
 
 
 # --- what is checked -------------------------------------------------------------------------
@@ -195,13 +184,13 @@ def learn_row_bounds(
 # --- the suite -------------------------------------------------------------------------------
 
 
-def _gx():
-    """great_expectations with its one ephemeral context, both made on first use.
-
-    Analytics are switched off before the import; its INFO chatter is kept out of the logs.
-    A suite can only be built once a context exists, so this is the one way in.
-    """
-    _VALIDATOR.context()
+def _great_expectations():
+    """great_expectations, imported on first use with its analytics off and its INFO chatter
+    kept out of the logs."""
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    gx_log = logging.getLogger("great_expectations")
+    if gx_log.level == logging.NOTSET:
+        gx_log.setLevel(logging.WARNING)
     import great_expectations
 
     return great_expectations
@@ -241,32 +230,36 @@ def _a_at_least_b(E, a: str, b: str) -> Any:
     )
 
 
+def _range_expectation(E, column: str, rules: Sequence[Rule]) -> Any | None:
+    """One expectation holding ``column`` to its range rules (none: no range to check)."""
+    bounds = {r.kind: r.value for r in rules if r.kind in _RANGE_RULES}
+    if not bounds:
+        return None
+    high = bounds.get(RuleKind.LE, bounds.get(RuleKind.LT))
+    return E.ExpectColumnValuesToBeBetween(
+        column=column,
+        min_value=bounds.get(RuleKind.GE),
+        max_value=high,
+        strict_max=RuleKind.LT in bounds and RuleKind.LE not in bounds,
+        description=" and ".join(f"{column} {r.label}" for r in rules if r.kind in _RANGE_RULES),
+    )
+
+
 def _metric_expectations(E, view: View) -> list:
-    """Signs, distinct <= count and quantile order, from the view's aggregations."""
+    """Ranges, counts of part of the events <= the count of all, and ordered outputs, from
+    the descriptions of the view's aggregations."""
     expectations = []
-    counts: list[str] = []
-    distincts: list[str] = []
     for agg in view.aggregators:
-        if agg.name in _COUNTS or (
-            agg.name in _VALUES_OF_INPUT and agg.spec.col_name in NON_NEGATIVE_FIELDS
-        ):
-            expectations += [
-                E.ExpectColumnValuesToBeBetween(
-                    column=f.name, min_value=0, description=f"{f.name} >= 0"
-                )
-                for f in agg.output_fields()
-            ]
-        if agg.name == "count":
-            counts.append(agg.out)
-        elif agg.name in _DISTINCT:
-            distincts.append(agg.out)
-        if agg.name == "quantiles":
-            ordered = [agg.column_for(q) for q in sorted(set(agg.quantiles))]
-            expectations += [
-                _a_at_least_b(E, high, low) for low, high in itertools.pairwise(ordered)
-            ]
-    if counts:  # a distinct count without a row count is compared with nothing
-        expectations += [_a_at_least_b(E, counts[0], distinct) for distinct in distincts]
+        for f in agg.output_fields():
+            expectation = _range_expectation(E, f.name, output_rules(agg, f))
+            if expectation is not None:
+                expectations.append(expectation)
+        expectations += [
+            _a_at_least_b(E, high, low) for low, high in itertools.pairwise(agg.ordered_outputs())
+        ]
+    expectations += [
+        _a_at_least_b(E, count, part) for part, count in counted_pairs(view.aggregators)
+    ]
     return expectations
 
 
@@ -283,7 +276,7 @@ def build_suite(
     Each expectation carries a ``description`` (the rule in words) and a ``severity``:
     :data:`WARNING` for the learned row-count bound, :data:`CRITICAL` for the rest.
     """
-    gx = _gx()
+    gx = _great_expectations()
     E = gx.expectations
     expectations = _window_expectations(E, view, start_ms, end_ms, segments)
     expectations += _metric_expectations(E, view)
@@ -298,10 +291,7 @@ def build_suite(
                 f"factor {rows.factor:g}",
             )
         )
-    suite = gx.ExpectationSuite(name=f"{view.name}_corrected")
-    for expectation in expectations:
-        suite.add_expectation(expectation)
-    return suite
+    return gx.ExpectationSuite(name=f"{view.name}_corrected", expectations=expectations)
 
 
 # --- running it ------------------------------------------------------------------------------
@@ -362,7 +352,7 @@ class SuiteResult:
     outcomes: tuple[ExpectationOutcome, ...]
     row_bounds: RowBounds | None
     seconds: float
-    """Wall time of the great-expectations validation alone."""
+    """Wall time of the great-expectations run alone (its context and the validation)."""
     empty_segments: int = 0
     """Segments of the range without archived events, not checked."""
 
@@ -404,113 +394,39 @@ class SuiteResult:
         }
 
 
-class _Validator:
-    """One ephemeral context per process, one pandas dataframe asset per view."""
+def _validate(view: View, frame: Any, suite: gx.ExpectationSuite, sample_size: int) -> Any:
+    """Run ``suite`` over ``frame`` in an ephemeral context of its own: a pandas data source,
+    the frame as one whole-dataframe batch, and a validation definition tying it to the
+    suite (in memory: no files, no docs site, no analytics, no progress bars)."""
+    gx = _great_expectations()
+    from great_expectations.data_context.types.base import (
+        DataContextConfig,
+        InMemoryStoreBackendDefaults,
+        ProgressBarsConfig,
+    )
 
-    def __init__(self) -> None:
-        self._lock = threading.RLock()
-        self._source = None
-        self._batches: dict[str, Any] = {}
-
-    def context(self) -> None:
-        with self._lock:
-            if self._source is not None:
-                return
-            started = time.monotonic()
-            os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
-            gx_log = logging.getLogger("great_expectations")
-            if gx_log.level == logging.NOTSET:
-                gx_log.setLevel(logging.WARNING)
-            with _without_pyspark():
-                import great_expectations as gx
-                from great_expectations.data_context.types.base import (
-                    DataContextConfig,
-                    InMemoryStoreBackendDefaults,
-                    ProgressBarsConfig,
-                )
-
-            config = DataContextConfig(  # in-memory stores, no docs site, no analytics
-                store_backend_defaults=InMemoryStoreBackendDefaults(init_temp_docs_sites=False),
-                analytics_enabled=False,
-                progress_bars=ProgressBarsConfig(globally=False),
-            )
-            context = gx.get_context(mode="ephemeral", project_config=config)
-            self._source = context.data_sources.add_pandas("sluice")
-            log.info("great-expectations context ready in %.1fs", time.monotonic() - started)
-
-    def _batch_definition(self, view: str):
-        self.context()
-        if view not in self._batches:
-            asset = self._source.add_dataframe_asset(view)
-            self._batches[view] = asset.add_batch_definition_whole_dataframe("corrected")
-        return self._batches[view]
-
-    def validate(self, view: View, frame, suite, sample_size: int):
-        with self._lock:
-            batch = self._batch_definition(view.name).get_batch(
-                batch_parameters={"dataframe": frame}
-            )
-            result_format = {
-                "result_format": "SUMMARY",
-                "partial_unexpected_count": sample_size,
-                "unexpected_index_column_names": [WINDOW_START, *view.grouping_cols],
-            }
-            return batch.validate(suite, result_format=result_format)
-
-
-_VALIDATOR = _Validator()
-
-
-class _NoPysparkHere(importlib.abc.MetaPathFinder):
-    """Refuses pyspark to one thread: others importing it meanwhile are not affected."""
-
-    def __init__(self) -> None:
-        self.thread = threading.get_ident()
-
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
-        if threading.get_ident() == self.thread and name.partition(".")[0] == "pyspark":
-            raise ModuleNotFoundError(f"No module named {name!r} (not for great-expectations)")
-        return None
-
-
-@contextmanager
-def _without_pyspark() -> Iterator[None]:
-    """great-expectations probes for pyspark at import (pyspark, pyspark.ml, Spark Connect:
-    1-2 s of CPU, and pyspark in a Dagster run worker that otherwise never loads it). The
-    suites validate pandas frames, so where pyspark is not loaded yet the probe, in this
-    thread only, finds it missing; a later ``import pyspark`` works as ever."""
-    if "pyspark" in sys.modules:
-        yield
-        return
-    finder = _NoPysparkHere()
-    sys.meta_path.insert(0, finder)
-    try:
-        yield
-    finally:
-        sys.meta_path.remove(finder)
-
-
-def preload() -> threading.Thread:
-    """Import great-expectations and make its context in a daemon thread, and return it.
-
-    A correction run calls this before it waits on Spark: the import then overlaps the
-    Spark job instead of delaying the run's first expectations check. A check that comes
-    first simply waits for the context's lock; an error here is logged, and the check's own
-    call raises it again.
-    """
-
-    def load() -> None:
-        # Niced (Linux sets priorities per thread): the Spark job it overlaps goes first.
-        with suppress(OSError, AttributeError):
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), PRELOAD_NICENESS)
-        try:
-            _VALIDATOR.context()
-        except Exception:
-            log.warning("preloading great-expectations failed", exc_info=True)
-
-    thread = threading.Thread(target=load, name="gx-preload", daemon=True)
-    thread.start()
-    return thread
+    config = DataContextConfig(
+        store_backend_defaults=InMemoryStoreBackendDefaults(init_temp_docs_sites=False),
+        analytics_enabled=False,
+        progress_bars=ProgressBarsConfig(globally=False),
+    )
+    context = gx.get_context(mode="ephemeral", project_config=config)
+    batch = (
+        context.data_sources.add_pandas(view.name)
+        .add_dataframe_asset("corrected")
+        .add_batch_definition_whole_dataframe("checked segments")
+    )
+    validation = context.validation_definitions.add(
+        gx.ValidationDefinition(name=suite.name, data=batch, suite=context.suites.add(suite))
+    )
+    return validation.run(
+        batch_parameters={"dataframe": frame},
+        result_format={
+            "result_format": "SUMMARY",
+            "partial_unexpected_count": sample_size,
+            "unexpected_index_column_names": [WINDOW_START, *view.grouping_cols],
+        },
+    )
 
 
 def _plain(value: Any) -> Any:
@@ -593,7 +509,7 @@ def validate_table(
     suite = build_suite(view, first, end, row_bounds, segments)
     frame = _frame(table)
     started = time.monotonic()
-    validation = _VALIDATOR.validate(view, frame, suite, settings.sample_size)
+    validation = _validate(view, frame, suite, settings.sample_size)
     seconds = time.monotonic() - started
     outcomes = tuple(_outcome(r, settings.sample_size) for r in validation.results)
     skipped = 0 if segments is None else (end - first) // view.segment_ms - len(segments)

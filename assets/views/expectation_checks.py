@@ -4,8 +4,8 @@ One check per enabled view on ``corrected_<view>``, named ``expectations_pass``.
 blocking: a broken expectation says the published values look wrong, but they are already
 published and stopping downstream would not unpublish them. Its severity says how wrong:
 ERROR when an expectation no correct segment can break fails (a missing window, a negative
-count, distinct > count, quantiles out of order), WARN when only the row-count bound learned
-from history does (traffic may really have moved). The suite's results are the metadata.
+count, distinct > count, quantiles or bounds out of order), WARN when only the row-count bound
+learned from history does (traffic may really have moved). The suite's results are the metadata.
 """
 
 import logging
@@ -94,8 +94,9 @@ def build_expectation_check(
         name=EXPECTATIONS_CHECK,
         blocking=False,
         description=f"The corrected values of {view.name} meet its great-expectations suite: "
-        "complete windows, non-negative counts, distinct <= count, ordered quantiles, rows "
-        "within the bound learned from earlier hours (a warning).",
+        "complete windows, metrics within their aggregations' ranges, distinct <= count, "
+        "ordered quantiles and bounds, rows within the bound learned from earlier hours "
+        "(a warning).",
     )
     def _check(
         context: dg.AssetCheckExecutionContext, storage: StorageResource

@@ -13,7 +13,6 @@ run, so a backfill of many hours of many views reads the archive once, in the ``
 
 import logging
 from collections.abc import Iterator, Mapping, Sequence
-from collections.abc import Set as AbstractSet
 from typing import Any
 
 import dagster as dg
@@ -28,14 +27,12 @@ from assets.constants import (
     realtime_key,
 )
 from assets.partitions import HOURLY, partition_key_for
-from assets.views.expectation_checks import EXPECTATIONS_CHECK
 from orchestration.correction_job import SEGMENT_RULES_CHECK, CorrectionRequest
 from orchestration.resources import ControlStoreResource, SparkResource, StorageResource
 from pipelines.config import get_settings
 from pipelines.segments import hours_in_window
 from pipelines.tables import Tables, batch_hours
 from pipelines.views import SESSION_COLUMNS, View, format_duration, parse_views
-from quality.expectations import preload as preload_expectations
 
 __all__ = ["build_corrected_assets", "build_realtime_asset", "build_view_assets"]
 
@@ -62,12 +59,6 @@ def _column_role(view: View, name: str) -> str:
     if name in view.metric_columns:
         return "metric"
     return "window bound"
-
-
-def _checks_expectations(selection: AbstractSet[dg.AssetCheckKey] | None) -> bool:
-    """Whether the run's checks include a great-expectations suite (``None``: every check of
-    the run's assets)."""
-    return selection is None or any(key.name == EXPECTATIONS_CHECK for key in selection)
 
 
 def _view_metadata(view: View) -> dict[str, Any]:
@@ -223,8 +214,6 @@ def build_corrected_assets(
         context.log.info(
             "correcting %s for %d hour(s)", ", ".join(v.name for v in selected), len(hours)
         )
-        if _checks_expectations(context.run.asset_check_selection):
-            preload_expectations()  # imported while the run waits on Spark, not after it
         request = CorrectionRequest(
             definitions=[dict(definitions[v.name]) for v in selected],
             hours=list(hours),

@@ -10,6 +10,10 @@ flushes are merged by readers. So every aggregator must be able to:
 - ``result`` it into the output columns named by ``output_fields``,
 - and say how Spark computes the same output columns exactly (``spark_columns``).
 
+Each also describes its output (:class:`~pipelines.aggregators.description.Description`):
+its range, what it measures, how the stream is reconciled with the correction, and whether
+Spark builds its state; quality derives its rules from that.
+
 An aggregation reads its ``col_name`` (``values`` is that array), more columns when it says so
 in :meth:`Aggregator.input_columns` (``values`` is then a :class:`Columns`), and only the rows
 its own ``where:`` keeps (the caller applies :meth:`Aggregator.rows`; Spark expressions wrap
@@ -27,6 +31,7 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
+from pipelines.aggregators.description import Description
 from pipelines.expressions import Filter, parse_filter
 
 if TYPE_CHECKING:
@@ -82,6 +87,8 @@ class Aggregator(ABC, Generic[S]):
     """Base of every aggregation; subclasses register themselves by ``name``."""
 
     name: ClassVar[str]
+    description: ClassVar[Description]
+    """What its output is, for quality and reconciliation (every registered class has one)."""
     input_kind: ClassVar[str] = InputKind.ANY
     params_schema: ClassVar[dict[str, type]] = {}
     """Parameters a view may set for this aggregation, with their types."""
@@ -211,6 +218,11 @@ class Aggregator(ABC, Generic[S]):
 
     def result_type(self) -> pa.DataType:
         return pa.float64()
+
+    def ordered_outputs(self) -> list[str]:
+        """Output columns whose values never decrease from one to the next (quantiles by
+        rank, an estimate between its bounds); empty when the outputs have no order."""
+        return []
 
     def spark_state(self, event_time: Column) -> Column | None:
         """A Spark aggregate giving this aggregation's serialized state, in the stream's own

@@ -19,6 +19,7 @@ from pipelines.aggregators.base import (
     json_values,
     spark_functions,
 )
+from pipelines.aggregators.description import Description, Measure, Range, Reconciled
 from pipelines.aggregators.registry import register
 
 __all__ = [
@@ -49,6 +50,7 @@ _OUT_OF_ORDER = 16
 @register
 class Count(_JsonState):
     name = "count"
+    description = Description(Range.NON_NEGATIVE, Measure.COUNT, Reconciled.EVENT_COUNT)
     input_kind = InputKind.NONE
 
     def initialize(self) -> int:
@@ -81,6 +83,7 @@ class Count(_JsonState):
 @register
 class Sum(_JsonState):
     name = "sum"
+    description = Description(Range.SIGN_OF_INPUT)
     input_kind = InputKind.NUMERIC
 
     def initialize(self) -> float:
@@ -113,6 +116,7 @@ class Sum(_JsonState):
 @register
 class Min(_JsonState):
     name = "min"
+    description = Description(Range.OF_INPUT)
     input_kind = InputKind.NUMERIC
 
     def initialize(self):
@@ -146,6 +150,7 @@ class Min(_JsonState):
 @register
 class Max(Min):
     name = "max"
+    description = Description(Range.OF_INPUT)
 
     def update(self, state, values, times):
         high = values.max().item()
@@ -174,6 +179,7 @@ class Mean(_JsonState):
     """Keeps (sum, count) so that means of partials merge exactly."""
 
     name = "mean"
+    description = Description(Range.OF_INPUT)
     input_kind = InputKind.NUMERIC
 
     def initialize(self) -> list:
@@ -210,6 +216,7 @@ class CountDistinct(Aggregator[set]):
     """Exact distinct count: keeps the set, so use it only on modest cardinalities."""
 
     name = "count_distinct"
+    description = Description(Range.NON_NEGATIVE, Measure.DISTINCT)
 
     def initialize(self) -> set:
         return set()
@@ -261,6 +268,7 @@ class ApproxCountDistinct(Aggregator[Any]):
     """
 
     name = "approx_count_distinct"
+    description = Description(Range.NON_NEGATIVE, Measure.ESTIMATE, Reconciled.REPRODUCED_SKETCH)
     params_schema = {"lg_k": int}
 
     @property
@@ -345,6 +353,7 @@ class Quantiles(Aggregator[Any]):
     """
 
     name = "quantiles"
+    description = Description(Range.OF_INPUT, reconciled=Reconciled.QUANTILE_RANK)
     input_kind = InputKind.NUMERIC
     params_schema = {"quantiles": list, "k": int}
 
@@ -404,6 +413,9 @@ class Quantiles(Aggregator[Any]):
     def output_fields(self) -> list[pa.Field]:
         return [pa.field(self.column_for(q), pa.float64()) for q in self.quantiles]
 
+    def ordered_outputs(self) -> list[str]:
+        return [self.column_for(q) for q in sorted(set(self.quantiles))]
+
     def spark_state(self, event_time):
         """Spark's KLL (DataSketches doubles sketch at the same k): mergeable with the
         stream's, though not bit-identical (compaction is random)."""
@@ -434,6 +446,7 @@ class TopK(Aggregator[Any]):
     """
 
     name = "top_k"
+    description = Description(Range.ANY, reconciled=Reconciled.REPORTED, spark_state=False)
     params_schema = {"k": int, "lg_max_map_size": int}
 
     @property
@@ -603,10 +616,12 @@ class _ByEventTime(_JsonState):
 @register
 class First(_ByEventTime):
     name = "first"
+    description = Description(Range.OF_INPUT)
     pick = staticmethod(min)
 
 
 @register
 class Last(_ByEventTime):
     name = "last"
+    description = Description(Range.OF_INPUT)
     pick = staticmethod(max)

@@ -15,6 +15,7 @@ import pyarrow as pa
 
 from pipelines.aggregators.base import Aggregator, InputKind, JsonState, spark_functions
 from pipelines.aggregators.builtin import fold_best_pairs, pair_state
+from pipelines.aggregators.description import Description, Range
 from pipelines.aggregators.registry import register
 
 __all__ = ["MaxBy", "MinBy", "Mode"]
@@ -34,6 +35,7 @@ class MaxBy(JsonState):
     kept as the pair (by, value). Spark: ``max(struct(by, value)).value``, the same order."""
 
     name = "max_by"
+    description = Description(Range.OF_INPUT)
     params_schema = {"by": str}
     column_params = {"by": InputKind.NUMERIC}
     required_params = ("by",)
@@ -89,6 +91,7 @@ class MinBy(MaxBy):
     """The ``col_name`` value of the event with the smallest ``by`` (ties: the smallest value)."""
 
     name = "min_by"
+    description = Description(Range.OF_INPUT)
     pick = staticmethod(min)
 
 
@@ -99,6 +102,7 @@ class Mode(Aggregator[Counter]):
     Spark: ``mode(col, deterministic => true)``, which also picks the smallest of ties."""
 
     name = "mode"
+    description = Description(Range.OF_INPUT, spark_state=False)
 
     def initialize(self) -> Counter:
         return Counter()

@@ -6,6 +6,7 @@ import importlib
 from typing import TypeVar
 
 from pipelines.aggregators.base import AggregationSpec, Aggregator
+from pipelines.aggregators.description import Description
 from pipelines.exceptions import ConfigError, UnknownAggregation
 
 __all__ = ["build", "get", "import_modules", "names", "register"]
@@ -16,7 +17,10 @@ A = TypeVar("A", bound=type[Aggregator])
 
 
 def register(cls: A) -> A:
-    """Class decorator: make ``cls`` available to views under ``cls.name``."""
+    """Class decorator: make ``cls`` available to views under ``cls.name``; it must describe
+    its output (a :class:`Description`), which quality's rules are derived from."""
+    if not isinstance(getattr(cls, "description", None), Description):
+        raise TypeError(f"aggregation {cls.name!r} has no description (a Description)")
     if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
         raise ValueError(f"aggregation {cls.name!r} is registered twice")
     _REGISTRY[cls.name] = cls

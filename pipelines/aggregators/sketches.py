@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from pipelines.aggregators.base import Aggregator, spark_functions, split_label
 from pipelines.aggregators.builtin import ApproxCountDistinct, Quantiles, TopK
+from pipelines.aggregators.description import Description, Measure, Range, Reconciled
 from pipelines.aggregators.registry import register
 
 __all__ = [
@@ -43,6 +44,11 @@ def _bounded_fields(out: str) -> list[pa.Field]:
     return [pa.field(f"{out}{suffix}", pa.int64()) for suffix in ("", "_lower", "_upper")]
 
 
+def _between_bounds(out: str) -> list[str]:
+    """An estimate's columns in order: lower bound, estimate, upper bound."""
+    return [f"{out}_lower", out, f"{out}_upper"]
+
+
 def _exact_for_all(agg: Aggregator) -> list:
     """The correction's value of an estimate with bounds: the exact count, for all three."""
     F = spark_functions()
@@ -57,6 +63,9 @@ class HllBounds(ApproxCountDistinct):
     all three."""
 
     name = "hll_bounds"
+    description = Description(
+        Range.NON_NEGATIVE, Measure.ESTIMATE_WITH_BOUNDS, Reconciled.REPRODUCED_SKETCH
+    )
     params_schema = {"lg_k": int, "std_devs": int}
 
     @property
@@ -75,6 +84,9 @@ class HllBounds(ApproxCountDistinct):
     def output_fields(self) -> list[pa.Field]:
         return _bounded_fields(self.out)
 
+    def ordered_outputs(self) -> list[str]:
+        return _between_bounds(self.out)
+
     def spark_columns(self, event_time):
         return _exact_for_all(self)
 
@@ -89,6 +101,7 @@ class ThetaDistinct(Aggregator[Any]):
     """
 
     name = "theta_distinct"
+    description = Description(Range.NON_NEGATIVE, Measure.ESTIMATE, Reconciled.REPRODUCED_SKETCH)
     params_schema = {"lg_k": int}
 
     @property
@@ -153,6 +166,9 @@ class ThetaBounds(ThetaDistinct):
     ``{out}_upper``. The correction: the exact count in all three."""
 
     name = "theta_bounds"
+    description = Description(
+        Range.NON_NEGATIVE, Measure.ESTIMATE_WITH_BOUNDS, Reconciled.REPRODUCED_SKETCH
+    )
     params_schema = {"lg_k": int, "std_devs": int}
     check_params = HllBounds.check_params
     std_devs = HllBounds.std_devs
@@ -162,6 +178,9 @@ class ThetaBounds(ThetaDistinct):
 
     def output_fields(self) -> list[pa.Field]:
         return _bounded_fields(self.out)
+
+    def ordered_outputs(self) -> list[str]:
+        return _between_bounds(self.out)
 
     def spark_columns(self, event_time):
         return _exact_for_all(self)
@@ -193,6 +212,9 @@ class _SplitPoints(Quantiles):
     def column_names(self) -> list[str]:
         raise NotImplementedError
 
+    def ordered_outputs(self) -> list[str]:
+        return []
+
     def output_fields(self) -> list[pa.Field]:
         return [pa.field(name, self.value_type) for name in self.column_names()]
 
@@ -206,9 +228,13 @@ class Cdf(_SplitPoints):
     correction computes."""
 
     name = "cdf"
+    description = Description(Range.UNIT_INTERVAL, reconciled=Reconciled.SHARE_RANK)
 
     def column_names(self) -> list[str]:
         return [f"{self.out}_le_{split_label(p)}" for p in self.split_points]
+
+    def ordered_outputs(self) -> list[str]:
+        return self.column_names()  # shares at increasing split points
 
     def result(self, state) -> dict[str, Any]:
         names = self.column_names()
@@ -234,6 +260,7 @@ class Histogram(_SplitPoints):
     exact count, which the correction computes."""
 
     name = "histogram"
+    description = Description(Range.NON_NEGATIVE, reconciled=Reconciled.BIN_RANK)
     value_type = pa.int64()
 
     def column_names(self) -> list[str]:
@@ -271,6 +298,7 @@ class FrequentItems(TopK):
     counts are exact). The correction lists the exact top k with lower = upper = count."""
 
     name = "frequent_items"
+    description = Description(Range.ANY, reconciled=Reconciled.FREQUENCY_BOUNDS, spark_state=False)
 
     def result(self, state) -> dict[str, Any]:
         rows = state.get_frequent_items(ds.frequent_items_error_type.NO_FALSE_POSITIVES)

@@ -21,6 +21,7 @@ from pipelines.aggregators.base import (
     spark_functions,
 )
 from pipelines.aggregators.builtin import Count, Sum
+from pipelines.aggregators.description import Description, Measure, Range
 from pipelines.aggregators.registry import register
 
 __all__ = ["AnyValue", "CountIf", "Ratio", "StdDev", "SumIf", "Variance"]
@@ -36,6 +37,7 @@ class Variance(Aggregator[list]):
     JSON, whose integers have no 64-bit limit."""
 
     name = "variance"
+    description = Description(Range.NON_NEGATIVE)
     input_kind = InputKind.NUMERIC
     may_be_null = True  # one event has no sample variance
 
@@ -96,6 +98,7 @@ class StdDev(Variance):
     """Sample standard deviation (Spark's ``stddev_samp``), the square root of ``variance``."""
 
     name = "stddev"
+    description = Description(Range.NON_NEGATIVE)
 
     def result(self, state) -> dict[str, Any]:
         variance = self.variance(state)
@@ -111,6 +114,7 @@ class Ratio(JsonState):
     """sum(col_name) / sum(denominator), kept as both sums (null when the denominator is 0)."""
 
     name = "ratio"
+    description = Description(Range.SIGN_OF_INPUT)
     input_kind = InputKind.NUMERIC
     params_schema = {"denominator": str}
     column_params = {"denominator": InputKind.NUMERIC}
@@ -152,6 +156,9 @@ class CountIf(Count):
     """Events that pass the aggregation's own ``where:`` (required)."""
 
     name = "count_if"
+    description = Description(
+        Range.NON_NEGATIVE, Measure.COUNT
+    )  # its where: drops events the causes count
     needs_where = True
 
 
@@ -161,6 +168,7 @@ class SumIf(Sum):
     does."""
 
     name = "sum_if"
+    description = Description(Range.SIGN_OF_INPUT)
     needs_where = True
 
 
@@ -170,6 +178,7 @@ class AnyValue(JsonState):
     any order and the correction all pick the same; Spark's ``any_value`` would not."""
 
     name = "any_value"
+    description = Description(Range.OF_INPUT)
 
     def initialize(self):
         return None

@@ -29,9 +29,7 @@ __all__ = [
     "exact_metric",
     "frequent_items_metric",
     "from_tally",
-    "hll_metric",
     "other_metric",
-    "quantile_metric",
     "rank_metric",
     "relative_error",
     "reproduced_metric",
@@ -166,65 +164,6 @@ def exact_metric(
     allowed = allowed_unexplained(tolerance.unexplained_share, len(pairs))
     counts = tally(pairs, causes_of, judge)
     return from_tally(column, kind, aggregation, pairs, counts, allowed, rule)
-
-
-def hll_metric(
-    column: str, rse: float, pairs: Pairs, causes_of: CausesOf, tolerance: Tolerance
-) -> MetricReconciliation:
-    """HLL: within ``hll_sigmas`` relative standard errors (late drops excuse a lower value);
-    at most ``hll_outside_share`` of the rows, and at least one, outside the band."""
-    band = tolerance.hll_sigmas * rse
-
-    def judge(_key: tuple, expected: Any, actual: Any, why: GroupCauses) -> bool:
-        if close(expected, actual):
-            return True
-        if expected is None or actual is None:
-            return False
-        return relative_error(expected, actual, floor=1.0) <= band or (
-            why.late > 0 and actual < expected
-        )
-
-    allowed = max(1, math.ceil(tolerance.hll_outside_share * len(pairs)))
-    rule = f"within {tolerance.hll_sigmas:g} x RSE {rse:.2%} of the exact count"
-    counts = tally(pairs, causes_of, judge)
-    return from_tally(column, APPROXIMATE, "approx_count_distinct", pairs, counts, allowed, rule)
-
-
-def quantile_metric(
-    column: str, pairs: Pairs, causes_of: CausesOf, tolerance: Tolerance
-) -> MetricReconciliation:
-    """KLL: the mean relative error of rows without duplicates or late drops is bounded;
-    in small windows one late or duplicate value moves a quantile, so those are explained."""
-    bound = tolerance.approximate_relative
-
-    def judge(_key: tuple, expected: Any, actual: Any, why: GroupCauses) -> bool:
-        return (
-            close(expected, actual)
-            or why.explains_difference
-            or relative_error(expected, actual) <= bound
-        )
-
-    differing, explained, beyond = tally(pairs, causes_of, judge)
-    errors = [
-        0.0 if close(e, a) else relative_error(e, a)
-        for key, e, a in pairs
-        if not causes_of(key).explains_difference
-    ]
-    mean = sum(errors) / len(errors) if errors else 0.0
-    return MetricReconciliation(
-        column=column,
-        kind=APPROXIMATE,
-        aggregation="quantiles",
-        compared=len(pairs),
-        differing=differing,
-        explained=explained,
-        unexplained=len(beyond),
-        allowed=len(beyond) if mean <= bound else 0,
-        rule=f"mean relative error of rows without duplicates or late drops <= {bound:.0%}"
-        f" (was {mean:.1%})",
-        passed=mean <= bound,
-        samples=beyond[:SAMPLES],
-    )
 
 
 def other_metric(

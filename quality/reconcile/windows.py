@@ -2,25 +2,26 @@
 
 For each view and hour with a published correction: realtime vs corrected per window, group
 and metric (:func:`quality.compare.compare_tables`), and the causes counted from the archive
-(:mod:`quality.causes`). Then each difference is either explained or not:
+(:mod:`quality.causes`). Then each difference is either explained or not, by the rule each
+aggregation's description names (:class:`~pipelines.aggregators.Reconciled`):
 
-- ``count``: realtime must equal exact + duplicate deliveries - late drops of its window and
-  group, exactly. Anything else is unexplained (lost or double-counted data).
-- other exact aggregations (sum, min, max, mean, count_distinct, first, last, variance,
-  stddev, ratio, count_if, sum_if, any_value, max_by, min_by, mode): a row may differ only if
-  its window and group had duplicate or late events.
-- HLL and theta estimates (``approx_count_distinct``, ``hll_bounds``, ``theta_distinct``,
-  ``theta_bounds``): the correction keeps Spark's own sketch of the window
+- ``count`` (``EVENT_COUNT``): realtime must equal exact + duplicate deliveries - late drops
+  of its window and group, exactly. Anything else is unexplained (lost or double-counted data).
+- other exact aggregations (``EXACT``: sum, min, max, mean, count_distinct, first, last,
+  variance, stddev, ratio, count_if, sum_if, any_value, max_by, min_by, mode): a row may differ
+  only if its window and group had duplicate or late events.
+- HLL and theta estimates (``REPRODUCED_SKETCH``: ``approx_count_distinct``, ``hll_bounds``,
+  ``theta_distinct``, ``theta_bounds``): the correction keeps Spark's own sketch of the window
   (``hll_sketch_agg``, ``theta_sketch_agg``: the same DataSketches sketch, HLL_8 at the same
   ``lg_k``, seed 9001), whose estimate must equal the stream's exactly where no event was late
   (duplicates change no distinct count); rows with late drops within ``hll_sigmas`` RSEs of the
   exact count (or lower). Their bounds columns are reported.
-- KLL (``quantiles``, ``cdf``, ``histogram``): rank error within the sketch's normalized rank
-  error (a quantile's rank among the window's exact values, a CDF's share, a bin's count over
-  the window's size), rows without duplicates or late drops; ``hll_outside_share`` of the rows
+- KLL (``quantiles``, ``cdf``, ``histogram``: ``QUANTILE_RANK``, ``SHARE_RANK``, ``BIN_RANK``):
+  rank error within the sketch's normalized rank error (a quantile's rank among the window's
+  exact values, a CDF's share, a bin's count over the window's size), rows without duplicates or late drops; ``hll_outside_share`` of the rows
   (and one) may exceed it (the bound holds with 99% confidence).
-- ``frequent_items``: every item both lists hold has its exact count within the realtime
-  [lower, upper]. ``top_k``: reported, never failing.
+- ``frequent_items`` (``FREQUENCY_BOUNDS``): every item both lists hold has its exact count
+  within the realtime [lower, upper]. ``top_k`` (``REPORTED``): reported, never failing.
 - groups the stream lacks are explained when every event of the group came late; groups only
   the stream has are never explained.
 
@@ -41,6 +42,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from pipelines.aggregators import Aggregator, Reconciled
 from pipelines.segments import HOUR_MS, hour_label, hour_runs
 from pipelines.serving import corrected_segments, query_view, window_states
 from pipelines.storage import ObjectStore
@@ -96,17 +98,13 @@ def _exact_judge(_key: tuple, expected: Any, actual: Any, why: GroupCauses) -> b
 
 
 def _exact_metric(
-    column: str, aggregation: str, pairs: Pairs, causes_of: CausesOf, tolerance: Tolerance
+    column: str, agg: Aggregator, pairs: Pairs, causes_of: CausesOf, tolerance: Tolerance
 ) -> MetricReconciliation:
-    if aggregation == "count":
+    if agg.description.reconciled is Reconciled.EVENT_COUNT:
         judge, rule = _count_judge, "realtime = exact + duplicates - late drops"
     else:
         judge, rule = _exact_judge, "differences only where duplicates or late drops occurred"
-    return exact_metric(column, EXACT, aggregation, pairs, causes_of, judge, rule, tolerance)
-
-
-_REPRODUCED = {"approx_count_distinct", "hll_bounds", "theta_distinct", "theta_bounds"}
-_KLL = {"quantiles", "cdf", "histogram"}
+    return exact_metric(column, EXACT, agg.name, pairs, causes_of, judge, rule, tolerance)
 
 
 def _metrics(
@@ -121,14 +119,15 @@ def _metrics(
     causes_of = _lookup(causes)
     result = []
     for index, agg in enumerate(view.aggregators):
+        how = agg.description.reconciled
         for position, out in enumerate(agg.output_fields()):
             column, kind = out.name, kinds[out.name]
             pairs = pairs_by_column[column]
-            if agg.name == "frequent_items":
+            if how is Reconciled.FREQUENCY_BOUNDS:
                 result.append(frequent_items_metric(column, pairs, causes_of, tolerance))
             elif kind == EXACT:
-                result.append(_exact_metric(column, agg.name, pairs, causes_of, tolerance))
-            elif agg.name in _REPRODUCED and position == 0:
+                result.append(_exact_metric(column, agg, pairs, causes_of, tolerance))
+            elif how is Reconciled.REPRODUCED_SKETCH and position == 0:
                 rse = agg.relative_standard_error()  # type: ignore[attr-defined]
                 reproduced = checks.estimates(index, column)
                 result.append(
@@ -136,7 +135,7 @@ def _metrics(
                         column, agg.name, rse, pairs, causes_of, tolerance, reproduced
                     )
                 )
-            elif agg.name in _KLL:
+            elif how.rank_error:
                 epsilon = agg.rank_error()  # type: ignore[attr-defined]
                 error_of = checks.rank_error_of(agg, column)
                 result.append(
@@ -207,11 +206,12 @@ class _Evidence:
 
     def rank_error_of(self, agg: Any, column: str) -> Any:
         """How far a row's realtime value is, in rank, from what the exact values say."""
-        if agg.name == "cdf":
+        how = agg.description.reconciled
+        if how is Reconciled.SHARE_RANK:
             return lambda _key, expected, actual: (
                 None if expected is None or actual is None else abs(actual - expected)
             )
-        if agg.name == "histogram":
+        if how is Reconciled.BIN_RANK:
             names = [f.name for f in agg.output_fields()]
 
             def histogram(key: tuple, expected: Any, actual: Any) -> float | None:

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from pipelines.aggregators import Measure
 from pipelines.control import ControlStore, FleetSample
 from pipelines.segments import HOUR_MS
 from pipelines.serving import query_view
@@ -191,7 +192,8 @@ class ReportData:
 
 
 def series_metric(view: View) -> str | None:
-    """What to draw for ``view``: a count if it has one, else its first exact numeric metric."""
+    """What to draw for ``view``: its count of all events if it has one, else its first exact
+    numeric metric."""
     kinds = metric_kinds(view)
     numeric = {
         f.name
@@ -199,7 +201,7 @@ def series_metric(view: View) -> str | None:
         if pa.types.is_integer(f.type) or pa.types.is_floating(f.type)
     }
     for agg in view.aggregators:
-        if agg.name == "count":
+        if agg.description.measure is Measure.COUNT and agg.where is None:
             return agg.out
     exact = [c for c in view.metric_columns if c in numeric and kinds.get(c) == EXACT]
     if exact:

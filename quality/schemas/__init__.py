@@ -3,6 +3,8 @@
 - the raw archive: :data:`ARCHIVE_EVENTS`, :data:`DEAD_LETTERS`;
 - per view: realtime segments, corrected (batch) segments and query results,
   :func:`segment_spec`, :func:`corrected_schema`, and in Spark :func:`spark_schema`;
+- per aggregation: the rules of its output columns, from its own description,
+  :func:`metric_rules` (the segment specs and the expectation suites both use them);
 - each spec becomes a pandas schema (:func:`pandas_schema`) and a Spark one, never written
   twice;
 - validators raising :class:`~quality.exceptions.SchemaViolation`:
@@ -20,6 +22,7 @@ from quality.schemas.archive import (
     validate_archive_events,
     validate_dead_letters,
 )
+from quality.schemas.metrics import metric_rules, output_rules
 from quality.schemas.pandas_backend import pandas_schema, validate_frame
 from quality.schemas.segments import (
     SegmentKind,
@@ -41,6 +44,8 @@ __all__ = [
     "Rule",
     "SegmentKind",
     "corrected_schema",
+    "metric_rules",
+    "output_rules",
     "pandas_schema",
     "query_schema",
     "realtime_schema",

@@ -54,6 +54,8 @@ def rule_check(rule: Rule):
     match rule.kind:
         case RuleKind.GE:
             return Check.ge(rule.value, error=label)
+        case RuleKind.LE:
+            return Check.le(rule.value, error=label)
         case RuleKind.LT:
             return Check.lt(rule.value, error=label)
         case RuleKind.ISIN:

@@ -11,8 +11,9 @@ A view's rows take three shapes, one per boundary:
 
 All three: one row per (window_start, *grouping_cols), window starts on the view's grid,
 grouping values non-null and non-empty. Metrics are never null (a row exists only for a
-window with events), counts are >= 0, and min/max/mean/quantiles/first/last keep their input
-column's range (``bytes_tx >= 0`` gives ``bytes_min >= 0``); sums keep a lower bound >= 0.
+window with events) and follow the rules of their aggregation's description
+(:mod:`quality.schemas.metrics`): counts are >= 0, values of the input keep its range
+(``bytes_tx >= 0`` gives ``bytes_min >= 0``), shares lie in [0, 1], text is non-empty.
 """
 
 from __future__ import annotations
@@ -24,19 +25,17 @@ from typing import TYPE_CHECKING
 import pandas as pd
 import pyarrow as pa
 
-from pipelines.aggregators import Aggregator
 from pipelines.events.schema import EVENT_TIME_MAX_MS, EVENT_TIME_MIN_MS
 from pipelines.segments import is_state_column, state_column
 from pipelines.serving import SOURCE
 from pipelines.views.model import WINDOW_END, WINDOW_START, View
-from quality.schemas.archive import EVENT_RULES
+from quality.schemas.metrics import metric_rules
 from quality.schemas.pandas_backend import pandas_schema, to_pandas, validate_frame
 from quality.schemas.spec import (
     NON_EMPTY,
     ColumnSpec,
     FrameSpec,
     Rule,
-    RuleKind,
     WindowWidth,
     ge,
     lt,
@@ -57,10 +56,6 @@ __all__ = [
     "validate_segment",
 ]
 
-COUNTS = frozenset({"count", "count_distinct", "approx_count_distinct"})
-"""Aggregations whose outputs count something, so are >= 0."""
-KEEPS_RANGE = frozenset({"min", "max", "mean", "quantiles", "first", "last"})
-"""Aggregations whose outputs are (or lie between) input values, so keep the input's range."""
 SOURCE_PATTERN = r"^(realtime|batch v[1-9][0-9]*)$"
 
 
@@ -84,19 +79,6 @@ def _layout(view: View, kind: SegmentKind) -> pa.Schema:
     return view.output_schema().append(pa.field(SOURCE, pa.string()))
 
 
-def _metric_rules(agg: Aggregator, field: pa.Field) -> tuple[Rule, ...]:
-    if agg.name in COUNTS:
-        return (ge(0),)
-    if pa.types.is_string(field.type):
-        return (NON_EMPTY,)
-    source = EVENT_RULES.get(agg.spec.col_name or "", ())
-    if agg.name in KEEPS_RANGE:
-        return source
-    if agg.name == "sum":
-        return tuple(r for r in source if r.kind is RuleKind.GE and r.value >= 0)
-    return ()
-
-
 def _window_rules(view: View, field: pa.Field) -> tuple[Rule, ...]:
     grid = (multiple_of(view.step_ms),)
     if pa.types.is_timestamp(field.type):
@@ -116,7 +98,9 @@ def segment_spec(view: View, kind: SegmentKind | str) -> FrameSpec:
         raise ValueError(f"segment kind must be one of {known}, got {kind!r}")
     kind = SegmentKind(kind)
     layout = _layout(view, kind)
-    metrics = {f.name: (agg, f) for agg in view.aggregators for f in agg.output_fields()}
+    metrics = {
+        name: (agg, rules) for agg in view.aggregators for name, rules in metric_rules(agg).items()
+    }
     states = {state_column(agg.out) for agg in view.aggregators}
     columns = []
     for field in layout:
@@ -127,8 +111,8 @@ def segment_spec(view: View, kind: SegmentKind | str) -> FrameSpec:
         elif name in view.grouping_cols:
             rules = (NON_EMPTY,)
         elif name in metrics:
-            rules = _metric_rules(*metrics[name])
-            nullable = metrics[name][0].nullable
+            agg, rules = metrics[name]
+            nullable = agg.nullable
         elif name == SOURCE:
             rules = (matches(SOURCE_PATTERN),)
         elif name == WINDOW_END or name in states:

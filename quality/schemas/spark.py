@@ -50,6 +50,8 @@ def violating(rule: Rule, frame: DataFrame, name: str) -> Column:
     match rule.kind:
         case RuleKind.GE:
             return column < F.lit(rule.value)
+        case RuleKind.LE:
+            return column > F.lit(rule.value)
         case RuleKind.LT:
             return column >= F.lit(rule.value)
         case RuleKind.ISIN:

@@ -31,6 +31,7 @@ __all__ = [
     "columns_of",
     "ge",
     "isin",
+    "le",
     "lt",
     "matches",
     "multiple_of",
@@ -44,6 +45,7 @@ MAX_EXAMPLES = 5
 
 class RuleKind(StrEnum):
     GE = "ge"
+    LE = "le"
     LT = "lt"
     ISIN = "isin"
     NON_EMPTY = "non_empty"
@@ -63,6 +65,8 @@ class Rule:
         match self.kind:
             case RuleKind.GE:
                 return f">= {self.value}"
+            case RuleKind.LE:
+                return f"<= {self.value}"
             case RuleKind.LT:
                 return f"< {self.value}"
             case RuleKind.ISIN:
@@ -78,6 +82,10 @@ class Rule:
 
 def ge(value: float) -> Rule:
     return Rule(RuleKind.GE, value)
+
+
+def le(value: float) -> Rule:
+    return Rule(RuleKind.LE, value)
 
 
 def lt(value: float) -> Rule:

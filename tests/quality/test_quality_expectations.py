@@ -457,7 +457,7 @@ def test_one_non_blocking_check_per_enabled_view() -> None:
 
 
 def _in_a_fresh_interpreter(script: str) -> None:
-    """Run ``script`` where pyspark is not imported yet (pytest's has it); it prints ok."""
+    """Run ``script`` in a new interpreter, where nothing is imported yet; it prints ok."""
     done = subprocess.run(
         [sys.executable, "-c", script],
         capture_output=True,
@@ -468,44 +468,24 @@ def _in_a_fresh_interpreter(script: str) -> None:
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
 
 
-def test_preload_imports_great_expectations_without_pyspark():
-    """A run worker preloads great-expectations while it waits on Spark, without loading
-    pyspark (a fresh interpreter: pytest's has pyspark already); pyspark stays importable."""
+def test_only_processes_that_check_import_great_expectations():
+    """Importing the modules that hold suites (stream workers, the CLI, Dagster's code
+    location) does not import great-expectations; building a suite does, and running one
+    needs no context made beforehand (a fresh interpreter: pytest's has it loaded)."""
     script = """
 import sys
-from quality import expectations
-expectations.preload().join(120)
-assert expectations._VALIDATOR._source is not None, "no context"
-assert "pyspark" not in sys.modules, sorted(m for m in sys.modules if m.startswith("pyspark"))[:5]
-import pyspark.sql
-print("ok")
-"""
-    _in_a_fresh_interpreter(script)
-
-
-def test_the_pyspark_block_holds_in_its_own_thread_only():
-    """While one thread imports great-expectations with pyspark refused, another thread's
-    ``import pyspark`` works, and the block is gone afterwards."""
-    script = """
-import sys, threading
-from quality import expectations
-refused, inside, imported = [], threading.Event(), threading.Event()
-def preloading():
-    with expectations._without_pyspark():
-        try:
-            import pyspark
-        except ModuleNotFoundError as exc:
-            refused.append(str(exc))
-        inside.set()
-        imported.wait(120)
-thread = threading.Thread(target=preloading)
-thread.start()
-assert inside.wait(120)
-import pyspark.sql  # while the other thread is still inside the block
-imported.set()
-thread.join(120)
-assert len(refused) == 1 and "pyspark" in refused[0], refused
-assert not any(isinstance(f, expectations._NoPysparkHere) for f in sys.meta_path)
+import orchestration.cli, pipelines.stream.worker, pipelines.aggregators
+import quality.expectations, quality.schemas, quality.reconcile, assets.views.expectation_checks
+assert "great_expectations" not in sys.modules, "imported great_expectations"
+import pyarrow as pa
+from pipelines.views import parse_views
+from quality.expectations import validate_table
+view = parse_views([{"name": "v", "topic": "events", "grouping_cols": [], "interval": "30m",
+    "aggregation_info": [{"aggregation": "count", "aggregated_col_name": "events"}]}])[0]
+rows = pa.table({"window_start": [0, 1_800_000], "events": [3, -1]})
+result = validate_table(view, rows, 0, 3_600_000)
+assert "great_expectations" in sys.modules
+assert [o.rule for o in result.failed] == ["events >= 0"], [o.describe() for o in result.failed]
 print("ok")
 """
     _in_a_fresh_interpreter(script)
