@@ -10,7 +10,7 @@ show the cost at spot prices next to the same worker-hours on demand, the interr
 tasks they moved. Each table has the rescales per day and the minutes the fleet stood still
 (rescale pauses, moved tasks) next to the savings.
 
-The anchor is the offline optimum (`orchestration.autoscaling.optimum`): with the trace known
+The anchor is the offline optimum (`orchestration.autoscaling.evaluation.optimum`): with the trace known
 in advance, the fewest worker-hours with no SLA minute and at most R = 1, 2, 4 rescales an hour
 on the simulator's own model, with the lower bound the search proves (the true optimum lies
 between), each plan replayed through the simulator. Every policy is shown with its ratio to it
@@ -39,11 +39,12 @@ if str(ROOT) not in sys.path:
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from orchestration.autoscaling import capacity, horizon, optimum, pause, simulator  # noqa: E402
+from orchestration.autoscaling import capacity, horizon, pause, simulator  # noqa: E402
 from orchestration.autoscaling.config import AutoscaleSettings  # noqa: E402
-from orchestration.autoscaling.optimum import OfflineOptimum, offline_optimum  # noqa: E402
-from orchestration.autoscaling.oracle import OracleForecaster  # noqa: E402
-from orchestration.autoscaling.pareto import dominated_by  # noqa: E402
+from orchestration.autoscaling.evaluation import optimum  # noqa: E402
+from orchestration.autoscaling.evaluation.optimum import OfflineOptimum, offline_optimum  # noqa: E402
+from orchestration.autoscaling.evaluation.oracle import OracleForecaster  # noqa: E402
+from orchestration.autoscaling.evaluation.pareto import dominated_by  # noqa: E402
 from orchestration.autoscaling.policies import POLICIES, MctsPolicy, make_policy  # noqa: E402
 from orchestration.autoscaling.report import plot_results, summary_table  # noqa: E402
 from orchestration.autoscaling.simulator import (  # noqa: E402
