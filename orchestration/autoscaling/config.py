@@ -16,6 +16,7 @@ from pydantic_settings import SettingsConfigDict
 from pipelines.settings import BucketFactor, SluiceBaseSettings
 
 __all__ = [
+    "DEPRECATED_SEARCH",
     "POLICY_NAMES",
     "AutoscaleSettings",
     "AwsSettings",
@@ -266,7 +267,8 @@ class ForecastSettings(BaseModel):
 
 
 class MctsSettings(BaseModel):
-    """`mcts`: the Metamarkets Monte-Carlo tree search planner."""
+    """`mcts`: the Metamarkets Monte-Carlo tree search planner; `horizon` plans on the same
+    problem (forecast, budget, floor) and reads its prices here too."""
 
     k: int = Field(2, ge=2, description="Children of n are n, n+-1, n+-k, n+-k^2, ... in bounds.")
     c_s: float = Field(300.0, gt=0, description="Time spent in a root child, s (c).")
@@ -376,24 +378,21 @@ class MctsSettings(BaseModel):
     )
     search: Literal["tree", "horizon"] = Field(
         "tree",
-        description="How the plan is searched: `tree`, the Monte-Carlo tree search on the cost "
-        "model above; `horizon`, the offline optimum's exact programme over the forecast "
-        "horizon (10 ticks a plan step, the SLA x sla_safety held at every tick, counts up to the "
-        "one carrying twice the forecast peak, a rescale priced horizon_rescale_price_h + "
-        "horizon_rescale_price_per_worker_h x the new count, times the budget's factor; the tree "
-        "where no plan holds it).",
+        description="Deprecated: set the policy to `horizon` instead. `horizon` here makes the "
+        "`mcts` policy the `horizon` policy (with a warning); `tree`, the default, changes "
+        "nothing.",
     )
     horizon_rescale_price_h: float = Field(
         1.0,
         ge=0,
-        description="`horizon` search: what a rescale costs on top of the capacity its pause and "
+        description="`horizon` policy: what a rescale costs on top of the capacity its pause and "
         "start lose, worker-hours (raised while the fleet is over its rescale budget; 3 with no "
         "part per worker held a one-worker fleet's burst count for hours on the Twitter traces).",
     )
     horizon_rescale_price_per_worker_h: float = Field(
         0.25,
         ge=0,
-        description="`horizon` search: what a rescale costs per worker of the new count, "
+        description="`horizon` policy: what a rescale costs per worker of the new count, "
         "worker-hours, on top of horizon_rescale_price_h (scaled by the budget's factor too): a "
         "price that follows the fleet's size, as the tree's rescale_penalty_s does.",
     )
@@ -455,10 +454,17 @@ class EcsSettings(BaseModel):
     )
 
 
-POLICY_NAMES = ("static", "threshold", "ds2", "keda", "mcts")
+POLICY_NAMES = ("static", "threshold", "ds2", "keda", "mcts", "horizon")
 """The policies a setting may name, in the order reports list them; the registry in
 :mod:`orchestration.autoscaling.policies` has one factory for each (the settings are read
 by every policy, so they name policies rather than import them)."""
+
+
+DEPRECATED_SEARCH = (
+    "mcts.search = 'horizon' (SLUICE_AUTOSCALE_MCTS__SEARCH) is deprecated: the horizon "
+    "search is the `horizon` policy now (SLUICE_AUTOSCALE_POLICY=horizon, or --policy horizon); "
+    "the `mcts` policy runs as `horizon` until the setting is removed"
+)
 
 
 class AutoscaleSettings(SluiceBaseSettings):
@@ -484,7 +490,9 @@ class AutoscaleSettings(SluiceBaseSettings):
     forecast: ForecastSettings = Field(
         default_factory=ForecastSettings, description="Traffic forecast."
     )
-    mcts: MctsSettings = Field(default_factory=MctsSettings, description="`mcts` planner.")
+    mcts: MctsSettings = Field(
+        default_factory=MctsSettings, description="`mcts` planner (and `horizon`)."
+    )
     guards: GuardSettings = Field(default_factory=GuardSettings, description="Guards.")
     aws: AwsSettings = Field(default_factory=AwsSettings, description="AWS realizer.")
     ecs: EcsSettings = Field(default_factory=EcsSettings, description="ECS realizer.")

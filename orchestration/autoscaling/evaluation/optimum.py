@@ -118,7 +118,7 @@ def _model_of(sim: Simulator, counts: Sequence[int], start: int) -> ArrivalModel
     t = sim.t
     floor = np.interp(t - sim.settings.simulation.sla_s, t, sim.arrived, left=-np.inf)
     return ArrivalModel(
-        sim.settings.fleet,
+        sim.model,
         counts,
         start,
         sim.arrived,

@@ -14,7 +14,6 @@ default).
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Sequence
 
@@ -23,15 +22,8 @@ import numpy as np
 from orchestration.autoscaling.capacity import workers_for_rate
 from orchestration.autoscaling.config import AutoscaleSettings
 from orchestration.autoscaling.decision import ScalingDecision
-from orchestration.autoscaling.exceptions import NoFeasiblePlan
 from orchestration.autoscaling.forecast import SeasonalTrendForecaster
-from orchestration.autoscaling.horizon import horizon_plan
-from orchestration.autoscaling.mcts import (
-    MctsPlanner,
-    PlanningProblem,
-    efficient_levels,
-    sla_window_arrivals,
-)
+from orchestration.autoscaling.mcts import MctsPlanner, PlanningProblem, sla_window_arrivals
 from orchestration.autoscaling.metrics import FleetMetrics, Metric
 from orchestration.autoscaling.pause import PauseModel, fleet_pause_s
 from orchestration.autoscaling.policies.base import missing_decision
@@ -216,85 +208,15 @@ class MctsPolicy:
             max_factor=s.fleet.max_bucket_factor,
         )
 
-    def _horizon(self, metrics: FleetMetrics, p: PlanningProblem) -> ScalingDecision | None:
-        """The first move of the optimum's programme over the forecast horizon, or None where
-        no plan holds the SLA under the forecast (the tree search then decides)."""
-        s = self.settings
-        m = s.mcts
-        fleet = s.fleet.model_copy(
-            update={
-                "worker_rate": p.worker_rate,
-                "move_pause_s": p.task_pause_s,
-                "move_pause_per_state_mb_s": 0.0,
-            }
-        )
-        floor = min(p.down_floor, metrics.workers) if p.down_floor > 0 else 0
-        # as the offline optimum, no count above the one carrying twice the forecast peak (or
-        # draining the backlog in half the SLA): more only drains faster what the SLA allows,
-        # and every count more is a row and a column more of the programme's pairs
-        sla_plan = s.simulation.sla_s * m.sla_safety
-        top = max(
-            workers_for_rate(
-                2.0 * max(float(np.max(p.rates)), p.backlog / sla_plan),
-                p.partitions,
-                p.worker_rate,
-                p.upper,
-                p.max_factor,
-            ),
-            metrics.workers,
-        )
-        levels = efficient_levels(p.partitions, p.min_workers, top, p.max_factor)
-        counts = [c for c in levels if c >= floor] or [metrics.workers]
-        to_steps = p.penalty_factor * 3600.0 / p.step_s  # worker-hours -> worker-steps
-        price = m.horizon_rescale_price_h * to_steps
-        per_worker = m.horizon_rescale_price_per_worker_h * to_steps
-        try:
-            plan = horizon_plan(
-                fleet,
-                metrics.workers,
-                p.backlog,
-                metrics.time_lag,
-                p.rates,
-                p.step_s,
-                sla_plan,
-                price,
-                per_worker,
-                counts=counts,
-            )
-        except NoFeasiblePlan:
-            return None
-        first = plan.schedule[0]
-        hold = sum(1 for _ in itertools.takewhile(lambda n: n == first, plan.schedule))
-        reason = (
-            f"horizon plan: {first} for {hold * p.step_s / 60:.0f} min, "
-            f"{plan.rescales} rescales in {len(plan.schedule) * p.step_s / 3600:.1f} h"
-        )
-        return ScalingDecision(
-            first,
-            reason,
-            self.name,
-            predicted_cost=float(plan.worker_steps) * p.step_s / 3600.0,
-            current=metrics.workers,
-            explanation={
-                "search": "horizon",
-                "schedule": list(plan.schedule),
-                "rescale_price_worker_steps": price,
-                "rescale_price_per_worker_steps": per_worker,
-                "down_floor": p.down_floor,
-                "worker_rate": p.worker_rate,
-            },
-        )
-
     def decide(self, metrics: FleetMetrics, history: Sequence[FleetMetrics]) -> ScalingDecision:
         if (
             skip := missing_decision(self.name, metrics, Metric.INPUT_RATE, Metric.BACKLOG)
         ) is not None:
             return skip
-        problem = self.problem(metrics, history)
-        if self.settings.mcts.search == "horizon":
-            decision = self._horizon(metrics, problem)
-            if decision is not None:
-                return decision
+        return self.plan(metrics, self.problem(metrics, history))
+
+    def plan(self, metrics: FleetMetrics, problem: PlanningProblem) -> ScalingDecision:
+        """The tree search's first move on ``problem`` (the planning problem of ``metrics``)."""
         plan = self.planner.plan(problem, salt=int(metrics.time))
         self.last_plan = plan
         w = metrics.workers
