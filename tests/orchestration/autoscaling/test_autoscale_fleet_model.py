@@ -19,8 +19,9 @@ from orchestration.autoscaling.simulator import Simulator
 
 # msg/s at each 5-minute point: a ramp past what 2 workers carry, a burst, a lull
 RATES = [1200.0, 1800.0, 3500.0, 4000.0, 2600.0, 900.0, 400.0, 3800.0, 4000.0, 1500.0, 700.0]
-SCHEDULE = [2, 2, 4, 4, 3, 3, 1, 1, 6, 6]
-"""Worker counts of the 10 steps the trace spans: too few, then enough, with rescales both ways."""
+SCHEDULE = [1, 2, 4, 4, 3, 3, 1, 1, 6, 6]
+"""Worker counts of the 10 steps the trace spans (from 2): too few, then enough, rescaling
+both ways, the first move included."""
 
 
 def settings_for(base: AutoscaleSettings, ticks_per_step: int) -> AutoscaleSettings:
@@ -49,7 +50,7 @@ def simulated(s: AutoscaleSettings) -> tuple[Simulator, int, np.ndarray]:
     start = sim.initial_workers(policy)
     result = sim.run(policy, guards=[])
     assert [r.workers for r in result.records] == SCHEDULE
-    assert sum(r.rescaled for r in result.records) == 4  # the pauses are in the comparison
+    assert sum(r.rescaled for r in result.records) == 6  # the pauses are in the comparison
     return sim, start, np.array([r.backlog for r in result.records])
 
 

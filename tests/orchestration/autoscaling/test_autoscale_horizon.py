@@ -6,6 +6,7 @@ import warnings
 from collections.abc import Sequence
 
 import pytest
+from autoscale_builders import snapshot
 
 from orchestration.autoscaling.config import AutoscaleSettings, FleetSettings
 from orchestration.autoscaling.exceptions import NoFeasiblePlan
@@ -154,3 +155,24 @@ def test_horizon_is_a_policy_the_settings_accept(settings: AutoscaleSettings) ->
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert isinstance(make_policy("mcts", settings), MctsPolicy)  # the tree, no warning
+
+
+def test_the_horizon_policy_plans_on_the_measured_partitions(
+    settings: AutoscaleSettings,
+) -> None:
+    """The programme sees the fleet the tree search sees: the partitions the workers report,
+    not the configured ones (3 workers carry 3000 msg/s over 288 partitions, 2667 over 16)."""
+    s = settings.updated(fleet={"worker_rate": 1000.0}, mcts={"use_forecast": False})
+    steady = dict(
+        workers=3,
+        partitions=16,
+        input_rate=2800.0,
+        processing_rate=2800.0,
+        true_processing_rate=1000.0,
+        utilisation=0.93,
+    )
+    history = [snapshot(time=t, **steady) for t in range(0, 3600, 60)]
+    policy = make_policy("horizon", s)
+    decision = policy.decide(snapshot(time=3600.0, **steady), history)
+    assert decision.explanation["search"] == "horizon"
+    assert max(decision.explanation["schedule"]) >= 4
