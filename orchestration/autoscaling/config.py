@@ -47,9 +47,8 @@ class FleetSettings(BaseModel):
     worker_rate: float = Field(
         100_000.0,
         gt=0,
-        description="True processing rate of one worker, msg per busy-second (one agent with the "
-        "five example views on librdkafka measured 76-122k on 2 cores, 96-155k without the "
-        "session view: benchmarks/ingest.py).",
+        description="True processing rate of one worker, msg per busy-second (what one agent "
+        "with the example views carries: benchmarks/ingest.py, figures in docs/benchmarks.md).",
     )
     max_bucket_factor: BucketFactor = Field(
         1,
@@ -70,15 +69,15 @@ class FleetSettings(BaseModel):
         description="How long a task a rescale moves stands still (checkpoint, hand-off, "
         "restore), s; a rescale moves only the tasks the new count needs moved. The autoscaler sensor "
         "fits it (and the next one) from the fleet's recorded rescales once it has "
-        "pause_fit_min_rescales of them. Default: the fit of 7 rescales of 12 tasks on 2 "
-        "cores, hand-offs in parallel (benchmarks/rescale_pause.py).",
+        "pause_fit_min_rescales of them. Default: the fit of measured rescales, hand-offs in "
+        "parallel (benchmarks/rescale_pause.py).",
     )
     move_pause_per_state_mb_s: float = Field(
         2.5,
         ge=0,
         description="Extra pause of a moved task per MB of window state (checkpointed Parquet) "
-        "it carries, s. Default: a final checkpoint and its restore alone took 1.9-2.8 s/MB "
-        "on 2 cores (benchmarks/rescale_pause.py).",
+        "it carries, s. Default: what a final checkpoint and its restore take per MB "
+        "(benchmarks/rescale_pause.py).",
     )
     scale_up_start_s: float = Field(
         5.0,
@@ -330,8 +329,8 @@ class MctsSettings(BaseModel):
         le=1,
         description="Least factor of the penalty while the fleet rescales less than its budget: "
         "below the budget the factor is e^(gain x (used / budget - 1)) down to this, so a "
-        "budget left unused buys worker-hours (1: never lowered, the default; 0.25 saved 0-3% "
-        "on the shipped traces but follows a noisy flat load's dips).",
+        "budget left unused buys worker-hours (1: never lowered, the default: lower, the plan "
+        "follows a noisy flat load's dips).",
     )
     down_floor_window_s: float = Field(
         3600.0,
@@ -350,22 +349,19 @@ class MctsSettings(BaseModel):
         ge=0,
         description="Dwell added per worker-hour price of a rescale's cost (penalty + lost "
         "capacity), s: a count holds min_dwell_s + this x cost before going down. Off by "
-        "default: in the simulator holding after a burst cost more worker-hours than the "
-        "rescales it saved.",
+        "default: holding after a burst costs more worker-hours than the rescales it saves.",
     )
     hysteresis: float = Field(
         0.0,
         ge=0,
         description="The first move must beat holding the count to the horizon by this share "
-        "of holding's predicted cost (0: any saving; 0.03 cost 5-20% more worker-hours in the "
-        "simulator).",
+        "of holding's predicted cost (0: any saving).",
     )
     sla_safety: float = Field(
         0.8,
         gt=0,
         le=1,
-        description="Plan against this fraction of the SLA (forecast error room; 0.9 left SLA "
-        "minutes on ELB in the simulator).",
+        description="Plan against this fraction of the SLA: room for the forecast's error.",
     )
     forecast_margin: float = Field(
         0.05, ge=0, description="Plan for the forecast times (1 + margin)."
@@ -386,8 +382,8 @@ class MctsSettings(BaseModel):
         1.0,
         ge=0,
         description="`horizon` policy: what a rescale costs on top of the capacity its pause and "
-        "start lose, worker-hours (raised while the fleet is over its rescale budget; 3 with no "
-        "part per worker held a one-worker fleet's burst count for hours on the Twitter traces).",
+        "start lose, worker-hours (raised while the fleet is over its rescale budget; a flat "
+        "price alone holds a small fleet's burst count for hours: see the part per worker).",
     )
     horizon_rescale_price_per_worker_h: float = Field(
         0.25,

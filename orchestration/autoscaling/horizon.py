@@ -1,8 +1,9 @@
 """The exact programme over arrivals known in advance: the cheapest schedule of worker counts
-that keeps the lag within the SLA at every tick, on the simulator's model.
+that keeps the lag within the SLA at every tick, on the simulator's model
+(:mod:`orchestration.autoscaling.fleet_model`).
 
-The offline optimum (:mod:`orchestration.autoscaling.evaluation.optimum`) runs it over a whole trace; the
-`mcts` policy's `horizon` search runs it over the forecast horizon at every decision. A state is
+The offline optimum (:mod:`orchestration.autoscaling.evaluation.optimum`) runs it over a whole
+trace; the `horizon` policy runs it over the forecast horizon at every decision. A state is
 the worker count running in a step (and, for an exact budget, the rescales used so far); what it
 carries is the set of Pareto labels (cost so far, messages processed so far): of two ways to
 reach a state, one that cost no more and processed no less dominates, since more processed

@@ -5,15 +5,16 @@ to a fine tick grid; arrivals do not depend on the policy, so they are integrate
 decision step the simulated collector builds a `FleetMetrics` snapshot, the policy decides,
 guards review, the `SimulatedRealizer` applies, and the fleet then processes for one step:
 
-- capacity is the uneven-partition capacity of the worker count (`capacity.fleet_capacity`):
-  the most loaded worker's partitions lag first, and their lag is the fleet's lag;
+- the fleet is the one model the planners share (`fleet_model.FleetModel`): capacity is the
+  uneven-partition capacity of the worker count (`capacity.fleet_capacity`): the most loaded
+  worker's partitions lag first, and their lag is the fleet's lag;
 - a rescale pauses the tasks it moves (`pause.tasks_moved`), each for the fleet's pause model
   (`move_pause_s` plus `move_pause_per_state_mb_s` x `state_mb_per_task`), and the capacity a
   scale-up adds arrives once its workers started (`scale_up_start_s`), and with key buckets
   (`max_bucket_factor`) a change of the partitions' bucket factor stops every task once per
   split or merge step: the fleet loses that work (`pause.rescale_loss_s`);
-- the backlog carries over; processing within a step follows the exact (min,+) solution
-  D(t) = min(D0 + C*tau(t), min_s A(s) + C*(tau(t) - tau(s))) on the tick grid;
+- the backlog carries over; processing within a step follows the fluid queue's exact (min,+)
+  solution (`fleet_model.processed`) on the tick grid;
 - time lag is the age of the oldest unprocessed message, from the arrival curve (FIFO).
 """
 

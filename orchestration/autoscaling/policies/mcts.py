@@ -34,10 +34,10 @@ _MAX_PENALTY_EXPONENT = 5.0  # the budget multiplies the penalty by at most e^5 
 LOADED_UTILISATION = 0.5
 """A worker at least this busy shows its true rate; below it, fixed costs dominate."""
 RATE_LOOKBACK = 60
+"""Snapshots searched back for a loaded reading (30 minutes of the live sensor's ticks)."""
 RESCALE_TRANSIT_S = 120.0
 """Changes of the worker count in one direction within this long are one rescale seen
 half-way (the live sensor snapshots a fleet whose new workers are still starting)."""
-"""Snapshots searched back for a loaded reading (30 minutes of the live sensor's ticks)."""
 
 
 class MctsPolicy:
@@ -78,8 +78,7 @@ class MctsPolicy:
         Above the budget, a rescale is priced by what the budget has left; below it, the
         price may fall (to `rescale_budget_floor` of the configured one; off by default), so a
         budget left unused buys worker-hours: an online estimate of the budget's shadow price
-        from the fleet's own rescales (0.25 on the whole traces: 0-3% fewer worker-hours at
-        0.10-0.93 rescales an hour, but a noisy flat load's dips are then followed). It
+        from the fleet's own rescales (at the price of following a noisy flat load's dips). It
         never falls to nothing: a free rescale is what has a plan dip for five minutes and
         come back. Rescales are counted from the snapshots (a change of worker
         count; changes in one direction within RESCALE_TRANSIT_S are one), so the live
@@ -131,8 +130,7 @@ class MctsPolicy:
         flushes) read as a rate several times too low, and a plan sized on it both scales up
         too far and holds the extra workers back from a scale-down. The first snapshot after
         a change of worker count is no reading at all: its busy time is the moved tasks'
-        restore (live, right after a scale-down at 60 msg/s: 38 msg/s at utilisation 0.51,
-        which sized one worker's traffic as three workers' work)."""
+        restore, which would size one worker's traffic as several workers' work."""
         latest = math.nan
         recent = [*history[-RATE_LOOKBACK - 1 :], metrics]
         for i in range(len(recent) - 1, -1, -1):
