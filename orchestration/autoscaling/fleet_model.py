@@ -4,10 +4,11 @@
 :mod:`orchestration.autoscaling.capacity`) and what a rescale between two counts loses
 (:mod:`orchestration.autoscaling.pause`). :func:`processed` says how the backlog evolves over a
 step given the arrivals and what the fleet can serve: a FIFO fluid queue, where the backlog at
-any point is what arrived less what was processed. The simulator replays a trace with them, the
-tree search prices its plans with them and the horizon search projects its schedules with
-them, so the three cannot drift apart (``tests/orchestration/autoscaling/test_autoscale_fleet_model.py``
-feeds all three one trace and compares their backlogs).
+any point is what arrived less what was processed. The simulator replays a trace with them,
+the tree search prices its plans with them and the horizon search projects its schedules with
+them, so the three cannot drift apart (the test
+``tests/orchestration/autoscaling/test_autoscale_fleet_model.py`` feeds all three one trace
+and compares their backlogs).
 """
 
 from __future__ import annotations
@@ -116,7 +117,9 @@ def _loss_table(
     return matrix
 
 
-def processed(done0: float | np.ndarray, arrived: np.ndarray, served: np.ndarray) -> np.ndarray:
+def processed(
+    done0: float | np.ndarray, arrived: np.ndarray, served: float | np.ndarray
+) -> np.ndarray:
     """Messages processed by each point of a step, on the fluid model of the backlog.
 
     ``arrived`` is the cumulative arrivals at each point (from any origin), ``served`` what the

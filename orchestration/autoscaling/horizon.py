@@ -129,11 +129,10 @@ def cheapest_schedule(
     or with worker-steps alone and at most ``budget`` rescales; and its cost.
 
     Within a step at count ``new`` after a move from ``old``, a label that processed ``x``
-    messages has processed ``cap * tau_t + min(x, m_t)`` by tick t (``m_t`` = the running
-    minimum of arrivals less ``cap * tau``): the SLA holds at every tick exactly when ``x`` is
-    at least ``max_t(floor_t - cap * tau_t)`` and ``cap * tau_t + m_t`` never falls below the
-    floor. Both are worked out once per (old, new) pair, so each label costs a few scalar
-    operations per count rather than a pass over the ticks.
+    messages has processed ``min(x + served_t, free_t)`` by tick t (:meth:`ArrivalModel.step`):
+    the SLA holds at every tick exactly when ``x`` is at least ``max_t(floor_t - served_t)``
+    and ``free_t`` never falls below the floor. Both are worked out once per (old, new) pair,
+    so each label costs a few scalar operations per count rather than a pass over the ticks.
     """
     n = len(model.counts)
     ticks = model.ticks
