@@ -10,7 +10,7 @@ show the cost at spot prices next to the same worker-hours on demand, the interr
 tasks they moved. Each table has the rescales per day and the minutes the fleet stood still
 (rescale pauses, moved tasks) next to the savings.
 
-The anchor is the offline optimum (`orchestration.autoscaling.optimum`): with the trace known
+The anchor is the offline optimum (`orchestration.autoscaling.evaluation.optimum`): with the trace known
 in advance, the fewest worker-hours with no SLA minute and at most R = 1, 2, 4 rescales an hour
 on the simulator's own model, with the lower bound the search proves (the true optimum lies
 between), each plan replayed through the simulator. Every policy is shown with its ratio to it
@@ -39,12 +39,19 @@ if str(ROOT) not in sys.path:
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from orchestration.autoscaling import capacity, horizon, optimum, pause, simulator  # noqa: E402
+from orchestration.autoscaling import capacity, horizon, pause, simulator  # noqa: E402
 from orchestration.autoscaling.config import AutoscaleSettings  # noqa: E402
-from orchestration.autoscaling.optimum import OfflineOptimum, offline_optimum  # noqa: E402
-from orchestration.autoscaling.oracle import OracleForecaster  # noqa: E402
-from orchestration.autoscaling.pareto import dominated_by  # noqa: E402
-from orchestration.autoscaling.policies import POLICIES, MctsPolicy, make_policy  # noqa: E402
+from orchestration.autoscaling.evaluation import optimum  # noqa: E402
+from orchestration.autoscaling.evaluation.optimum import OfflineOptimum, offline_optimum  # noqa: E402
+from orchestration.autoscaling.evaluation.oracle import OracleForecaster  # noqa: E402
+from orchestration.autoscaling.evaluation.pareto import dominated_by  # noqa: E402
+from orchestration.autoscaling.policies import (  # noqa: E402
+    COMPARED,
+    POLICIES,
+    HorizonPolicy,
+    MctsPolicy,
+    make_policy,
+)
 from orchestration.autoscaling.report import plot_results, summary_table  # noqa: E402
 from orchestration.autoscaling.simulator import (  # noqa: E402
     PolicySummary,
@@ -88,7 +95,8 @@ def optimum_key(trace: str, settings: AutoscaleSettings, passes: int) -> str:
 def run_one(job: tuple[str, str, float | None, float, int, str, str]) -> tuple[object, float]:
     """One policy (or the optimum) on one trace, in a worker process; the result and its run
     time (an optimum found in the cache directory, if given, is read, not computed). With
-    ``forecast`` "oracle", mcts plans on the trace's true future rates (a diagnosis)."""
+    ``forecast`` "oracle", mcts (or horizon) plans on the trace's true future rates (a
+    diagnosis)."""
     policy, trace, days, spot_share, passes, cache, forecast = job
     settings = AutoscaleSettings().updated(
         simulation={"days": days}, spot={"spot_share": spot_share}
@@ -107,8 +115,9 @@ def run_one(job: tuple[str, str, float | None, float, int, str, str]) -> tuple[o
     else:
         sim = Simulator(load_trace(trace), settings)
         chosen = make_policy(policy, settings)
-        if forecast == "oracle" and isinstance(chosen, MctsPolicy):
-            chosen.forecaster = OracleForecaster(sim.t, sim.arrived)
+        planner = chosen.tree if isinstance(chosen, HorizonPolicy) else chosen
+        if forecast == "oracle" and isinstance(planner, MctsPolicy):
+            planner.forecaster = OracleForecaster(sim.t, sim.arrived)
         result = sim.run(chosen)
     return result, time.perf_counter() - started
 
@@ -217,7 +226,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="exit 1 while an aim is missed (default: print the aims met and missed, exit 0)",
     )
-    parser.add_argument("--policies", default="all", help="comma-separated policies (all)")
+    parser.add_argument(
+        "--policies",
+        default="all",
+        help=f"comma-separated policies (all: {','.join(COMPARED)}; horizon by name)",
+    )
     parser.add_argument(
         "--forecast",
         choices=("live", "oracle"),
@@ -242,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     days = {t: (args.nyc_days if t == "nyc_taxi" else None) for t in traces}
     if args.days:
         days = {t: min(args.days, d or args.days) for t, d in days.items()}
-    chosen = list(POLICIES) if args.policies == "all" else args.policies.split(",")
+    chosen = list(COMPARED) if args.policies == "all" else args.policies.split(",")
     order = (["optimum"] if not args.no_optimum else []) + [
         p for p in ["mcts", *POLICIES] if p in chosen
     ]
@@ -285,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{s.fleet.move_pause_per_state_mb_s:.2f} s/MB x {s.fleet.state_mb_per_task:.1f} MB, "
         f"a scale-up's workers start in {s.fleet.scale_up_start_s:.0f} s, "
         f"MCTS {s.mcts.samples} expansions, horizon {s.mcts.horizon_s / 3600:.1f} h, "
-        f"{s.mcts.search} search, {args.forecast} forecast; "
+        f"{args.forecast} forecast; "
         f"{args.spot_share:.0%} on spot at ${s.spot.spot_hour_price}/h (on demand "
         f"${s.spot.on_demand_hour_price}/h), {s.spot.interruptions_per_worker_day} interruptions "
         f"per worker-day, {s.spot.task_move_pause_s:.0f} s per task an interruption moves "

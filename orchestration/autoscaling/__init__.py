@@ -3,6 +3,9 @@ the simulator that replays traffic traces against all of them.
 
 The loop is collect -> decide (a policy) -> review (guards) -> realize; each collaborator is a
 small value-in/value-out piece so the simulator, a Dagster sensor or a test can assemble it.
+The simulator and the planners model the fleet one way (``fleet_model``); what only the
+benchmark measures against (the offline optimum, a perfect forecast, Pareto marks) lives in
+``evaluation``.
 
 May import: ``orchestration.lag`` and ``pipelines``; no Dagster (the sensor that runs it lives in ``orchestration.sensors``).
 """
@@ -21,6 +24,7 @@ from orchestration.autoscaling.exceptions import (
     TraceNotFound,
     UnknownPolicy,
 )
+from orchestration.autoscaling.fleet_model import FleetModel
 from orchestration.autoscaling.forecast import SeasonalTrendForecaster
 from orchestration.autoscaling.mcts import CostModel, MctsPlanner, Plan, PlanningProblem
 from orchestration.autoscaling.metrics import FleetMetrics, Metric
@@ -59,6 +63,7 @@ __all__ = [
     "CooldownGuard",
     "CostModel",
     "FleetMetrics",
+    "FleetModel",
     "GuardContext",
     "GuardVerdict",
     "HysteresisGuard",

@@ -16,6 +16,7 @@ from pydantic_settings import SettingsConfigDict
 from pipelines.settings import BucketFactor, SluiceBaseSettings
 
 __all__ = [
+    "DEPRECATED_SEARCH",
     "POLICY_NAMES",
     "AutoscaleSettings",
     "AwsSettings",
@@ -46,9 +47,8 @@ class FleetSettings(BaseModel):
     worker_rate: float = Field(
         100_000.0,
         gt=0,
-        description="True processing rate of one worker, msg per busy-second (one agent with the "
-        "five example views on librdkafka measured 76-122k on 2 cores, 96-155k without the "
-        "session view: benchmarks/ingest.py).",
+        description="True processing rate of one worker, msg per busy-second (what one agent "
+        "with the example views carries: benchmarks/ingest.py, figures in docs/benchmarks.md).",
     )
     max_bucket_factor: BucketFactor = Field(
         1,
@@ -69,15 +69,15 @@ class FleetSettings(BaseModel):
         description="How long a task a rescale moves stands still (checkpoint, hand-off, "
         "restore), s; a rescale moves only the tasks the new count needs moved. The autoscaler sensor "
         "fits it (and the next one) from the fleet's recorded rescales once it has "
-        "pause_fit_min_rescales of them. Default: the fit of 7 rescales of 12 tasks on 2 "
-        "cores, hand-offs in parallel (benchmarks/rescale_pause.py).",
+        "pause_fit_min_rescales of them. Default: the fit of measured rescales, hand-offs in "
+        "parallel (benchmarks/rescale_pause.py).",
     )
     move_pause_per_state_mb_s: float = Field(
         2.5,
         ge=0,
         description="Extra pause of a moved task per MB of window state (checkpointed Parquet) "
-        "it carries, s. Default: a final checkpoint and its restore alone took 1.9-2.8 s/MB "
-        "on 2 cores (benchmarks/rescale_pause.py).",
+        "it carries, s. Default: what a final checkpoint and its restore take per MB "
+        "(benchmarks/rescale_pause.py).",
     )
     scale_up_start_s: float = Field(
         5.0,
@@ -266,7 +266,8 @@ class ForecastSettings(BaseModel):
 
 
 class MctsSettings(BaseModel):
-    """`mcts`: the Metamarkets Monte-Carlo tree search planner."""
+    """`mcts`: the Metamarkets Monte-Carlo tree search planner; `horizon` plans on the same
+    problem (forecast, budget, floor) and reads its prices here too."""
 
     k: int = Field(2, ge=2, description="Children of n are n, n+-1, n+-k, n+-k^2, ... in bounds.")
     c_s: float = Field(300.0, gt=0, description="Time spent in a root child, s (c).")
@@ -328,8 +329,8 @@ class MctsSettings(BaseModel):
         le=1,
         description="Least factor of the penalty while the fleet rescales less than its budget: "
         "below the budget the factor is e^(gain x (used / budget - 1)) down to this, so a "
-        "budget left unused buys worker-hours (1: never lowered, the default; 0.25 saved 0-3% "
-        "on the shipped traces but follows a noisy flat load's dips).",
+        "budget left unused buys worker-hours (1: never lowered, the default: lower, the plan "
+        "follows a noisy flat load's dips).",
     )
     down_floor_window_s: float = Field(
         3600.0,
@@ -348,22 +349,19 @@ class MctsSettings(BaseModel):
         ge=0,
         description="Dwell added per worker-hour price of a rescale's cost (penalty + lost "
         "capacity), s: a count holds min_dwell_s + this x cost before going down. Off by "
-        "default: in the simulator holding after a burst cost more worker-hours than the "
-        "rescales it saved.",
+        "default: holding after a burst costs more worker-hours than the rescales it saves.",
     )
     hysteresis: float = Field(
         0.0,
         ge=0,
         description="The first move must beat holding the count to the horizon by this share "
-        "of holding's predicted cost (0: any saving; 0.03 cost 5-20% more worker-hours in the "
-        "simulator).",
+        "of holding's predicted cost (0: any saving).",
     )
     sla_safety: float = Field(
         0.8,
         gt=0,
         le=1,
-        description="Plan against this fraction of the SLA (forecast error room; 0.9 left SLA "
-        "minutes on ELB in the simulator).",
+        description="Plan against this fraction of the SLA: room for the forecast's error.",
     )
     forecast_margin: float = Field(
         0.05, ge=0, description="Plan for the forecast times (1 + margin)."
@@ -376,24 +374,21 @@ class MctsSettings(BaseModel):
     )
     search: Literal["tree", "horizon"] = Field(
         "tree",
-        description="How the plan is searched: `tree`, the Monte-Carlo tree search on the cost "
-        "model above; `horizon`, the offline optimum's exact programme over the forecast "
-        "horizon (10 ticks a plan step, the SLA x sla_safety held at every tick, counts up to the "
-        "one carrying twice the forecast peak, a rescale priced horizon_rescale_price_h + "
-        "horizon_rescale_price_per_worker_h x the new count, times the budget's factor; the tree "
-        "where no plan holds it).",
+        description="Deprecated: set the policy to `horizon` instead. `horizon` here makes the "
+        "`mcts` policy the `horizon` policy (with a warning); `tree`, the default, changes "
+        "nothing.",
     )
     horizon_rescale_price_h: float = Field(
         1.0,
         ge=0,
-        description="`horizon` search: what a rescale costs on top of the capacity its pause and "
-        "start lose, worker-hours (raised while the fleet is over its rescale budget; 3 with no "
-        "part per worker held a one-worker fleet's burst count for hours on the Twitter traces).",
+        description="`horizon` policy: what a rescale costs on top of the capacity its pause and "
+        "start lose, worker-hours (raised while the fleet is over its rescale budget; a flat "
+        "price alone holds a small fleet's burst count for hours: see the part per worker).",
     )
     horizon_rescale_price_per_worker_h: float = Field(
         0.25,
         ge=0,
-        description="`horizon` search: what a rescale costs per worker of the new count, "
+        description="`horizon` policy: what a rescale costs per worker of the new count, "
         "worker-hours, on top of horizon_rescale_price_h (scaled by the budget's factor too): a "
         "price that follows the fleet's size, as the tree's rescale_penalty_s does.",
     )
@@ -455,10 +450,17 @@ class EcsSettings(BaseModel):
     )
 
 
-POLICY_NAMES = ("static", "threshold", "ds2", "keda", "mcts")
+POLICY_NAMES = ("static", "threshold", "ds2", "keda", "mcts", "horizon")
 """The policies a setting may name, in the order reports list them; the registry in
 :mod:`orchestration.autoscaling.policies` has one factory for each (the settings are read
 by every policy, so they name policies rather than import them)."""
+
+
+DEPRECATED_SEARCH = (
+    "mcts.search = 'horizon' (SLUICE_AUTOSCALE_MCTS__SEARCH) is deprecated: the horizon "
+    "search is the `horizon` policy now (SLUICE_AUTOSCALE_POLICY=horizon, or --policy horizon); "
+    "the `mcts` policy runs as `horizon` until the setting is removed"
+)
 
 
 class AutoscaleSettings(SluiceBaseSettings):
@@ -484,7 +486,9 @@ class AutoscaleSettings(SluiceBaseSettings):
     forecast: ForecastSettings = Field(
         default_factory=ForecastSettings, description="Traffic forecast."
     )
-    mcts: MctsSettings = Field(default_factory=MctsSettings, description="`mcts` planner.")
+    mcts: MctsSettings = Field(
+        default_factory=MctsSettings, description="`mcts` planner (and `horizon`)."
+    )
     guards: GuardSettings = Field(default_factory=GuardSettings, description="Guards.")
     aws: AwsSettings = Field(default_factory=AwsSettings, description="AWS realizer.")
     ecs: EcsSettings = Field(default_factory=EcsSettings, description="ECS realizer.")

@@ -90,7 +90,7 @@ class SeasonalTrendForecaster:
         """The rates' shape at ``t`` and its value at t = 0: their mean, unless noise could not
         have drawn a line through them; then the line, or a step (one level, then another)
         where one explains them at least as well. A step read as a line would be
-        extrapolated: 60 msg/s then 700 read as 900-1,250 a minute later."""
+        extrapolated past the new level."""
         mean = float(y.mean())
         slope = cls._significant_slope(t, y)
         if slope == 0.0:

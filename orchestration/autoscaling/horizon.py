@@ -1,8 +1,9 @@
 """The exact programme over arrivals known in advance: the cheapest schedule of worker counts
-that keeps the lag within the SLA at every tick, on the simulator's model.
+that keeps the lag within the SLA at every tick, on the simulator's model
+(:mod:`orchestration.autoscaling.fleet_model`).
 
-The offline optimum (:mod:`orchestration.autoscaling.optimum`) runs it over a whole trace; the
-`mcts` policy's `horizon` search runs it over the forecast horizon at every decision. A state is
+The offline optimum (:mod:`orchestration.autoscaling.evaluation.optimum`) runs it over a whole
+trace; the `horizon` policy runs it over the forecast horizon at every decision. A state is
 the worker count running in a step (and, for an exact budget, the rescales used so far); what it
 carries is the set of Pareto labels (cost so far, messages processed so far): of two ways to
 reach a state, one that cost no more and processed no less dominates, since more processed
@@ -18,12 +19,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from orchestration.autoscaling.capacity import efficient_counts, fleet_capacity, workers_for_rate
+from orchestration.autoscaling.capacity import efficient_counts
 from orchestration.autoscaling.config import FleetSettings
 from orchestration.autoscaling.exceptions import InvalidFleetParameter, NoFeasiblePlan
-from orchestration.autoscaling.pause import PauseModel, rescale_loss_s
+from orchestration.autoscaling.fleet_model import FleetModel, processed
 
-__all__ = ["ArrivalModel", "OptimumPlan", "cheapest_schedule", "horizon_plan"]
+__all__ = ["ArrivalModel", "OptimumPlan", "cheapest_schedule", "forecast_model", "horizon_plan"]
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,7 @@ class ArrivalModel:
 
     def __init__(
         self,
-        fleet: FleetSettings,
+        fleet: FleetModel,
         counts: Sequence[int],
         start: int,
         arrived: np.ndarray,
@@ -64,25 +65,9 @@ class ArrivalModel:
         self.name = name
         self.counts = np.array(sorted(set(counts) | {start}), dtype=np.int64)
         self.start = int(np.searchsorted(self.counts, start))
-        self.caps = np.array(
-            [
-                fleet_capacity(int(w), fleet.partitions, fleet.worker_rate, fleet.max_bucket_factor)
-                for w in self.counts
-            ]
-        )
-        task_pause = PauseModel.from_settings(fleet).task_pause_s(fleet.state_mb_per_task)
+        self.caps = np.array([fleet.capacity(int(w)) for w in self.counts])
         c = self.counts
-        self.loss = np.asarray(
-            rescale_loss_s(
-                c[:, None],
-                c[None, :],
-                fleet.partitions,
-                task_pause,
-                fleet.scale_up_start_s,
-                fleet.max_bucket_factor,
-            ),
-            dtype=float,
-        )
+        self.loss = np.asarray(fleet.rescale_loss_s(c[:, None], c[None, :]), dtype=float)
         np.fill_diagonal(self.loss, 0.0)
         if self.loss.max() > step_s:
             # the simulator carries a pause longer than a step into the next one; the
@@ -94,8 +79,34 @@ class ArrivalModel:
         rel = np.arange(1, ticks + 1) * self.tick_s
         # [old, new, tick]: seconds the new fleet has worked by each tick of the step
         self.tau = np.maximum(rel[None, None, :] - self.loss[:, :, None], 0.0)
+        self.served = np.broadcast_to(self.caps[None, :, None], self.tau.shape) * self.tau
+        """[old, new, tick]: what the new fleet can serve by each tick of a step."""
         self.per_worker_price = 0.0
         """Worker-steps a rescale costs per worker of the new count, on top of lambda."""
+
+    def step(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Step ``k`` for every (old, new) pair: what the new fleet serves by each tick, and
+        what it has processed by each tick had everything before the step been processed
+        (:func:`~orchestration.autoscaling.fleet_model.processed` from ``inf``). From ``x``
+        processed at the start, it has processed ``min(x + served, free)``."""
+        arr = self.arrived[k * self.ticks + 1 : (k + 1) * self.ticks + 1]
+        return self.served, processed(np.inf, arr[None, None, :], self.served)
+
+    def backlog(self, schedule: Sequence[int]) -> np.ndarray:
+        """The backlog at the end of each step of ``schedule`` (counts among ``counts``), from
+        ``start`` with nothing processed: the programme's own projection of a schedule."""
+        index = {int(c): i for i, c in enumerate(self.counts)}
+        old = self.start
+        done = 0.0
+        out = []
+        for k, count in enumerate(schedule):
+            new = index[int(count)]
+            served, free = self.step(k)
+            end = float(self.arrived[(k + 1) * self.ticks])
+            done = min(done + served[old, new, -1], free[old, new, -1], end)
+            out.append(end - done)
+            old = new
+        return np.array(out)
 
 
 def _prune(key: np.ndarray, cost: np.ndarray, backlog: np.ndarray) -> np.ndarray:
@@ -118,16 +129,14 @@ def cheapest_schedule(
     or with worker-steps alone and at most ``budget`` rescales; and its cost.
 
     Within a step at count ``new`` after a move from ``old``, a label that processed ``x``
-    messages has processed ``cap * tau_t + min(x, m_t)`` by tick t (``m_t`` = the running
-    minimum of arrivals less ``cap * tau``): the SLA holds at every tick exactly when ``x`` is
-    at least ``max_t(floor_t - cap * tau_t)`` and ``cap * tau_t + m_t`` never falls below the
-    floor. Both are worked out once per (old, new) pair, so each label costs a few scalar
-    operations per count rather than a pass over the ticks.
+    messages has processed ``min(x + served_t, free_t)`` by tick t (:meth:`ArrivalModel.step`):
+    the SLA holds at every tick exactly when ``x`` is at least ``max_t(floor_t - served_t)``
+    and ``free_t`` never falls below the floor. Both are worked out once per (old, new) pair,
+    so each label costs a few scalar operations per count rather than a pass over the ticks.
     """
     n = len(model.counts)
     ticks = model.ticks
     arrived = model.arrived
-    served = np.broadcast_to(model.caps[None, :, None], model.tau.shape) * model.tau
     # labels of the current step: count index, rescales, cost, processed
     b = np.array([model.start], dtype=np.int64)
     r = np.zeros(1, dtype=np.int64)
@@ -140,10 +149,10 @@ def cheapest_schedule(
         i0 = k * ticks
         arr = arrived[i0 + 1 : i0 + ticks + 1]
         floor = model.sla_floor[i0 + 1 : i0 + ticks + 1]
-        run_min = np.minimum.accumulate(arr[None, None, :] - served, axis=2)
+        served, free = model.step(k)
         need = (floor[None, None, :] - served).max(axis=2)  # least x that keeps the SLA
-        broken = ((served + run_min) < floor[None, None, :]).any(axis=2)
-        end_served, end_min = served[:, :, -1], run_min[:, :, -1]
+        broken = (free < floor[None, None, :]).any(axis=2)
+        end_served, end_free = served[:, :, -1], free[:, :, -1]
         # every label x every count
         m = b.size
         src = np.repeat(np.arange(m), n)
@@ -162,7 +171,7 @@ def cheapest_schedule(
             )
         rows = np.flatnonzero(ok)
         o, w = old[rows], new[rows]
-        d2 = np.minimum(end_served[o, w] + np.minimum(x[rows], end_min[o, w]), arr[-1])
+        d2 = np.minimum(np.minimum(x[rows] + end_served[o, w], end_free[o, w]), arr[-1])
         c2 = cost[src[rows]] + counts[w] + moved[rows] * (lam + model.per_worker_price * counts[w])
         key = w if budget is None else w * (budget + 1) + r2[rows]
         keep = _prune(key, c2, arr[-1] - d2)
@@ -181,27 +190,22 @@ def cheapest_schedule(
     return OptimumPlan(tuple(schedule), int(sum(schedule)), rescales, lam), float(cost[best])
 
 
-def horizon_plan(
-    fleet: FleetSettings,
+def forecast_model(
+    fleet: FleetSettings | FleetModel,
     workers: int,
     backlog: float,
     time_lag_s: float,
     rates: Sequence[float],
     step_s: float,
     sla_s: float,
-    rescale_price: float,
-    rescale_price_per_worker: float = 0.0,
     counts: Sequence[int] | None = None,
     ticks_per_step: int = 10,
-) -> OptimumPlan:
-    """The optimum's programme over a forecast horizon, for a planner: the cheapest schedule
-    from ``workers`` with ``backlog`` waiting (the oldest ``time_lag_s`` old, the rest arrived
-    evenly since) under the forecast ``rates`` (msg/s per step), the SLA ``sla_s`` held at every
-    tick, a rescale priced ``rescale_price`` plus ``rescale_price_per_worker`` x the new count
-    (worker-steps) on top of the capacity its pause and start lose.
-
-    Raises NoFeasiblePlan where no count keeps the SLA under the forecast.
-    """
+) -> ArrivalModel:
+    """The programme's model of a forecast horizon: ``backlog`` waiting (the oldest
+    ``time_lag_s`` old, the rest arrived evenly since), then the forecast ``rates`` (msg/s per
+    step), each constant over its step, with the SLA ``sla_s`` held at every tick; counts
+    among ``counts`` (default: the efficient ones up to the one carrying twice the peak)."""
+    model = fleet if isinstance(fleet, FleetModel) else FleetModel.from_settings(fleet)
     rates_a = np.maximum(np.nan_to_num(np.asarray(rates, dtype=float)), 0.0)
     tick_s = step_s / ticks_per_step
     per_tick = np.repeat(rates_a, ticks_per_step) * tick_s
@@ -214,16 +218,35 @@ def horizon_plan(
     floor = np.where(due < 0, np.where(due < -lag, -np.inf, before), np.interp(due, t, arrived))
     if counts is None:
         peak = float(rates_a.max()) if rates_a.size else 0.0
-        top = workers_for_rate(
-            2.0 * max(peak, backlog / max(sla_s, 1.0)),
-            fleet.partitions,
-            fleet.worker_rate,
-            fleet.upper,
-            fleet.max_bucket_factor,
-        )
+        top = model.workers_for(2.0 * max(peak, backlog / max(sla_s, 1.0)))
         counts = efficient_counts(
-            fleet.partitions, fleet.min_workers, max(top, workers), fleet.max_bucket_factor
+            model.partitions, model.min_workers, max(top, workers), model.max_factor
         )
-    model = ArrivalModel(fleet, counts, workers, arrived, floor, step_s, ticks_per_step, "forecast")
+    return ArrivalModel(model, counts, workers, arrived, floor, step_s, ticks_per_step, "forecast")
+
+
+def horizon_plan(
+    fleet: FleetSettings | FleetModel,
+    workers: int,
+    backlog: float,
+    time_lag_s: float,
+    rates: Sequence[float],
+    step_s: float,
+    sla_s: float,
+    rescale_price: float,
+    rescale_price_per_worker: float = 0.0,
+    counts: Sequence[int] | None = None,
+    ticks_per_step: int = 10,
+) -> OptimumPlan:
+    """The optimum's programme over a forecast horizon, for a planner: the cheapest schedule
+    from ``workers`` on :func:`forecast_model`'s horizon, a rescale priced ``rescale_price``
+    plus ``rescale_price_per_worker`` x the new count (worker-steps) on top of the capacity
+    its pause and start lose.
+
+    Raises NoFeasiblePlan where no count keeps the SLA under the forecast.
+    """
+    model = forecast_model(
+        fleet, workers, backlog, time_lag_s, rates, step_s, sla_s, counts, ticks_per_step
+    )
     model.per_worker_price = rescale_price_per_worker
     return cheapest_schedule(model, rescale_price, None)[0]

@@ -1,14 +1,15 @@
 """The Metamarkets planner: a Monte-Carlo tree search over worker counts, minimising cost.
 
 A node is "run n workers for a while"; the children of n are n, n+-1, n+-k, n+-k^2, ... within
-[min, max] (the first step past a bound lands on it; plus the next capacity level up and down), and a node at depth d lasts c*m^d, so
-the tree looks far ahead with few, coarse moves and near with many, fine ones. Every new node is
-a leaf that keeps its count to the common horizon; its cost is hardware (worker-hours, billed in
-a granularity) + SLA penalty (time with lag beyond the SLA, priced far above hardware) + the
-cost of each rescale (a penalty plus the worker-hours its pause pays for nothing; the backlog
-the pause leaves is in the fluid model), on a fluid model of the backlog under the forecast
-input rate. A node's value is the minimum over its subtree, since the planner will pick the
-best continuation.
+[min, max] (the first step past a bound lands on it; plus the next capacity level up and
+down), and a node at depth d lasts c*m^d, so the tree looks far ahead with few, coarse moves
+and near with many, fine ones. Every new node is a leaf that keeps its count to the common
+horizon; its cost is hardware (worker-hours, billed in a granularity) + SLA penalty (time with
+lag beyond the SLA, priced far above hardware) + the cost of each rescale (a penalty plus the
+worker-hours its pause pays for nothing; the backlog the pause leaves is in the fluid model),
+on the fleet's fluid model of the backlog (:mod:`orchestration.autoscaling.fleet_model`) under
+the forecast input rate. A node's value is the minimum over its subtree, since the planner will
+pick the best continuation.
 
 Fewer, better moves: the penalty is set per decision (the policy raises it while the fleet
 rescales faster than its budget), no plan goes down below the count that carries the recent
@@ -37,9 +38,9 @@ from typing import Any
 
 import numpy as np
 
-from orchestration.autoscaling.capacity import efficient_count, efficient_counts, fleet_capacity
+from orchestration.autoscaling.capacity import efficient_count, efficient_counts
 from orchestration.autoscaling.config import MctsSettings
-from orchestration.autoscaling.pause import rescale_loss_s
+from orchestration.autoscaling.fleet_model import FleetModel, processed
 
 __all__ = [
     "CostModel",
@@ -136,6 +137,19 @@ class PlanningProblem:
     @property
     def steps(self) -> int:
         return len(self.rates)
+
+    @property
+    def fleet(self) -> FleetModel:
+        """The fleet this problem plans for, at the measured worker rate."""
+        return FleetModel(
+            partitions=self.partitions,
+            worker_rate=self.worker_rate,
+            max_factor=self.max_factor,
+            task_pause_s=self.task_pause_s,
+            scale_up_start_s=self.scale_up_start_s,
+            min_workers=self.min_workers,
+            max_workers=self.max_workers,
+        )
 
     @property
     def upper(self) -> int:
@@ -278,32 +292,6 @@ def _children(
     return tuple(sorted(out))
 
 
-@lru_cache(maxsize=64)
-def _capacity_table(
-    top: int, partitions: int, worker_rate: float, max_factor: int = 1
-) -> np.ndarray:
-    table = np.array(
-        [fleet_capacity(w, partitions, worker_rate, max_factor) for w in range(top + 1)],
-        dtype=float,
-    )
-    table.flags.writeable = False
-    return table
-
-
-@lru_cache(maxsize=16)
-def _pause_matrix(
-    top: int, partitions: int, task_pause_s: float, start_s: float, max_factor: int
-) -> np.ndarray:
-    """[old, new] for counts up to ``top``: each rescale's lost work (the same for every
-    decision until the fitted pause changes; a (top + 1)^2 matrix is costly to rebuild)."""
-    counts = np.arange(top + 1)
-    matrix = rescale_loss_s(
-        counts[:, None], counts[None, :], partitions, task_pause_s, start_s, max_factor
-    )
-    matrix.flags.writeable = False
-    return matrix
-
-
 def _just_in_time(capacity: np.ndarray, rates: np.ndarray, lo: int, hi: int) -> np.ndarray:
     """Fewest workers in [lo, hi] whose capacity covers each rate (capacity is non-decreasing)."""
     idx = np.searchsorted(capacity[: hi + 1], rates, side="left")
@@ -333,16 +321,13 @@ class _Context:
     @classmethod
     def build(cls, p: PlanningProblem, cost: CostModel) -> _Context:
         dt = p.step_s
-        capacity = _capacity_table(
-            max(p.upper, p.workers), p.partitions, p.worker_rate, p.max_factor
-        )
+        fleet = p.fleet
+        capacity = fleet.capacity_table(max(p.upper, p.workers))
         rates = np.asarray(p.rates, dtype=float)
         arrivals = np.asarray(p.sla_arrivals, dtype=float)
         rate = np.maximum(rates, 1e-9)
         window = np.maximum(arrivals / rate, dt)
-        pause = _pause_matrix(
-            max(p.upper, p.workers), p.partitions, p.task_pause_s, p.scale_up_start_s, p.max_factor
-        )
+        pause = fleet.loss_table(max(p.upper, p.workers))
         return cls(
             step_s=dt,
             steps=p.steps,
@@ -452,6 +437,7 @@ class MctsPlanner:
         it; 0: none)."""
         dt = ctx.step_s
         caps = ctx.capacity[w]
+        # per step: arrivals less what the fleet serves (its capacity, less while it stands still)
         x = ctx.arrivals[None, j0:] - caps * dt
         if (pause0 > 0).any():
             n = min(x.shape[1], max(1, math.ceil(float(pause0.max()) / dt)))
@@ -468,8 +454,9 @@ class MctsPlanner:
                 ctx.rescale_cost + w[:, 1:] * (ctx.per_worker_rescale + paused * ctx.pause_price),
                 0.0,
             )
-        s = np.cumsum(x, axis=1)
-        backlog = s - np.minimum(-backlog0, np.minimum.accumulate(s, axis=1))
+        # the arrivals net of service, counted from j0, with nothing more to serve
+        net = np.cumsum(x, axis=1)
+        backlog = net - processed(-backlog0, net, 0.0)
         excess = backlog - ctx.sla_arrivals[None, j0:]
         sla: np.ndarray | float = 0.0
         if (excess > 0).any():
@@ -683,14 +670,26 @@ class MctsPlanner:
                 segments.append(PlanSegment(j * p.step_s, p.step_s, n))
         return Plan(tuple(segments), cost, split=self._split(p, ctx, schedule))
 
+    def backlog(self, p: PlanningProblem, schedule: Sequence[int]) -> np.ndarray:
+        """The backlog at the end of each plan step of a per-step schedule of worker counts,
+        on the fluid model the plan's cost is priced on."""
+        ctx = _Context.build(p, self.costs_for(p))
+        w = self._schedule_row(p, schedule)
+        return self._step_costs(ctx, w, 0, p.backlog, ctx.pause[p.workers, w[:, 0]])[0][0]
+
+    @staticmethod
+    def _schedule_row(p: PlanningProblem, schedule: Sequence[int]) -> np.ndarray:
+        if len(schedule) != p.steps:
+            raise ValueError(f"schedule has {len(schedule)} steps, problem has {p.steps}")
+        return np.array([list(schedule)], dtype=np.int64)
+
     def evaluate(self, p: PlanningProblem, schedule: Sequence[int]) -> float:
         """Cost of a given per-step schedule of worker counts (e.g. a steady 32), same model."""
         return self.split(p, schedule).total
 
     def split(self, p: PlanningProblem, schedule: Sequence[int]) -> CostSplit:
         """The cost of a per-step schedule of worker counts by what it pays for."""
-        if len(schedule) != p.steps:
-            raise ValueError(f"schedule has {len(schedule)} steps, problem has {p.steps}")
+        self._schedule_row(p, schedule)
         return self._split(p, _Context.build(p, self.costs_for(p)), schedule)
 
     def _split(self, p: PlanningProblem, ctx: _Context, schedule: Sequence[int]) -> CostSplit:

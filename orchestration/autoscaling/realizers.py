@@ -77,8 +77,8 @@ class RescaleEvent:
 
 
 LOCAL_PROCESS_START_S = 5.0
-"""A local agent process, from the request to its first hand-off: 2.6-6 s in the live
-closed-loop test."""
+"""A local agent process, from the request to its first hand-off (what the closed-loop test
+measures: docs/autoscaling.md)."""
 
 
 @dataclass

@@ -22,7 +22,7 @@ logger = logging.getLogger(__name__)
 
 
 def summary_table(summaries: Sequence[PolicySummary], title: str | None = None) -> Table:
-    """One row per policy with the figures the issue asks for."""
+    """One row per policy: the figures a comparison of policies reads."""
     table = Table(title=title)
     for name, justify in (
         ("policy", "left"),

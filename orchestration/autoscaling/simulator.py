@@ -5,15 +5,16 @@ to a fine tick grid; arrivals do not depend on the policy, so they are integrate
 decision step the simulated collector builds a `FleetMetrics` snapshot, the policy decides,
 guards review, the `SimulatedRealizer` applies, and the fleet then processes for one step:
 
-- capacity is the uneven-partition capacity of the worker count (`capacity.fleet_capacity`):
-  the most loaded worker's partitions lag first, and their lag is the fleet's lag;
+- the fleet is the one model the planners share (`fleet_model.FleetModel`): capacity is the
+  uneven-partition capacity of the worker count (`capacity.fleet_capacity`): the most loaded
+  worker's partitions lag first, and their lag is the fleet's lag;
 - a rescale pauses the tasks it moves (`pause.tasks_moved`), each for the fleet's pause model
   (`move_pause_s` plus `move_pause_per_state_mb_s` x `state_mb_per_task`), and the capacity a
   scale-up adds arrives once its workers started (`scale_up_start_s`), and with key buckets
   (`max_bucket_factor`) a change of the partitions' bucket factor stops every task once per
   split or merge step: the fleet loses that work (`pause.rescale_loss_s`);
-- the backlog carries over; processing within a step follows the exact (min,+) solution
-  D(t) = min(D0 + C*tau(t), min_s A(s) + C*(tau(t) - tau(s))) on the tick grid;
+- the backlog carries over; processing within a step follows the fluid queue's exact (min,+)
+  solution (`fleet_model.processed`) on the tick grid;
 - time lag is the age of the oldest unprocessed message, from the arrival curve (FIFO).
 """
 
@@ -25,13 +26,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from orchestration.autoscaling.capacity import fleet_capacity, workers_for_rate
 from orchestration.autoscaling.config import AutoscaleSettings
 from orchestration.autoscaling.exceptions import (
     InvalidFleetParameter,
 )
+from orchestration.autoscaling.fleet_model import FleetModel, processed
 from orchestration.autoscaling.metrics import FleetMetrics
-from orchestration.autoscaling.pause import PauseModel, rescale_loss_s, tasks_moved
+from orchestration.autoscaling.pause import tasks_moved
 from orchestration.autoscaling.policies import ScalingPolicy, make_policy
 from orchestration.autoscaling.realizers import SimulatedRealizer
 from orchestration.autoscaling.step import decide
@@ -171,6 +172,7 @@ class Simulator:
         if fleet.partitions < 1:
             raise InvalidFleetParameter(f"partitions must be >= 1, got {fleet.partitions}")
         self.settings = settings
+        self.model = FleetModel.from_settings(fleet)
         self.trace = trace.cut(sim.days).scaled(sim.peak_rate)
         self.step_s = sim.step_s
         ticks = max(1, round(sim.step_s / sim.tick_s))
@@ -202,18 +204,8 @@ class Simulator:
         """Static starts at its count; others at what covers the first rate with 20% room."""
         if getattr(policy, "name", "") == "static" and hasattr(policy, "workers"):
             return int(policy.workers)  # type: ignore[attr-defined]
-        fleet = self.settings.fleet
         first = float(self.rate[: self.ticks_per_step + 1].mean())
-        return max(
-            fleet.min_workers,
-            workers_for_rate(
-                first * 1.2,
-                fleet.partitions,
-                fleet.worker_rate,
-                fleet.upper,
-                fleet.max_bucket_factor,
-            ),
-        )
+        return max(self.model.min_workers, self.model.workers_for(first * 1.2))
 
     def _lag(self, t_idx: np.ndarray, done: np.ndarray) -> np.ndarray:
         """Age of the oldest unprocessed message at ticks `t_idx` given processed counts."""
@@ -257,7 +249,7 @@ class Simulator:
         history: list[FleetMetrics] = []
         done = 0.0  # messages processed so far
         pause_left = 0.0
-        task_pause = PauseModel.from_settings(fleet).task_pause_s(fleet.state_mb_per_task)
+        model = self.model
         last_rescale: float | None = None
         prev_backlog = 0.0
         prev_done = 0.0
@@ -283,15 +275,15 @@ class Simulator:
                     time_lag=0.0,
                 )
             else:
-                processed = done - prev_done
-                busy = processed / fleet.worker_rate  # worker-seconds busy
+                worked = done - prev_done
+                busy = worked / fleet.worker_rate  # worker-seconds busy
                 metrics = FleetMetrics(
                     time=now,
                     workers=prev_workers,
                     partitions=fleet.partitions,
                     input_rate=(arrived_now - float(self.arrived[i0 - ticks])) / self.step_s,
-                    processing_rate=processed / self.step_s,
-                    true_processing_rate=processed / busy if busy > 0 else math.nan,
+                    processing_rate=worked / self.step_s,
+                    true_processing_rate=worked / busy if busy > 0 else math.nan,
                     utilisation=min(1.0, busy / (prev_workers * self.step_s))
                     if prev_workers
                     else math.nan,
@@ -310,32 +302,20 @@ class Simulator:
                 rescaled = True
                 last_rescale = now
                 moved = int(tasks_moved(before, workers, fleet.partitions))
-                pause_left = float(
-                    rescale_loss_s(
-                        before,
-                        workers,
-                        fleet.partitions,
-                        task_pause,
-                        fleet.scale_up_start_s,
-                        fleet.max_bucket_factor,
-                    )
-                )
+                pause_left = float(model.rescale_loss_s(before, workers))
             # spot interruptions: each moves one worker's tasks, which pause while they move
             interruptions = self._interruptions(workers, k, rng)
             moved += interruptions * math.ceil(fleet.partitions / max(workers, 1))
             if interruptions:
                 pause_left += interruptions * spot.task_move_pause_s / max(workers, 1)
             # process one step on the tick grid
-            cap = fleet_capacity(
-                workers, fleet.partitions, fleet.worker_rate, fleet.max_bucket_factor
-            )
+            cap = model.capacity(workers)
             rel = np.arange(1, ticks + 1) * dt
             tau = np.maximum(rel - pause_left, 0.0)
             paused = min(pause_left, self.step_s)
             idx = np.arange(i0 + 1, i0 + ticks + 1)
             arr = self.arrived[idx]
-            done_ticks = cap * tau + np.minimum(done, np.minimum.accumulate(arr - cap * tau))
-            done_ticks = np.minimum(done_ticks, arr)
+            done_ticks = np.minimum(processed(done, arr, cap * tau), arr)
             lags = self._lag(idx, done_ticks)
             pause_left = max(0.0, pause_left - self.step_s)
             prev_backlog, prev_done, prev_workers = backlog, done, workers

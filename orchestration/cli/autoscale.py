@@ -17,7 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from orchestration.autoscaling.config import AutoscaleSettings
 from orchestration.autoscaling.exceptions import InvalidFleetParameter, UnknownPolicy
-from orchestration.autoscaling.policies import POLICIES, make_policy
+from orchestration.autoscaling.policies import COMPARED, POLICIES, make_policy
 from orchestration.autoscaling.report import plot_results, print_table, summaries_json
 from orchestration.autoscaling.simulator import Simulator, load_trace, summarise
 from orchestration.cli.logs import stderr_console
@@ -42,7 +42,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--trace", required=True, help="CSV path or shipped trace name (e.g. nyc_taxi)"
     )
     sim.add_argument(
-        "--policy", default="all", help=f"one of {', '.join(POLICIES)}, or all (default)"
+        "--policy",
+        default="all",
+        help=f"one of {', '.join(POLICIES)}, or all (default: {', '.join(COMPARED)})",
     )
     sim.add_argument("--partitions", type=int, help="partitions of the input topic")
     sim.add_argument("--peak-rate", type=float, help="msg/s the trace maximum is scaled to")
@@ -90,7 +92,7 @@ def settings_from_args(args: argparse.Namespace) -> AutoscaleSettings:
 def run_simulate(args: argparse.Namespace) -> int:
     """Simulate, print the table (or JSON), optionally plot; returns the exit code."""
     settings = settings_from_args(args)
-    names = list(POLICIES) if args.policy == "all" else [args.policy]
+    names = list(COMPARED) if args.policy == "all" else [args.policy]
     for name in names:
         if name not in POLICIES:
             raise UnknownPolicy(f"unknown policy {name!r}; known: {', '.join(POLICIES)}, all")

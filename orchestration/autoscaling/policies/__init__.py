@@ -5,20 +5,24 @@ May import: the rest of ``orchestration.autoscaling``.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 
-from orchestration.autoscaling.config import POLICY_NAMES, AutoscaleSettings
+from orchestration.autoscaling.config import DEPRECATED_SEARCH, POLICY_NAMES, AutoscaleSettings
 from orchestration.autoscaling.exceptions import UnknownPolicy
 from orchestration.autoscaling.policies.base import ScalingPolicy
 from orchestration.autoscaling.policies.ds2 import Ds2Policy
+from orchestration.autoscaling.policies.horizon import HorizonPolicy
 from orchestration.autoscaling.policies.keda import KedaPolicy
 from orchestration.autoscaling.policies.mcts import MctsPolicy
 from orchestration.autoscaling.policies.static import StaticPolicy
 from orchestration.autoscaling.policies.threshold import ThresholdPolicy
 
 __all__ = [
+    "COMPARED",
     "POLICIES",
     "Ds2Policy",
+    "HorizonPolicy",
     "KedaPolicy",
     "MctsPolicy",
     "ScalingPolicy",
@@ -36,12 +40,23 @@ POLICIES: dict[str, PolicyFactory] = {
     "ds2": Ds2Policy.from_settings,
     "keda": KedaPolicy.from_settings,
     "mcts": MctsPolicy.from_settings,
+    "horizon": HorizonPolicy.from_settings,
 }
 assert tuple(POLICIES) == POLICY_NAMES, "the policy registry is out of step with the settings"
 
+COMPARED = ("static", "threshold", "ds2", "keda", "mcts")
+"""What "all" runs in ``sluice autoscale simulate`` and the benchmark: the baselines and the
+default planner. ``horizon``, the optimum's programme as a planner, is opt-in: run it by name."""
+
 
 def make_policy(name: str, settings: AutoscaleSettings) -> ScalingPolicy:
-    """A fresh policy (policies may keep state between decisions, so never share one)."""
+    """A fresh policy (policies may keep state between decisions, so never share one).
+
+    ``mcts`` with the deprecated ``mcts.search = "horizon"`` is the ``horizon`` policy (with
+    a FutureWarning): what that setting asked for before the programme was a policy."""
+    if name == "mcts" and settings.mcts.search == "horizon":
+        warnings.warn(DEPRECATED_SEARCH, FutureWarning, stacklevel=2)
+        name = "horizon"
     try:
         factory = POLICIES[name]
     except KeyError:

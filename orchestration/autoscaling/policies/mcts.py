@@ -14,7 +14,6 @@ default).
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Sequence
 
@@ -23,15 +22,8 @@ import numpy as np
 from orchestration.autoscaling.capacity import workers_for_rate
 from orchestration.autoscaling.config import AutoscaleSettings
 from orchestration.autoscaling.decision import ScalingDecision
-from orchestration.autoscaling.exceptions import NoFeasiblePlan
 from orchestration.autoscaling.forecast import SeasonalTrendForecaster
-from orchestration.autoscaling.horizon import horizon_plan
-from orchestration.autoscaling.mcts import (
-    MctsPlanner,
-    PlanningProblem,
-    efficient_levels,
-    sla_window_arrivals,
-)
+from orchestration.autoscaling.mcts import MctsPlanner, PlanningProblem, sla_window_arrivals
 from orchestration.autoscaling.metrics import FleetMetrics, Metric
 from orchestration.autoscaling.pause import PauseModel, fleet_pause_s
 from orchestration.autoscaling.policies.base import missing_decision
@@ -42,10 +34,10 @@ _MAX_PENALTY_EXPONENT = 5.0  # the budget multiplies the penalty by at most e^5 
 LOADED_UTILISATION = 0.5
 """A worker at least this busy shows its true rate; below it, fixed costs dominate."""
 RATE_LOOKBACK = 60
+"""Snapshots searched back for a loaded reading (30 minutes of the live sensor's ticks)."""
 RESCALE_TRANSIT_S = 120.0
 """Changes of the worker count in one direction within this long are one rescale seen
 half-way (the live sensor snapshots a fleet whose new workers are still starting)."""
-"""Snapshots searched back for a loaded reading (30 minutes of the live sensor's ticks)."""
 
 
 class MctsPolicy:
@@ -86,8 +78,7 @@ class MctsPolicy:
         Above the budget, a rescale is priced by what the budget has left; below it, the
         price may fall (to `rescale_budget_floor` of the configured one; off by default), so a
         budget left unused buys worker-hours: an online estimate of the budget's shadow price
-        from the fleet's own rescales (0.25 on the whole traces: 0-3% fewer worker-hours at
-        0.10-0.93 rescales an hour, but a noisy flat load's dips are then followed). It
+        from the fleet's own rescales (at the price of following a noisy flat load's dips). It
         never falls to nothing: a free rescale is what has a plan dip for five minutes and
         come back. Rescales are counted from the snapshots (a change of worker
         count; changes in one direction within RESCALE_TRANSIT_S are one), so the live
@@ -139,8 +130,7 @@ class MctsPolicy:
         flushes) read as a rate several times too low, and a plan sized on it both scales up
         too far and holds the extra workers back from a scale-down. The first snapshot after
         a change of worker count is no reading at all: its busy time is the moved tasks'
-        restore (live, right after a scale-down at 60 msg/s: 38 msg/s at utilisation 0.51,
-        which sized one worker's traffic as three workers' work)."""
+        restore, which would size one worker's traffic as several workers' work."""
         latest = math.nan
         recent = [*history[-RATE_LOOKBACK - 1 :], metrics]
         for i in range(len(recent) - 1, -1, -1):
@@ -216,85 +206,15 @@ class MctsPolicy:
             max_factor=s.fleet.max_bucket_factor,
         )
 
-    def _horizon(self, metrics: FleetMetrics, p: PlanningProblem) -> ScalingDecision | None:
-        """The first move of the optimum's programme over the forecast horizon, or None where
-        no plan holds the SLA under the forecast (the tree search then decides)."""
-        s = self.settings
-        m = s.mcts
-        fleet = s.fleet.model_copy(
-            update={
-                "worker_rate": p.worker_rate,
-                "move_pause_s": p.task_pause_s,
-                "move_pause_per_state_mb_s": 0.0,
-            }
-        )
-        floor = min(p.down_floor, metrics.workers) if p.down_floor > 0 else 0
-        # as the offline optimum, no count above the one carrying twice the forecast peak (or
-        # draining the backlog in half the SLA): more only drains faster what the SLA allows,
-        # and every count more is a row and a column more of the programme's pairs
-        sla_plan = s.simulation.sla_s * m.sla_safety
-        top = max(
-            workers_for_rate(
-                2.0 * max(float(np.max(p.rates)), p.backlog / sla_plan),
-                p.partitions,
-                p.worker_rate,
-                p.upper,
-                p.max_factor,
-            ),
-            metrics.workers,
-        )
-        levels = efficient_levels(p.partitions, p.min_workers, top, p.max_factor)
-        counts = [c for c in levels if c >= floor] or [metrics.workers]
-        to_steps = p.penalty_factor * 3600.0 / p.step_s  # worker-hours -> worker-steps
-        price = m.horizon_rescale_price_h * to_steps
-        per_worker = m.horizon_rescale_price_per_worker_h * to_steps
-        try:
-            plan = horizon_plan(
-                fleet,
-                metrics.workers,
-                p.backlog,
-                metrics.time_lag,
-                p.rates,
-                p.step_s,
-                sla_plan,
-                price,
-                per_worker,
-                counts=counts,
-            )
-        except NoFeasiblePlan:
-            return None
-        first = plan.schedule[0]
-        hold = sum(1 for _ in itertools.takewhile(lambda n: n == first, plan.schedule))
-        reason = (
-            f"horizon plan: {first} for {hold * p.step_s / 60:.0f} min, "
-            f"{plan.rescales} rescales in {len(plan.schedule) * p.step_s / 3600:.1f} h"
-        )
-        return ScalingDecision(
-            first,
-            reason,
-            self.name,
-            predicted_cost=float(plan.worker_steps) * p.step_s / 3600.0,
-            current=metrics.workers,
-            explanation={
-                "search": "horizon",
-                "schedule": list(plan.schedule),
-                "rescale_price_worker_steps": price,
-                "rescale_price_per_worker_steps": per_worker,
-                "down_floor": p.down_floor,
-                "worker_rate": p.worker_rate,
-            },
-        )
-
     def decide(self, metrics: FleetMetrics, history: Sequence[FleetMetrics]) -> ScalingDecision:
         if (
             skip := missing_decision(self.name, metrics, Metric.INPUT_RATE, Metric.BACKLOG)
         ) is not None:
             return skip
-        problem = self.problem(metrics, history)
-        if self.settings.mcts.search == "horizon":
-            decision = self._horizon(metrics, problem)
-            if decision is not None:
-                return decision
+        return self.plan(metrics, self.problem(metrics, history))
+
+    def plan(self, metrics: FleetMetrics, problem: PlanningProblem) -> ScalingDecision:
+        """The tree search's first move on ``problem`` (the planning problem of ``metrics``)."""
         plan = self.planner.plan(problem, salt=int(metrics.time))
         self.last_plan = plan
         w = metrics.workers

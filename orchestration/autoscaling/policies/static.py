@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from orchestration.autoscaling.capacity import workers_for_rate
 from orchestration.autoscaling.config import AutoscaleSettings
 from orchestration.autoscaling.decision import ScalingDecision
+from orchestration.autoscaling.fleet_model import FleetModel
 from orchestration.autoscaling.metrics import FleetMetrics
 
 __all__ = ["StaticPolicy"]
@@ -23,14 +23,8 @@ class StaticPolicy:
     @classmethod
     def from_settings(cls, settings: AutoscaleSettings) -> StaticPolicy:
         """The configured count, or the fewest workers whose (uneven) capacity covers the peak."""
-        fleet = settings.fleet
-        workers = settings.static.workers or workers_for_rate(
-            settings.simulation.peak_rate,
-            fleet.partitions,
-            fleet.worker_rate,
-            fleet.upper,
-            fleet.max_bucket_factor,
-        )
+        fleet = FleetModel.from_settings(settings.fleet)
+        workers = settings.static.workers or fleet.workers_for(settings.simulation.peak_rate)
         return cls(workers)
 
     def decide(self, metrics: FleetMetrics, history: Sequence[FleetMetrics]) -> ScalingDecision:

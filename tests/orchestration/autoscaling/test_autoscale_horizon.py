@@ -1,16 +1,18 @@
-"""The optimum's programme over a forecast horizon: the `mcts` policy's `horizon` search."""
+"""The optimum's programme over a forecast horizon: the `horizon` policy."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import pytest
+from autoscale_builders import snapshot
 
 from orchestration.autoscaling.config import AutoscaleSettings, FleetSettings
 from orchestration.autoscaling.exceptions import NoFeasiblePlan
 from orchestration.autoscaling.horizon import horizon_plan
 from orchestration.autoscaling.mcts import efficient_levels
-from orchestration.autoscaling.policies import make_policy
+from orchestration.autoscaling.policies import HorizonPolicy, MctsPolicy, make_policy
 from orchestration.autoscaling.simulator import Simulator, load_trace
 
 FLEET = FleetSettings(
@@ -47,8 +49,8 @@ def test_a_backlog_already_late_has_no_plan() -> None:
 
 
 def test_the_horizon_search_keeps_the_sla_on_a_shipped_trace(settings: AutoscaleSettings) -> None:
-    s = settings.updated(simulation={"days": 0.5}, mcts={"search": "horizon"})
-    result = Simulator(load_trace("elb_request_count_8c0756"), s).run(make_policy("mcts", s))
+    s = settings.updated(simulation={"days": 0.5})
+    result = Simulator(load_trace("elb_request_count_8c0756"), s).run(make_policy("horizon", s))
     summary = result.summary()
     assert summary.sla_violation_minutes == 0
     assert any("horizon plan" in r.reason for r in result.records)
@@ -66,12 +68,12 @@ def test_capping_the_counts_at_twice_the_peak_loses_no_plan(settings: AutoscaleS
     """The policy offers the programme only counts up to the one carrying twice the forecast
     peak (a decision in milliseconds); on a shipped trace's decisions, the plan it finds costs
     what the programme over every efficient count finds."""
-    s = settings.updated(simulation={"days": 0.25}, mcts={"search": "horizon"})
-    policy = make_policy("mcts", s)
+    s = settings.updated(simulation={"days": 0.25})
+    policy = make_policy("horizon", s)
     seen: list[tuple] = []
 
     class Recording:
-        name = "mcts"
+        name = "horizon"
 
         def decide(self, metrics, history):
             seen.append((metrics, list(history)))
@@ -82,7 +84,7 @@ def test_capping_the_counts_at_twice_the_peak_loses_no_plan(settings: AutoscaleS
     compared = 0
     for metrics, history in seen[1::6]:
         p = policy.problem(metrics, history)
-        decision = policy._horizon(metrics, p)
+        decision = policy.first_move(metrics, p)
         if decision is None:
             continue
         price = decision.explanation["rescale_price_worker_steps"]
@@ -126,3 +128,51 @@ def test_the_per_worker_price_charges_each_rescale_by_its_new_count() -> None:
     # at 12 a worker-step per worker, up and down (36) cost more than up (24) and holding (10)
     dear = horizon_plan(FLEET, 1, 0.0, 0.0, rates, 300.0, 120.0, 0.0, rescale_price_per_worker=12.0)
     assert dear.schedule == (1,) + (2,) * 11
+
+
+def test_the_deprecated_mcts_search_setting_runs_the_horizon_policy(
+    settings: AutoscaleSettings,
+) -> None:
+    """`mcts` with `mcts.search = "horizon"` was the horizon search before it was a policy:
+    it still is, with a warning naming the setting that replaces it."""
+    old = settings.updated(simulation={"days": 0.25}, mcts={"search": "horizon"})
+    with pytest.warns(FutureWarning, match="SLUICE_AUTOSCALE_POLICY=horizon"):
+        policy = make_policy("mcts", old)
+    assert isinstance(policy, HorizonPolicy)
+    new = settings.updated(simulation={"days": 0.25})
+    trace = load_trace("elb_request_count_8c0756")
+    runs = [
+        Simulator(trace, s).run(p) for s, p in ((old, policy), (new, make_policy("horizon", new)))
+    ]
+    assert [(r.workers, r.reason) for r in runs[0].records] == [
+        (r.workers, r.reason) for r in runs[1].records
+    ]
+
+
+def test_horizon_is_a_policy_the_settings_accept(settings: AutoscaleSettings) -> None:
+    assert AutoscaleSettings(policy="horizon").policy == "horizon"
+    assert isinstance(make_policy("horizon", settings), HorizonPolicy)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert isinstance(make_policy("mcts", settings), MctsPolicy)  # the tree, no warning
+
+
+def test_the_horizon_policy_plans_on_the_measured_partitions(
+    settings: AutoscaleSettings,
+) -> None:
+    """The programme sees the fleet the tree search sees: the partitions the workers report,
+    not the configured ones (3 workers carry 3000 msg/s over 288 partitions, 2667 over 16)."""
+    s = settings.updated(fleet={"worker_rate": 1000.0}, mcts={"use_forecast": False})
+    steady = dict(
+        workers=3,
+        partitions=16,
+        input_rate=2800.0,
+        processing_rate=2800.0,
+        true_processing_rate=1000.0,
+        utilisation=0.93,
+    )
+    history = [snapshot(time=t, **steady) for t in range(0, 3600, 60)]
+    policy = make_policy("horizon", s)
+    decision = policy.decide(snapshot(time=3600.0, **steady), history)
+    assert decision.explanation["search"] == "horizon"
+    assert max(decision.explanation["schedule"]) >= 4

@@ -10,8 +10,7 @@ import pytest
 from autoscale_builders import trace_of
 
 from orchestration.autoscaling.config import AutoscaleSettings
-from orchestration.autoscaling.exceptions import NoFeasiblePlan
-from orchestration.autoscaling.optimum import (
+from orchestration.autoscaling.evaluation.optimum import (
     OptimumPlan,
     SchedulePolicy,
     candidate_counts,
@@ -19,6 +18,7 @@ from orchestration.autoscaling.optimum import (
     optimum_schedule,
     replay_schedule,
 )
+from orchestration.autoscaling.exceptions import NoFeasiblePlan
 from orchestration.autoscaling.simulator import Simulator
 
 

@@ -6,7 +6,7 @@ import numpy as np
 from autoscale_builders import trace_of
 
 from orchestration.autoscaling.config import AutoscaleSettings
-from orchestration.autoscaling.oracle import OracleForecaster
+from orchestration.autoscaling.evaluation.oracle import OracleForecaster
 from orchestration.autoscaling.policies import MctsPolicy
 from orchestration.autoscaling.simulator import Simulator
 

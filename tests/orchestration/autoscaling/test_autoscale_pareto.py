@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from orchestration.autoscaling.pareto import dominated_by, dominates
+from orchestration.autoscaling.evaluation.pareto import dominated_by, dominates
 from orchestration.autoscaling.simulator import PolicySummary
 
 

@@ -24,7 +24,7 @@ from orchestration.autoscaling.policies import (
 
 
 def test_registry_builds_every_policy_under_its_name(settings: AutoscaleSettings) -> None:
-    assert list(POLICIES) == ["static", "threshold", "ds2", "keda", "mcts"]
+    assert list(POLICIES) == ["static", "threshold", "ds2", "keda", "mcts", "horizon"]
     for name in POLICIES:
         policy = make_policy(name, settings)
         assert isinstance(policy, ScalingPolicy)

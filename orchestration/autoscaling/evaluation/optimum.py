@@ -34,10 +34,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from orchestration.autoscaling.capacity import efficient_counts, workers_for_rate
+from orchestration.autoscaling.capacity import efficient_counts
 from orchestration.autoscaling.config import AutoscaleSettings
 from orchestration.autoscaling.decision import ScalingDecision
 from orchestration.autoscaling.exceptions import NoFeasiblePlan
+from orchestration.autoscaling.fleet_model import FleetModel
 from orchestration.autoscaling.horizon import ArrivalModel, OptimumPlan, cheapest_schedule
 from orchestration.autoscaling.metrics import FleetMetrics
 from orchestration.autoscaling.simulator import SimulationResult, Simulator, Trace
@@ -106,11 +107,9 @@ class SchedulePolicy:
 def candidate_counts(settings: AutoscaleSettings, peak_rate: float) -> list[int]:
     """The worker counts the optimum chooses among: efficient counts up to the one carrying
     twice the peak (more only drains faster what the SLA already allows)."""
-    fleet = settings.fleet
-    top = workers_for_rate(
-        2.0 * peak_rate, fleet.partitions, fleet.worker_rate, fleet.upper, fleet.max_bucket_factor
-    )
-    return efficient_counts(fleet.partitions, fleet.min_workers, top, fleet.max_bucket_factor)
+    fleet = FleetModel.from_settings(settings.fleet)
+    top = fleet.workers_for(2.0 * peak_rate)
+    return efficient_counts(fleet.partitions, fleet.min_workers, top, fleet.max_factor)
 
 
 def _model_of(sim: Simulator, counts: Sequence[int], start: int) -> ArrivalModel:
@@ -118,7 +117,7 @@ def _model_of(sim: Simulator, counts: Sequence[int], start: int) -> ArrivalModel
     t = sim.t
     floor = np.interp(t - sim.settings.simulation.sla_s, t, sim.arrived, left=-np.inf)
     return ArrivalModel(
-        sim.settings.fleet,
+        sim.model,
         counts,
         start,
         sim.arrived,
