@@ -33,9 +33,9 @@ from pyspark.sql import DataFrame, SparkSession
 
 from pipelines.batch.archive import archive_hours, check_hours
 from pipelines.batch.publish import CorrectionResult, TableTarget, publishing_to
-from pipelines.batch.sessions import correct_session_hours
 from pipelines.batch.spark import shuffle_partitions_kept
-from pipelines.batch.windows import batch_schema, correct_window_hours, segment_hours
+from pipelines.batch.windows import batch_schema, segment_hours
+from pipelines.kinds import CorrectionRun, by_kind
 from pipelines.storage import ObjectStore
 from pipelines.tables import ViewTables
 from pipelines.views.model import View
@@ -75,8 +75,10 @@ def correct_hours(
     With ``tables``, each view's segments are one commit to its Iceberg table (``run_id`` in
     the snapshot summary); without, the older ``batch/v<N>/`` + ``_published.json`` layout.
 
-    Session views are corrected by :func:`pipelines.batch.sessions.correct_session_hours`
-    (their segments are the hours sessions started in; ``validate_segment`` is not applied).
+    Each kind of view corrects its own views (:meth:`pipelines.kinds.ViewKind.correct`):
+    windowed views by :func:`pipelines.batch.windows.correct_window_hours`, session views by
+    :func:`pipelines.batch.sessions.correct_session_hours` (their segments are the hours
+    sessions started in; ``validate_segment`` is not applied).
     """
     wanted = check_hours(hours)
     order = {view.name: i for i, view in enumerate(views)}
@@ -88,21 +90,9 @@ def correct_hours(
             on_result(result)
 
     target = TableTarget(tables, run_id) if tables is not None else None
+    run = CorrectionRun(s3_scheme, emit, validate_segment, validate_rows)
     with publishing_to(target), shuffle_partitions_kept(spark):
-        counted = correct_window_hours(
-            spark,
-            store,
-            [v for v in views if not v.is_session],
-            wanted,
-            s3_scheme,
-            emit,
-            validate_segment,
-            validate_rows,
-        )
-        for view in [v for v in views if v.is_session]:
-            segments = sorted({view.segment_start(h) for h in wanted})
-            correct_session_hours(
-                spark, store, view, segments, s3_scheme=s3_scheme, emit=emit, counted=counted
-            )
+        for kind, of_kind in by_kind(views).items():
+            kind.correct(spark, store, of_kind, wanted, run)
     results.sort(key=lambda r: (order[r.view], r.segment_start_ms))
     return results

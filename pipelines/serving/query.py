@@ -8,7 +8,7 @@ still merges the stream's partial states (the reconciliation compares them with 
 A store without tables (the older layout): as in Druid, a published batch correction
 overshadows the realtime partials of its segment as a whole (:mod:`.sources`); segments without
 one are served from the realtime partials of every task, merged with the view's aggregators.
-Session views are served by :mod:`.sessions`; :func:`query_view` answers for both kinds.
+Session views are served by :mod:`.sessions`; :func:`query_view` answers for every kind.
 """
 
 from __future__ import annotations
@@ -20,14 +20,14 @@ from typing import Any
 import pyarrow as pa
 
 from pipelines.exceptions import QueryError
+from pipelines.kinds import kind_of
 from pipelines.segments import read_parquet, state_column, written_for
-from pipelines.serving.sessions import query_sessions
 from pipelines.serving.sources import SOURCE, require_table, segment_sources, table_source
 from pipelines.storage import ObjectStore
 from pipelines.tables import AsOf, read_rows
 from pipelines.views.model import WINDOW_END, WINDOW_START, View
 
-__all__ = ["merge_realtime", "query_view", "realtime_rows"]
+__all__ = ["merge_realtime", "query_view", "query_windows", "realtime_rows"]
 
 log = logging.getLogger(__name__)
 
@@ -82,14 +82,28 @@ def query_view(
     *,
     as_of: AsOf | None = None,
 ) -> pa.Table:
-    """Windows starting in ``[start_ms, end_ms)``, sorted by window and group (for a session
-    view: sessions starting in it, see :func:`pipelines.serving.sessions.query_sessions`).
+    """The view's rows starting in ``[start_ms, end_ms)``, as its kind reads them
+    (:meth:`pipelines.kinds.ViewKind.query`): windows sorted by window and group
+    (:func:`query_windows`), or sessions starting in it
+    (:func:`pipelines.serving.sessions.query_sessions`).
 
     ``prefer="realtime"`` ignores corrections (to compare), ``"batch"`` serves only them;
     ``as_of`` reads an earlier snapshot of the view's table.
     """
-    if view.is_session:
-        return query_sessions(store, view, start_ms, end_ms, prefer, as_of=as_of)
+    return kind_of(view).query(store, view, start_ms, end_ms, prefer, as_of=as_of)
+
+
+def query_windows(
+    store: ObjectStore,
+    view: View,
+    start_ms: int,
+    end_ms: int,
+    prefer: str = "newest",
+    *,
+    as_of: AsOf | None = None,
+) -> pa.Table:
+    """A windowed view's windows starting in ``[start_ms, end_ms)``, sorted by window and
+    group (see :func:`query_view`)."""
     if end_ms <= start_ms:
         raise QueryError(f"empty range: end {end_ms} is not after start {start_ms}")
     schema = view.output_schema().append(pa.field(SOURCE, pa.string()))

@@ -16,6 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from pipelines.exceptions import QueryError
+from pipelines.kinds import kind_of
 from pipelines.segments import read_parquet, state_column
 from pipelines.serving.query import merge_realtime
 from pipelines.serving.sources import SOURCE, segment_sources
@@ -143,8 +144,7 @@ def _order(item: tuple[tuple, Any]) -> tuple:
 
 
 def _check(view: View, granularity_ms: int) -> None:
-    if view.is_session:
-        raise QueryError(f"{view.name} is a session view: sessions do not roll up")
+    kind_of(view).check_rollup(view)
     if view.is_sliding:
         raise QueryError(
             f"{view.name} has sliding windows: they overlap, so merging them would count "

@@ -11,8 +11,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from pipelines.events.decode import DecodedBatch
-from pipelines.stream.sessions import SessionState
-from pipelines.stream.state import WindowState
+from pipelines.kinds import kind_of
 from pipelines.views.model import View
 
 __all__ = ["ViewState", "view_state"]
@@ -59,5 +58,5 @@ class ViewState(Protocol):
 
 
 def view_state(view: View) -> ViewState:
-    """The per-task state a view needs: open windows, or open sessions."""
-    return SessionState(view) if view.is_session else WindowState(view)
+    """The per-task state a view needs: open windows, or open sessions (its kind's)."""
+    return kind_of(view).stream_state(view)
