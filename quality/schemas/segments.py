@@ -107,10 +107,10 @@ def _window_rules(view: View, field: pa.Field) -> tuple[Rule, ...]:
 
 def segment_spec(view: View, kind: SegmentKind | str) -> FrameSpec:
     """The spec of ``view``'s rows at one boundary; both pandera schemas derive from it."""
-    kind = kind_of(view)
-    if not kind.value_rules:
+    view_kind = kind_of(view)
+    if not view_kind.value_rules:
         raise ValueError(
-            f"{view.name} is a {kind.label} view: segment schemas cover the kinds whose rows "
+            f"{view.name} is a {view_kind.label} view: segment schemas cover the kinds whose rows "
             "have value rules (its rows are checked by the reconciliation, quality.reconcile)"
         )
     if kind not in set(SegmentKind):
