@@ -1,7 +1,7 @@
 """The serving query over realtime and corrected segments.
 
 May import: ``pipelines.views``, ``pipelines.segments``, ``pipelines.storage``,
-``pipelines.tables``.
+``pipelines.tables``, ``pipelines.kinds``.
 """
 
 from pipelines.serving.query import merge_realtime, query_view

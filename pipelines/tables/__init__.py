@@ -8,8 +8,8 @@ publisher replace whole hours in one commit each (:mod:`.commit`); readers scan 
 and compacts an hour's files. The stream's per-task partial states stay its internal format.
 
 May import: ``pipelines.segments``, ``pipelines.storage``, ``pipelines.views``,
-``pipelines.exceptions``. No Dagster. (The realtime publisher, which merges the
-stream's partial states, is :mod:`pipelines.serving.publisher`.)
+``pipelines.kinds``, ``pipelines.exceptions``. No Dagster. (The realtime publisher, which
+merges the stream's partial states, is :mod:`pipelines.serving.publisher`.)
 """
 
 from __future__ import annotations
