@@ -192,15 +192,20 @@ def run_correction(pipes: PipesContext, spark: Any = None) -> None:
         pipes.report_asset_check(
             SEGMENT_RULES_CHECK,
             passed=True,
-            # Session views' segments have no value rules yet: none is validated.
-            metadata={
-                "segments_validated": 0 if view.is_session else sum(not r.skipped for r in mine)
-            },
+            # Kinds without value rules (sessions) validate none of their segments.
+            metadata={"segments_validated": _validated(view, mine)},
             asset_key=key,
         )
         pipes.report_asset_materialization(
             metadata=_materialization(mine, seconds, where), asset_key=key
         )
+
+
+def _validated(view: Any, results: Sequence[Any]) -> int:
+    """How many of the view's segments the correction checked with its value rules."""
+    from pipelines.kinds import kind_of
+
+    return sum(not r.skipped for r in results) if kind_of(view).value_rules else 0
 
 
 def _remote_session(url: str, state_dir: Any, say: Any) -> Any:

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from pipelines.exceptions import QueryError
+from pipelines.kinds import kind_of
 from pipelines.segments import (
     HOUR_MS,
     hour_label,
@@ -539,10 +540,11 @@ def validate_view(
 ) -> SuiteResult:
     """Validate the served values (corrected by default) of the segments covering the range
     that have archived events; segments without any are empty by right and not checked."""
-    if view.is_session:
+    kind = kind_of(view)
+    if not kind.value_rules:
         raise ValueError(
-            f"{view.name} is a session view: expectation suites cover windowed views only "
-            "(sessions are checked by the reconciliation, quality.reconcile.sessions)"
+            f"{view.name} is a {kind.label} view: expectation suites cover the kinds whose rows "
+            "have value rules (its rows are checked by the reconciliation, quality.reconcile)"
         )
     settings = settings or ExpectationSettings.from_env()
     first, end = checked_range(view, start_ms, end_ms)

@@ -113,3 +113,107 @@ def test_the_check_finds_a_cycle_closed_inside_a_function_and_a_private_import(t
     edges, private = _imports(_modules(tmp_path, ("pkg",)))
     assert _sibling_cycles(edges) == [["pkg.a", "pkg.b"]]
     assert private == ["pkg.b imports pkg.a._secret"]
+
+
+KIND_MODULES = (
+    "pipelines/kinds/",
+    "pipelines/views/model.py",
+    "pipelines/stream/sessions.py",
+    "pipelines/batch/sessions.py",
+    "pipelines/serving/sessions.py",
+    "quality/reconcile/sessions.py",
+)
+"""Where a view's kind may be told apart: the kinds themselves, the model that derives a
+view's kind from its definition, and the session kind's own implementations (which check
+that they were handed a session view)."""
+
+_KIND_CLASSES = {"SessionSpec", "SessionState", "WindowState", "Windowed", "Sessions"}
+_KIND_NAMES = {"WINDOW", "SESSION", "window", "session"}
+
+
+def _asks_the_kind(test: ast.expr) -> bool:
+    """Whether a condition tells kinds of view apart: ``is_session``, ``x.session is (not)
+    None``, ``isinstance(x, SessionState)``, ``x.kind == SESSION``."""
+    for node in ast.walk(test):
+        if isinstance(node, ast.Attribute) and node.attr == "is_session":
+            return True
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            names = {s.attr for s in sides if isinstance(s, ast.Attribute)}
+            if "session" in names and any(
+                isinstance(s, ast.Constant) and s.value is None for s in sides
+            ):
+                return True
+            if "kind" in names and any(
+                (isinstance(s, ast.Name) and s.id in _KIND_NAMES)
+                or (isinstance(s, ast.Constant) and s.value in _KIND_NAMES)
+                for s in sides
+            ):
+                return True
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "isinstance"
+            and any(
+                isinstance(n, ast.Name) and n.id in _KIND_CLASSES
+                for arg in node.args[1:]
+                for n in ast.walk(arg)
+            )
+        ):
+            return True
+    return False
+
+
+def _kind_branches(root: Path, packages: tuple[str, ...], allowed: tuple[str, ...]) -> list[str]:
+    """Branches (if, conditional expressions, comprehension filters, loops) that ask which
+    kind a view is, outside ``allowed`` (paths relative to ``root``; a trailing / names a
+    package)."""
+    found = []
+    for path in _modules(root, packages).values():
+        where = path.relative_to(root).as_posix()
+        if any(where.startswith(a) if a.endswith("/") else where == a for a in allowed):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.If | ast.IfExp | ast.While):
+                tests = [node.test]
+            elif isinstance(node, ast.comprehension):
+                tests = list(node.ifs)
+            elif isinstance(node, ast.Call):  # sum(v.is_session for v in views) and the like
+                tests = [a for a in node.args if isinstance(a, ast.GeneratorExp)]
+            else:
+                continue
+            found += [f"{where}:{t.lineno}" for t in tests if _asks_the_kind(t)][:1]
+    return found
+
+
+def test_no_module_outside_the_view_kinds_asks_which_kind_a_view_is() -> None:
+    """Code that treats kinds of view differently asks the view's kind object
+    (:mod:`pipelines.kinds`, :mod:`quality.reconcile.kinds`), so that a new kind is a new
+    module, not a new branch in every layer."""
+    assert _kind_branches(PROJECT, PACKAGES, KIND_MODULES) == []
+
+
+def test_the_kind_check_finds_each_way_of_asking(tmp_path) -> None:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text(
+        "def f(view, views, state):\n"
+        "    if view.is_session:\n"  # 2
+        "        pass\n"
+        "    x = 1 if view.session is not None else 2\n"  # 4
+        "    y = [v for v in views if v.session is None]\n"  # 5
+        "    if isinstance(state, SessionState):\n"  # 6
+        "        pass\n"
+        "    while view.kind == SESSION:\n"  # 8
+        "        break\n"
+        "    n = sum(v.is_session for v in views)\n"  # 10
+        "    assert view.session is not None\n"
+        "    if view.kind_of is None or view.disabled:\n"
+        "        pass\n"
+    )
+    (package / "b.py").write_text("def g(view):\n    return 1 if view.is_session else 2\n")
+    found = _kind_branches(tmp_path, ("pkg",), ("pkg/b.py",))
+    assert sorted(found, key=lambda f: int(f.split(":")[1])) == [
+        f"pkg/a.py:{n}" for n in (2, 4, 5, 6, 8, 10)
+    ]

@@ -17,6 +17,7 @@ import dagster as dg
 from assets.constants import corrected_key
 from assets.run_window import not_partitioned, run_window_ms
 from orchestration.resources import StorageResource
+from pipelines.kinds import kind_of
 from pipelines.storage import ObjectStore
 from pipelines.tables import Tables
 from pipelines.views import View
@@ -115,9 +116,12 @@ def build_expectation_check(
 def build_expectation_checks(
     views: Sequence[View], settings: ExpectationSettings | None = None
 ) -> list[dg.AssetChecksDefinition]:
-    """One check per enabled windowed view (session views have no suite yet: their sessions
-    are reconciled instead); settings default to ``SLUICE_EXPECT_*`` (read at build time)."""
+    """One check per enabled view whose kind has value rules (session views have no suite
+    yet: their sessions are reconciled instead); settings default to ``SLUICE_EXPECT_*`` (read
+    at build time)."""
     settings = settings or ExpectationSettings.from_env()
     return [
-        build_expectation_check(v, settings) for v in views if not v.disabled and not v.is_session
+        build_expectation_check(v, settings)
+        for v in views
+        if not v.disabled and kind_of(v).value_rules
     ]

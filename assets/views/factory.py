@@ -30,9 +30,10 @@ from assets.partitions import HOURLY, partition_key_for
 from orchestration.correction_job import SEGMENT_RULES_CHECK, CorrectionRequest
 from orchestration.resources import ControlStoreResource, SparkResource, StorageResource
 from pipelines.config import get_settings
+from pipelines.kinds import kind_of
 from pipelines.segments import hours_in_window
 from pipelines.tables import Tables, batch_hours
-from pipelines.views import SESSION_COLUMNS, View, format_duration, parse_views
+from pipelines.views import View, format_duration, parse_views
 
 __all__ = ["build_corrected_assets", "build_realtime_asset", "build_view_assets"]
 
@@ -50,10 +51,9 @@ def column_schema(view: View) -> dg.TableSchema:
 
 
 def _column_role(view: View, name: str) -> str:
-    if view.session is not None and name == view.session.key:
-        return "session key"
-    if name in SESSION_COLUMNS and view.is_session:
-        return "session bounds and summary"
+    role = kind_of(view).column_role(view, name)
+    if role is not None:
+        return role
     if name in view.grouping_cols:
         return "grouping column"
     if name in view.metric_columns:
@@ -62,26 +62,14 @@ def _column_role(view: View, name: str) -> str:
 
 
 def _view_metadata(view: View) -> dict[str, Any]:
-    if view.session is not None:
-        spec = view.session
-        return {
-            "dagster/column_schema": column_schema(view),
-            "kind": view.kind,
-            "topic": view.topic,
-            "session_key": spec.key,
-            "gap": format_duration(spec.gap_ms),
-            "max_duration": format_duration(spec.max_duration_ms),
-            "kept_fields": dg.MetadataValue.json(list(spec.kept_fields)),
-            "max_kept_events": spec.max_kept_events,
-            "allowed_lateness": format_duration(view.allowed_lateness_ms),
-            "metrics": dg.MetadataValue.json(view.metric_columns),
-            "fingerprint": view.fingerprint,
-        }
+    settings = {
+        name: dg.MetadataValue.json(value) if isinstance(value, list) else value
+        for name, value in kind_of(view).settings(view).items()
+    }
     return {
         "dagster/column_schema": column_schema(view),
         "topic": view.topic,
-        "grouping_cols": dg.MetadataValue.json(list(view.grouping_cols)),
-        "interval": format_duration(view.interval_ms),
+        **settings,
         "allowed_lateness": format_duration(view.allowed_lateness_ms),
         "metrics": dg.MetadataValue.json(view.metric_columns),
         "fingerprint": view.fingerprint,

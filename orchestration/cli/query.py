@@ -15,7 +15,7 @@ from rich.table import Table
 
 from orchestration.runtime import Runtime
 from pipelines.exceptions import QueryError
-from pipelines.serving import ACTIVE, STARTED, query_sessions, query_view, rollup_view
+from pipelines.serving import query_view
 from pipelines.tables import AsOf
 from pipelines.views import parse_duration
 
@@ -97,20 +97,20 @@ def run(args: argparse.Namespace) -> int:
     end = parse_instant(args.end, "--end")
     as_of = parse_as_of(getattr(args, "as_of", None))
     prefer = getattr(args, "prefer", "newest")
-    if view.is_session:
-        match = ACTIVE if args.active else STARTED
-        table = query_sessions(
-            runtime.store, view, start, end, prefer, tables=runtime.tables, match=match, as_of=as_of
-        )
-    elif args.active:
-        raise QueryError(f"--active is for session views; {view.name} is a windowed view")
-    elif args.granularity:
+    granularity = None
+    if args.granularity:
         granularity = parse_duration(args.granularity, "--granularity")
-        table = rollup_view(runtime.store, view, start, end, granularity, tables=runtime.tables)
-    else:
-        table = query_view(
-            runtime.store, view, start, end, prefer, tables=runtime.tables, as_of=as_of
-        )
+    table = query_view(
+        runtime.store,
+        view,
+        start,
+        end,
+        prefer,
+        tables=runtime.tables,
+        as_of=as_of,
+        active=args.active,
+        granularity_ms=granularity,
+    )
     if table.num_rows == 0 and prefer == "newest" and as_of is None:
         print(
             f"no rows in {view.name}'s table for the range: realtime hours appear once the "

@@ -20,11 +20,11 @@ from rich.table import Table
 
 from orchestration.runtime import Runtime
 from pipelines.exceptions import ViewDefinitionError
+from pipelines.kinds import by_kind, kind_of
 from pipelines.views import (
     ResolvedView,
     View,
     check_views,
-    format_duration,
     read_views_document,
     views_json_schema,
 )
@@ -82,29 +82,19 @@ def run_validate(args: argparse.Namespace) -> int:
         print("\n".join(lines))
         print(f"{args.file}: {len(lines)} error{'s' if len(lines) > 1 else ''}", file=sys.stderr)
     else:
-        sessions = sum(v.is_session for v in views)
-        print(
-            f"{args.file}: {len(views)} views valid "
-            f"({len(views) - sessions} windowed, {sessions} session)"
-        )
+        counts = ", ".join(f"{len(of)} {kind.label}" for kind, of in by_kind(views).items())
+        print(f"{args.file}: {len(views)} views valid ({counts})")
     return INVALID if lines else 0
 
 
 def view_row(resolved: ResolvedView) -> dict[str, Any]:
     """What ``list`` shows of a view: its timing is the window, or the session gap and cap."""
     view: View = resolved.view
-    if view.session is not None:
-        timing = (
-            f"gap {format_duration(view.session.gap_ms)}, "
-            f"max {format_duration(view.session.max_duration_ms)}"
-        )
-    else:
-        timing = format_duration(view.interval_ms)
     return {
         "name": view.name,
         "kind": view.kind,
         "topic": view.topic,
-        "window": timing,
+        "window": kind_of(view).timing(view),
         "state": resolved.state,
         "source": resolved.source,
     }

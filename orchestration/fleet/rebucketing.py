@@ -36,6 +36,7 @@ from collections.abc import Callable, Sequence
 from orchestration.autoscaling.capacity import bucket_factor
 from orchestration.fleet.scheduling import MERGE, SPLIT
 from pipelines.control import AgentRecord, Assignment, ControlStore
+from pipelines.kinds import kind_of
 from pipelines.storage import ObjectStore
 from pipelines.stream import TaskId
 from pipelines.stream.checkpoint import delete_checkpoints
@@ -78,12 +79,16 @@ class Rebucketer:
         """The factor the fleet should run at."""
         if self.max_factor <= 1 or running_agents <= 0 or partitions <= 0:
             return 1
-        sessions = [v.name for v in self.views() if v.topic == self.topic and v.is_session]
-        if sessions:
+        refusals = {
+            v.name: refusal
+            for v in self.views()
+            if v.topic == self.topic and (refusal := kind_of(v).bucket_refusal(v)) is not None
+        }
+        if refusals:
             self._warn_once(
                 "sessions",
-                f"{self.topic} is not split into key buckets: session view(s) "
-                f"{', '.join(sessions)} need each session whole in one task",
+                f"{self.topic} is not split into key buckets: "
+                + "; ".join(f"view {name}: {why}" for name, why in refusals.items()),
             )
             return 1
         return bucket_factor(running_agents, partitions, self.max_factor)

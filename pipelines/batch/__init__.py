@@ -4,7 +4,8 @@ The names that need pyspark (the correction itself) are imported when first used
 the Spark settings (``pipelines.batch.config``) does not load Spark's Python side: Dagster's
 run workers launch the correction through Pipes and never import pyspark.
 
-May import: the rest of ``pipelines`` (views, aggregators, archive, segments, serving, storage).
+May import: the rest of ``pipelines`` (views, kinds, aggregators, archive, segments, serving,
+storage).
 """
 
 from __future__ import annotations

@@ -29,6 +29,8 @@ next version with identical values.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
@@ -38,17 +40,95 @@ from pipelines.batch.publish import CorrectionResult, TableTarget
 from pipelines.batch.sessions import correct_session_hours
 from pipelines.batch.spark import shuffle_partitions_kept
 from pipelines.batch.windows import batch_schema, correct_window_hours, segment_hours
+from pipelines.kinds import by_kind
 from pipelines.storage import ObjectStore
 from pipelines.tables import Tables
-from pipelines.views.model import View
+from pipelines.views.model import SESSION, WINDOW, View
 
 __all__ = [
+    "CORRECTIONS",
     "CorrectionResult",
+    "CorrectionRun",
+    "KindCorrection",
     "archive_hours",
     "batch_schema",
     "correct_hours",
     "segment_hours",
 ]
+
+
+@dataclass
+class CorrectionRun:
+    """What one :func:`correct_hours` call hands every kind's correction: where results go
+    and what checks them, and what one kind's pass over the archive already counted for the
+    next (events and duplicates per (topic, hour))."""
+
+    target: TableTarget
+    s3_scheme: str
+    emit: Callable[[CorrectionResult], None]
+    validate_segment: Callable[[DataFrame, View], None] | None = None
+    validate_rows: Callable[[pa.Table, View], None] | None = None
+    counted: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
+
+
+class KindCorrection(Protocol):
+    def __call__(
+        self,
+        spark: SparkSession,
+        store: ObjectStore,
+        views: Sequence[View],
+        hours: list[int],
+        run: CorrectionRun,
+    ) -> None:
+        """Recompute the segments of ``views`` (all of one kind) covering ``hours`` from the
+        archive and publish them, one result each through ``run.emit``."""
+
+
+def _correct_windows(
+    spark: SparkSession,
+    store: ObjectStore,
+    views: Sequence[View],
+    hours: list[int],
+    run: CorrectionRun,
+) -> None:
+    run.counted.update(
+        correct_window_hours(
+            spark,
+            store,
+            run.target,
+            views,
+            hours,
+            run.s3_scheme,
+            run.emit,
+            run.validate_segment,
+            run.validate_rows,
+        )
+    )
+
+
+def _correct_sessions(
+    spark: SparkSession,
+    store: ObjectStore,
+    views: Sequence[View],
+    hours: list[int],
+    run: CorrectionRun,
+) -> None:
+    for view in views:
+        correct_session_hours(
+            spark,
+            store,
+            view,
+            sorted({view.segment_start(h) for h in hours}),
+            target=run.target,
+            s3_scheme=run.s3_scheme,
+            emit=run.emit,
+            counted=run.counted,
+        )
+
+
+CORRECTIONS: dict[str, KindCorrection] = {WINDOW: _correct_windows, SESSION: _correct_sessions}
+"""Every kind's correction, by the kind's name (:data:`pipelines.kinds.KINDS`); the kinds run
+in that registry's order, so the windowed pass counts the archive for the session pass."""
 
 
 def correct_hours(
@@ -77,8 +157,10 @@ def correct_hours(
     Each view's segments are one commit to its table in ``tables`` (``run_id`` in the
     snapshot summary).
 
-    Session views are corrected by :func:`pipelines.batch.sessions.correct_session_hours`
-    (their segments are the hours sessions started in; ``validate_segment`` is not applied).
+    Each kind of view corrects its own views (:data:`CORRECTIONS`, by the kind's name):
+    windowed views by :func:`pipelines.batch.windows.correct_window_hours`, session views by
+    :func:`pipelines.batch.sessions.correct_session_hours` (their segments are the hours
+    sessions started in; ``validate_segment`` is not applied).
     """
     wanted = check_hours(hours)
     order = {view.name: i for i, view in enumerate(views)}
@@ -89,30 +171,11 @@ def correct_hours(
         if on_result is not None:
             on_result(result)
 
-    target = TableTarget(tables, run_id)
+    run = CorrectionRun(
+        TableTarget(tables, run_id), s3_scheme, emit, validate_segment, validate_rows
+    )
     with shuffle_partitions_kept(spark):
-        counted = correct_window_hours(
-            spark,
-            store,
-            target,
-            [v for v in views if not v.is_session],
-            wanted,
-            s3_scheme,
-            emit,
-            validate_segment,
-            validate_rows,
-        )
-        for view in [v for v in views if v.is_session]:
-            segments = sorted({view.segment_start(h) for h in wanted})
-            correct_session_hours(
-                spark,
-                store,
-                view,
-                segments,
-                target=target,
-                s3_scheme=s3_scheme,
-                emit=emit,
-                counted=counted,
-            )
+        for kind, of_kind in by_kind(views).items():
+            CORRECTIONS[kind.name](spark, store, of_kind, wanted, run)
     results.sort(key=lambda r: (order[r.view], r.segment_start_ms))
     return results

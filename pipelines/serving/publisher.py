@@ -25,8 +25,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from pipelines.segments import HOUR_MS, parse_hour_label, read_parquet, view_prefix
-from pipelines.serving.query import realtime_rows
-from pipelines.serving.sessions import realtime_sessions_table
+from pipelines.serving.query import realtime_table
 from pipelines.storage import ObjectStore
 from pipelines.tables import REALTIME, ViewTables, replace_hours, table_rows
 from pipelines.tables.maintenance import expire_snapshots
@@ -160,13 +159,8 @@ class RealtimePublisher:
             changed[segment] = (text, [read_parquet(data) for _, data in blobs])
         if not changed:
             return
-        if view.is_session:  # a column at a time: a day holds over a hundred thousand sessions
-            merged = pa.concat_tables(
-                [realtime_sessions_table(view, files) for _, files in changed.values()]
-            ).cast(_row_schema(view))
-        else:
-            rows = [row for _, files in changed.values() for row in realtime_rows(view, files)]
-            merged = pa.Table.from_pylist(rows, schema=_row_schema(view))
+        segments = [files for _, files in changed.values()]
+        merged = realtime_table(view, segments, _row_schema(view))
         data = table_rows(view, merged, REALTIME, 0)
         hours = [h for s in changed for h in range(s, s + view.segment_ms, HOUR_MS)]
         outcome = replace_hours(self.tables, view, hours, data, source=REALTIME)

@@ -1,72 +1,109 @@
-"""Serve a view: final values per window and group, from the view's table.
+"""Serve a view, whatever its kind: each kind's read (:data:`READS`, by the kind's name).
 
-The table holds batch rows of corrected hours and the realtime rows the publisher committed
-(:mod:`.publisher`), as of the newest snapshot or an earlier one. ``prefer="realtime"`` merges
-the stream's partial states of every task with the view's aggregators instead (the
-reconciliation compares them with the batch). Session views are served by :mod:`.sessions`;
-:func:`query_view` answers for both kinds.
+A view's table holds batch rows of corrected hours and the realtime rows the publisher
+committed (:mod:`.publisher`); windowed views are read by :mod:`.windows` (and rolled up by
+:mod:`.rollup`), session views by :mod:`.sessions`.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Protocol
 
 import pyarrow as pa
 
 from pipelines.exceptions import QueryError
-from pipelines.segments import read_parquet, state_column, written_for
-from pipelines.serving.sessions import query_sessions
-from pipelines.serving.sources import SOURCE, check_prefer, require_table, segment_sources
+from pipelines.serving.rollup import rollup_view
+from pipelines.serving.sessions import ACTIVE, STARTED, query_sessions, realtime_sessions_table
+from pipelines.serving.windows import query_windows, realtime_windows_table
 from pipelines.storage import ObjectStore
-from pipelines.tables import AsOf, Tables, read_rows
-from pipelines.views.model import WINDOW_END, WINDOW_START, View
+from pipelines.tables import AsOf, Tables
+from pipelines.views.model import SESSION, WINDOW, View
 
-__all__ = ["merge_realtime", "query_view", "realtime_rows"]
-
-log = logging.getLogger(__name__)
+__all__ = ["READS", "KindRead", "query_view", "realtime_table"]
 
 
-def _read(store: ObjectStore, key: str) -> pa.Table:
-    return read_parquet(store.get(key))
+class KindRead(Protocol):
+    def query(
+        self,
+        store: ObjectStore,
+        view: View,
+        start_ms: int,
+        end_ms: int,
+        prefer: str,
+        *,
+        tables: Tables,
+        as_of: AsOf | None,
+        active: bool,
+        granularity_ms: int | None,
+    ) -> pa.Table:
+        """The view's rows starting in ``[start_ms, end_ms)`` (``active``: the rows open in
+        it, where the kind has such rows; ``granularity_ms``: rolled up to it, where the
+        kind's rows roll up)."""
+
+    def realtime_table(
+        self, view: View, segments: Iterable[Sequence[pa.Table]], schema: pa.Schema
+    ) -> pa.Table:
+        """The final rows of the view's realtime files (per segment, its files), as
+        ``schema`` (times in epoch ms)."""
 
 
-def merge_realtime(view: View, tables: Iterable[pa.Table]) -> dict[tuple, list[Any]]:
-    """Merge the partial states of every task into one state per (window, group)."""
-    merged: dict[tuple, list[Any]] = {}
-    aggs = view.aggregators
-    for table in tables:
-        if not written_for(table.schema, view.fingerprint):
-            log.warning(
-                "skipping a realtime segment of %s written for another definition", view.name
-            )
-            continue
-        columns = [WINDOW_START, *view.grouping_cols]
-        keys = zip(*(table.column(c).to_pylist() for c in columns), strict=True)
-        blobs = [table.column(state_column(a.out)).to_pylist() for a in aggs]
-        for row, key in enumerate(keys):
-            states = [agg.deserialize(blobs[j][row]) for j, agg in enumerate(aggs)]
-            current = merged.get(key)
-            if current is None:
-                merged[key] = states
-            else:
-                merged[key] = [
-                    agg.merge(a, b) for agg, a, b in zip(aggs, current, states, strict=True)
-                ]
-    return merged
+class WindowRead:
+    def query(
+        self,
+        store: ObjectStore,
+        view: View,
+        start_ms: int,
+        end_ms: int,
+        prefer: str,
+        *,
+        tables: Tables,
+        as_of: AsOf | None,
+        active: bool,
+        granularity_ms: int | None,
+    ) -> pa.Table:
+        if active:
+            raise QueryError(f"--active is for session views; {view.name} is a windowed view")
+        if granularity_ms:
+            return rollup_view(store, view, start_ms, end_ms, granularity_ms, tables=tables)
+        return query_windows(store, view, start_ms, end_ms, prefer, tables=tables, as_of=as_of)
+
+    def realtime_table(
+        self, view: View, segments: Iterable[Sequence[pa.Table]], schema: pa.Schema
+    ) -> pa.Table:
+        return realtime_windows_table(view, segments, schema)
 
 
-def realtime_rows(view: View, tables: Iterable[pa.Table]) -> list[dict[str, Any]]:
-    """Final values of every (window, group) of a windowed view's partial-state files."""
-    rows = []
-    for key, states in merge_realtime(view, tables).items():
-        row = {WINDOW_START: key[0]}
-        row.update(zip(view.grouping_cols, key[1:], strict=True))
-        for agg, state in zip(view.aggregators, states, strict=True):
-            row.update(agg.result(state))
-        rows.append(row)
-    return rows
+class SessionRead:
+    def query(
+        self,
+        store: ObjectStore,
+        view: View,
+        start_ms: int,
+        end_ms: int,
+        prefer: str,
+        *,
+        tables: Tables,
+        as_of: AsOf | None,
+        active: bool,
+        granularity_ms: int | None,
+    ) -> pa.Table:
+        # Sessions do not roll up (ViewKind.check_rollup): a granularity leaves them as they are.
+        match = ACTIVE if active else STARTED
+        return query_sessions(
+            store, view, start_ms, end_ms, prefer, tables=tables, match=match, as_of=as_of
+        )
+
+    def realtime_table(
+        self, view: View, segments: Iterable[Sequence[pa.Table]], schema: pa.Schema
+    ) -> pa.Table:
+        # A column at a time: a day holds over a hundred thousand sessions.
+        found = [realtime_sessions_table(view, files) for files in segments]
+        return pa.concat_tables(found).cast(schema) if found else schema.empty_table()
+
+
+READS: dict[str, KindRead] = {WINDOW: WindowRead(), SESSION: SessionRead()}
+"""Every kind's serving read, by the kind's name (:data:`pipelines.kinds.KINDS`)."""
 
 
 def query_view(
@@ -78,32 +115,31 @@ def query_view(
     *,
     tables: Tables,
     as_of: AsOf | None = None,
+    active: bool = False,
+    granularity_ms: int | None = None,
 ) -> pa.Table:
-    """Windows starting in ``[start_ms, end_ms)``, sorted by window and group (for a session
-    view: sessions starting in it, see :func:`pipelines.serving.sessions.query_sessions`).
+    """The view's rows starting in ``[start_ms, end_ms)`` as its kind reads them: windows
+    sorted by window and group (:func:`~pipelines.serving.windows.query_windows`), or
+    sessions (:func:`~pipelines.serving.sessions.query_sessions`).
 
     ``prefer="realtime"`` ignores corrections (to compare), ``"batch"`` serves only them;
     ``as_of`` reads an earlier snapshot of the view's table.
     """
-    if view.is_session:
-        return query_sessions(store, view, start_ms, end_ms, prefer, tables=tables, as_of=as_of)
-    if end_ms <= start_ms:
-        raise QueryError(f"empty range: end {end_ms} is not after start {start_ms}")
-    check_prefer(prefer, as_of)
-    if prefer != "realtime":
-        if prefer == "newest":  # batch: no table = no correction
-            require_table(store, tables, view)
-        found = read_rows(tables, view, start_ms, end_ms, batch_only=prefer == "batch", as_of=as_of)
-        keys = [WINDOW_START, *view.grouping_cols]
-        return found.sort_by([(k, "ascending") for k in keys]) if found.num_rows else found
-    schema = view.output_schema().append(pa.field(SOURCE, pa.string()))
-    rows: list[dict[str, Any]] = []
-    for source in segment_sources(store, view, start_ms, end_ms):
-        for row in realtime_rows(view, (_read(store, key) for key in source.files)):
-            row[SOURCE] = source.label
-            rows.append(row)
-    rows = [r for r in rows if start_ms <= r[WINDOW_START] < end_ms]
-    for row in rows:
-        row[WINDOW_END] = row[WINDOW_START] + view.interval_ms
-    rows.sort(key=lambda r: (r[WINDOW_START], *(str(r[c]) for c in view.grouping_cols)))
-    return pa.Table.from_pylist(rows, schema=schema)
+    return READS[view.kind].query(
+        store,
+        view,
+        start_ms,
+        end_ms,
+        prefer,
+        tables=tables,
+        as_of=as_of,
+        active=active,
+        granularity_ms=granularity_ms,
+    )
+
+
+def realtime_table(
+    view: View, segments: Iterable[Sequence[pa.Table]], schema: pa.Schema
+) -> pa.Table:
+    """The final rows of the view's realtime files (per segment, its files), as ``schema``."""
+    return READS[view.kind].realtime_table(view, segments, schema)

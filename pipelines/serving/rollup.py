@@ -16,9 +16,10 @@ from typing import Any
 import pyarrow as pa
 
 from pipelines.exceptions import QueryError
+from pipelines.kinds import kind_of
 from pipelines.segments import read_parquet, state_column
-from pipelines.serving.query import merge_realtime
 from pipelines.serving.sources import SOURCE, check_prefer, segment_sources
+from pipelines.serving.windows import merge_realtime
 from pipelines.storage import ObjectStore
 from pipelines.tables import Tables, read_rows
 from pipelines.views.model import WINDOW_END, WINDOW_START, View, format_duration
@@ -131,8 +132,7 @@ def _order(item: tuple[tuple, Any]) -> tuple:
 
 
 def _check(view: View, granularity_ms: int) -> None:
-    if view.is_session:
-        raise QueryError(f"{view.name} is a session view: sessions do not roll up")
+    kind_of(view).check_rollup(view)
     if view.is_sliding:
         raise QueryError(
             f"{view.name} has sliding windows: they overlap, so merging them would count "

@@ -1,6 +1,7 @@
 """Stream workers: tasks, window state, checkpoints and realtime segments.
 
-May import: the rest of ``pipelines`` (events, views, archive, segments, storage, control, kafka).
+May import: the rest of ``pipelines`` (events, views, kinds, archive, segments, storage,
+control, kafka).
 """
 
 from pipelines.stream.clients import WorkerClients, consumer_group, open_worker_clients

@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 
 from pipelines.exceptions import SluiceError
+from pipelines.kinds import kind_of
 from pipelines.segments import read_parquet, realtime_key, to_parquet
 from pipelines.storage import ObjectStore
 from pipelines.stream.buckets import children, value_hashes
@@ -53,10 +54,11 @@ def _current_views(checkpoint: TaskCheckpoint, views: Sequence[View]) -> dict[st
     for name, saved in checkpoint.views.items():
         view = by_name.get(name)
         if view is not None and saved.get("fingerprint") == view.fingerprint:
-            if view.is_session:
+            refusal = kind_of(view).bucket_refusal(view)
+            if refusal is not None:
                 raise RebucketError(
-                    f"{checkpoint.topic}:{checkpoint.partition} runs session view {name}: a "
-                    "session must stay whole in one task, so its partition is not split"
+                    f"{checkpoint.topic}:{checkpoint.partition} runs {kind_of(view).label} "
+                    f"view {name}: {refusal}, so its partition is not split"
                 )
             out[name] = view
     return out

@@ -13,9 +13,9 @@ import pyarrow as pa
 from pipelines.events.decode import DecodedBatch
 from pipelines.stream.sessions import SessionState
 from pipelines.stream.state import WindowState
-from pipelines.views.model import View
+from pipelines.views.model import SESSION, WINDOW, View
 
-__all__ = ["ViewState", "view_state"]
+__all__ = ["STATES", "ViewState", "view_state"]
 
 
 class ViewState(Protocol):
@@ -58,6 +58,10 @@ class ViewState(Protocol):
         """Restore from a checkpoint's tables."""
 
 
+STATES: dict[str, Callable[[View], ViewState]] = {WINDOW: WindowState, SESSION: SessionState}
+"""Every kind's stream state, by the kind's name (:data:`pipelines.kinds.KINDS`)."""
+
+
 def view_state(view: View) -> ViewState:
-    """The per-task state a view needs: open windows, or open sessions."""
-    return SessionState(view) if view.is_session else WindowState(view)
+    """The per-task state a view needs: open windows, or open sessions (its kind's)."""
+    return STATES[view.kind](view)

@@ -26,8 +26,8 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 
-from pipelines.segments import state_column
-from pipelines.views.model import SESSION_END, SESSION_START, WINDOW_END, WINDOW_START, View
+from pipelines.kinds import kind_of
+from pipelines.views.model import View
 
 __all__ = [
     "BATCH",
@@ -63,11 +63,11 @@ _LAST_MS = int(datetime(9999, 12, 31, tzinfo=UTC).timestamp() * 1000)
 
 def partition_field(view: View) -> str:
     """The column whose hour partitions the table."""
-    return SESSION_START if view.is_session else WINDOW_START
+    return kind_of(view).time_columns[0]
 
 
 def time_columns(view: View) -> tuple[str, str]:
-    return (SESSION_START, SESSION_END) if view.is_session else (WINDOW_START, WINDOW_END)
+    return kind_of(view).time_columns
 
 
 def arrow_schema(view: View) -> pa.Schema:
@@ -82,9 +82,9 @@ def arrow_schema(view: View) -> pa.Schema:
 
 
 def state_columns(view: View) -> list[str]:
-    """The state column of each aggregation of a windowed view (null where none was built:
-    realtime rows, and the types whose state Spark does not build)."""
-    return [] if view.is_session else [state_column(a.out) for a in view.aggregators]
+    """The state column of each aggregation, for kinds whose table keeps states (null where
+    none was built: realtime rows, and the types whose state Spark does not build)."""
+    return kind_of(view).state_columns(view)
 
 
 _TYPES: list[tuple] = [

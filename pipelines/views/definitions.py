@@ -42,11 +42,8 @@ from pipelines.views.fields import (
 )
 from pipelines.views.model import (
     SESSION,
-    SESSION_COLUMNS,
     VIEW_KINDS,
     WINDOW,
-    WINDOW_END,
-    WINDOW_START,
     SessionSpec,
     View,
     format_duration,
@@ -76,10 +73,7 @@ LATENESS = Field(
 
 def _check_output_names(view: View) -> None:
     """No metric may reuse a key, bound or session column, nor another metric's name."""
-    if view.session is not None:
-        taken = {view.session.key, *SESSION_COLUMNS}
-    else:
-        taken = {WINDOW_START, WINDOW_END, *view.grouping_cols}
+    taken = set(view.own_columns)
     for column in view.metric_columns:
         if column in taken:
             raise problem(f"output column {column!r} is defined twice")

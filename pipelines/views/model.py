@@ -133,23 +133,26 @@ class View:
         return event_time_ms - event_time_ms % self.segment_ms
 
     def output_schema(self) -> pa.Schema:
-        """Columns a query of this view returns."""
-        if self.session is not None:
-            return self._session_schema()
-        fields = [
-            pa.field(WINDOW_START, pa.timestamp("ms", tz="UTC")),
-            pa.field(WINDOW_END, pa.timestamp("ms", tz="UTC")),
-        ]
-        fields += [pa.field(col, pa.string()) for col in self.grouping_cols]
+        """Columns a query of this view returns: the row's own columns, then the metrics."""
+        fields = self._row_fields()
         for agg in self.aggregators:
             fields += agg.output_fields()
         return pa.schema(fields)
 
-    def _session_schema(self) -> pa.Schema:
-        fields = self.session_fields(pa.timestamp("ms", tz="UTC"))
-        for agg in self.aggregators:
-            fields += agg.output_fields()
-        return pa.schema(fields)
+    @property
+    def own_columns(self) -> list[str]:
+        """The columns every row has besides its metrics: its bounds and groups, or its
+        session key, bounds and summary."""
+        return [f.name for f in self._row_fields()]
+
+    def _row_fields(self) -> list[pa.Field]:
+        if self.session is not None:
+            return self.session_fields(pa.timestamp("ms", tz="UTC"))
+        fields = [
+            pa.field(WINDOW_START, pa.timestamp("ms", tz="UTC")),
+            pa.field(WINDOW_END, pa.timestamp("ms", tz="UTC")),
+        ]
+        return fields + [pa.field(col, pa.string()) for col in self.grouping_cols]
 
     def session_fields(self, time_type: pa.DataType) -> list[pa.Field]:
         """A session row's own columns, before its metrics: the key, its bounds (as

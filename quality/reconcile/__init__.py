@@ -1,6 +1,6 @@
 """Reconcile each view's realtime values with its correction, hour by hour, and say why they
-differ: windowed views in :mod:`.windows`, session views in :mod:`.sessions`, both judged
-metric by metric by :mod:`.metrics`.
+differ: windowed views in :mod:`.windows`, session views in :mod:`.sessions` (each kind's
+reconciler in :mod:`.kinds`), both judged metric by metric by :mod:`.metrics`.
 
 No Dagster imports; the blocking asset checks and the report use :func:`reconcile`.
 """
@@ -16,10 +16,11 @@ from pipelines.tables import Tables
 from pipelines.views.model import View
 from quality.causes import ArchiveReader, archive_columns, read_hour_archive
 from quality.compare import Tolerance
+from quality.reconcile.kinds import HourReads, reconciler_of
 from quality.reconcile.reads import corrected_by_hour
 from quality.reconcile.results import MetricReconciliation, Reconciliation, TablesRead
 from quality.reconcile.sessions import SessionCauses, reconcile_session_hour, settled_frontier
-from quality.reconcile.windows import CorrectedStates, reconcile_hour
+from quality.reconcile.windows import reconcile_hour
 
 __all__ = [
     "MetricReconciliation",
@@ -76,10 +77,8 @@ def reconcile(
         )
         for view in enabled
     }
-    states = {  # the correction's sketches, read when a judge first needs them
-        view.name: CorrectedStates(store, tables, view, hours)
-        for view in enabled
-        if not view.is_session
+    prepared = {  # what each view's reconciler keeps for the pass (the correction's sketches)
+        view.name: reconciler_of(view).prepare(store, tables, view, hours) for view in enabled
     }
     for hour in hours:
         for topic, topic_views in by_topic.items():
@@ -90,34 +89,19 @@ def reconcile(
                     reader, topic, hour + HOUR_MS, columns[topic], ranges[topic]
                 )
             for view in topic_views:
-                done = view.segment_start(hour) in corrected[view.name]
-                if view.is_session:
-                    result = reconcile_session_hour(
-                        store,
-                        view,
-                        hour,
-                        tolerance,
-                        reader,
-                        ranges[topic],
-                        has_correction=done,
-                        on_tables=on_tables,
-                        corrected=corrected_rows[view.name].get(hour),
-                        tables=tables,
-                    )
-                else:
-                    result = reconcile_hour(
-                        store,
-                        view,
-                        hour,
-                        tolerance,
-                        archive,
-                        following,
-                        has_correction=done,
-                        on_tables=on_tables,
-                        corrected=corrected_rows[view.name].get(hour),
-                        states=states[view.name],
-                        tables=tables,
-                    )
+                reads = HourReads(
+                    reader,
+                    ranges[topic],
+                    archive,
+                    following,
+                    has_correction=view.segment_start(hour) in corrected[view.name],
+                    corrected=corrected_rows[view.name].get(hour),
+                    on_tables=on_tables,
+                    tables=tables,
+                )
+                result = reconciler_of(view).reconcile_hour(
+                    store, view, hour, tolerance, reads, prepared[view.name]
+                )
                 results.append(result)
                 if on_result is not None:
                     on_result(result)

@@ -7,11 +7,12 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
+from pipelines.kinds import kind_of
 from pipelines.segments import HOUR_MS, hour_runs
 from pipelines.serving import query_view
 from pipelines.storage import ObjectStore
 from pipelines.tables import Tables
-from pipelines.views.model import SESSION_START, WINDOW_START, View
+from pipelines.views.model import View
 
 __all__ = ["corrected_by_hour"]
 
@@ -23,7 +24,7 @@ def corrected_by_hour(
     windows, or the sessions, starting in it): one read per run of consecutive hours, cut at
     the hours, since rows come sorted by their start (a day's 24 scans of one hour each
     planned the table 24 times)."""
-    start_col = SESSION_START if view.is_session else WINDOW_START
+    start_col = kind_of(view).time_columns[0]
     out: dict[int, pa.Table] = {}
     for start, end in hour_runs(hours):
         rows = query_view(store, view, start, end, prefer="batch", tables=tables)

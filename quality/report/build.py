@@ -22,12 +22,12 @@ import pyarrow as pa
 
 from pipelines.aggregators import Measure
 from pipelines.control import ControlStore, FleetSample
+from pipelines.kinds import kind_of
 from pipelines.segments import HOUR_MS
 from pipelines.serving import query_view
 from pipelines.storage import ObjectStore
 from pipelines.tables import Tables
-from pipelines.views import WINDOW_START, View
-from pipelines.views.model import SESSION_START
+from pipelines.views import View
 from quality.causes import Causes
 from quality.compare import APPROXIMATE, EXACT, Tolerance, metric_kinds
 from quality.exceptions import InvalidReportDay
@@ -212,7 +212,8 @@ def series_metric(view: View) -> str | None:
 
 def _sums(table: pa.Table, metric: str, view: View) -> dict[int, float]:
     """Sums of ``metric`` per window (per start hour of the sessions, for a session view)."""
-    column, size = (SESSION_START, HOUR_MS) if view.is_session else (WINDOW_START, 1)
+    kind = kind_of(view)
+    column, size = kind.time_columns[0], kind.sum_bucket_ms
     values = table.column(metric)
     valid = np.asarray(values.is_valid(), dtype=bool)
     if not valid.any():

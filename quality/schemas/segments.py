@@ -26,6 +26,7 @@ import pandas as pd
 import pyarrow as pa
 
 from pipelines.events.schema import EVENT_TIME_MAX_MS, EVENT_TIME_MIN_MS
+from pipelines.kinds import kind_of
 from pipelines.segments import is_state_column, state_column
 from pipelines.serving import SOURCE
 from pipelines.views.model import WINDOW_END, WINDOW_START, View
@@ -88,10 +89,11 @@ def _window_rules(view: View, field: pa.Field) -> tuple[Rule, ...]:
 
 def segment_spec(view: View, kind: SegmentKind | str) -> FrameSpec:
     """The spec of ``view``'s rows at one boundary; both pandera schemas derive from it."""
-    if view.is_session:
+    view_kind = kind_of(view)
+    if not view_kind.value_rules:
         raise ValueError(
-            f"{view.name} is a session view: segment schemas cover windowed views only "
-            "(sessions are checked by the reconciliation, quality.reconcile.sessions)"
+            f"{view.name} is a {view_kind.label} view: segment schemas cover the kinds whose rows "
+            "have value rules (its rows are checked by the reconciliation, quality.reconcile)"
         )
     if kind not in set(SegmentKind):
         known = ", ".join(SegmentKind)
