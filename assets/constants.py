@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from orchestration.settings import get_dagster_settings
+from orchestration.control_plane.settings import get_dagster_settings
 
 __all__ = [
     "CORRECTED_PREFIX",

@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 
 import dagster as dg
 
-from orchestration.settings import PARTITION_FORMAT, get_dagster_settings
+from orchestration.control_plane.settings import PARTITION_FORMAT, get_dagster_settings
 from pipelines.config import get_settings
 from pipelines.exceptions import SluiceError
 from pipelines.segments import parse_hour_label

@@ -10,7 +10,7 @@ show the cost at spot prices next to the same worker-hours on demand, the interr
 tasks they moved. Each table has the rescales per day and the minutes the fleet stood still
 (rescale pauses, moved tasks) next to the savings.
 
-The anchor is the offline optimum (`orchestration.autoscaling.evaluation.optimum`): with the trace known
+The anchor is the offline optimum (`orchestration.control_plane.autoscaling.evaluation.optimum`): with the trace known
 in advance, the fewest worker-hours with no SLA minute and at most R = 1, 2, 4 rescales an hour
 on the simulator's own model, with the lower bound the search proves (the true optimum lies
 between), each plan replayed through the simulator. Every policy is shown with its ratio to it
@@ -39,21 +39,24 @@ if str(ROOT) not in sys.path:
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from orchestration.autoscaling import capacity, horizon, pause, simulator  # noqa: E402
-from orchestration.autoscaling.config import AutoscaleSettings  # noqa: E402
-from orchestration.autoscaling.evaluation import optimum  # noqa: E402
-from orchestration.autoscaling.evaluation.optimum import OfflineOptimum, offline_optimum  # noqa: E402
-from orchestration.autoscaling.evaluation.oracle import OracleForecaster  # noqa: E402
-from orchestration.autoscaling.evaluation.pareto import dominated_by  # noqa: E402
-from orchestration.autoscaling.policies import (  # noqa: E402
+from orchestration.control_plane.autoscaling import capacity, horizon, pause, simulator  # noqa: E402
+from orchestration.control_plane.autoscaling.config import AutoscaleSettings  # noqa: E402
+from orchestration.control_plane.autoscaling.evaluation import optimum  # noqa: E402
+from orchestration.control_plane.autoscaling.evaluation.optimum import (  # noqa: E402
+    OfflineOptimum,
+    offline_optimum,
+)
+from orchestration.control_plane.autoscaling.evaluation.oracle import OracleForecaster  # noqa: E402
+from orchestration.control_plane.autoscaling.evaluation.pareto import dominated_by  # noqa: E402
+from orchestration.control_plane.autoscaling.policies import (  # noqa: E402
     COMPARED,
     POLICIES,
     HorizonPolicy,
     MctsPolicy,
     make_policy,
 )
-from orchestration.autoscaling.report import plot_results, summary_table  # noqa: E402
-from orchestration.autoscaling.simulator import (  # noqa: E402
+from orchestration.control_plane.autoscaling.report import plot_results, summary_table  # noqa: E402
+from orchestration.control_plane.autoscaling.simulator import (  # noqa: E402
     PolicySummary,
     SimulationResult,
     Simulator,

@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 
 from assets.partitions import partition_key_for
-from orchestration.dagster_service import DagsterHandle, start_dagster
-from orchestration.spark_server import SparkConnectServer
+from orchestration.control_plane.dagster_service import DagsterHandle, start_dagster
+from orchestration.control_plane.spark.server import SparkConnectServer
 from pipelines.config import PROJECT_ROOT, SluiceSettings
 from pipelines.generator import GeneratorOptions
 from pipelines.testing import run_stream

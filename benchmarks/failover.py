@@ -50,8 +50,8 @@ sys.path.insert(0, str(ROOT))
 
 import yaml  # noqa: E402
 
-from orchestration.fleet.coordinator import COORDINATOR_LEASE  # noqa: E402
-from orchestration.processes import start_process, stop_process  # noqa: E402
+from orchestration.control_plane.fleet.coordinator import COORDINATOR_LEASE  # noqa: E402
+from orchestration.control_plane.processes import start_process, stop_process  # noqa: E402
 from pipelines.config import PROJECT_ROOT  # noqa: E402
 from pipelines.control import ControlStore  # noqa: E402
 from pipelines.generator import GeneratorOptions, load_trace, replay  # noqa: E402

@@ -29,11 +29,11 @@ if str(ROOT) not in sys.path:
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from orchestration.autoscaling.capacity import workers_for_rate  # noqa: E402
-from orchestration.autoscaling.config import AutoscaleSettings  # noqa: E402
-from orchestration.autoscaling.evaluation.oracle import OracleForecaster  # noqa: E402
-from orchestration.autoscaling.forecast import SeasonalTrendForecaster  # noqa: E402
-from orchestration.autoscaling.simulator import Simulator, load_trace, shipped_traces  # noqa: E402
+from orchestration.control_plane.autoscaling.capacity import workers_for_rate  # noqa: E402
+from orchestration.control_plane.autoscaling.config import AutoscaleSettings  # noqa: E402
+from orchestration.control_plane.autoscaling.evaluation.oracle import OracleForecaster  # noqa: E402
+from orchestration.control_plane.autoscaling.forecast import SeasonalTrendForecaster  # noqa: E402
+from orchestration.control_plane.autoscaling.simulator import Simulator, load_trace, shipped_traces  # noqa: E402
 
 LEADS_MIN = (5, 30, 60, 120)
 

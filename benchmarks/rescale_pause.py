@@ -34,9 +34,9 @@ import yaml  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from orchestration.autoscaling.config import FleetSettings  # noqa: E402
-from orchestration.autoscaling.pause import PauseModel, fit_pause  # noqa: E402
-from orchestration.processes import start_process, stop_process  # noqa: E402
+from orchestration.control_plane.autoscaling.config import FleetSettings  # noqa: E402
+from orchestration.control_plane.autoscaling.pause import PauseModel, fit_pause  # noqa: E402
+from orchestration.control_plane.processes import start_process, stop_process  # noqa: E402
 from pipelines.config import PROJECT_ROOT  # noqa: E402
 from pipelines.control import ControlStore  # noqa: E402
 from pipelines.generator import GeneratorOptions, load_trace, replay  # noqa: E402

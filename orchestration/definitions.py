@@ -1,7 +1,7 @@
 """The one place that builds Dagster ``Definitions``; ``workspace.yaml`` points here.
 
 The views in force are resolved once, here, when the code location loads
-(:meth:`orchestration.runtime.Runtime.views_in_force`; reload the location after editing the
+(:meth:`orchestration.control_plane.runtime.Runtime.views_in_force`; reload the location after editing the
 views file or deploying elsewhere); the view and report assets are built from them, the raw
 archive's loaded from ``assets/raw``, with the group names of :mod:`assets.constants`; checks (schemas, nothing lost, expectation suites, reconciliation),
 the correction and report jobs and schedules and the sensors are built from the same
@@ -22,11 +22,17 @@ from assets.views import build_view_assets
 from assets.views.checks import build_correction_checks
 from assets.views.expectation_checks import build_expectation_checks
 from assets.views.lag_check import build_lag_checks
-from orchestration.jobs import build_correction_job, build_report_job, scale_stream_workers
-from orchestration.maintenance_jobs import build_tables_maintenance_schedule, tables_maintenance
-from orchestration.recovery_jobs import RECOVERY_JOBS, evacuate_spot_instance
+from orchestration.control_plane.runtime import Runtime
+from orchestration.control_plane.settings import DagsterSettings
+from orchestration.jobs.correction import (
+    build_correction_job,
+    build_report_job,
+    scale_stream_workers,
+)
+from orchestration.jobs.maintenance import build_tables_maintenance_schedule, tables_maintenance
+from orchestration.jobs.recovery import RECOVERY_JOBS, evacuate_spot_instance
+from orchestration.jobs.spark import check_spark
 from orchestration.resources import get_resources
-from orchestration.runtime import Runtime
 from orchestration.schedules import build_correction_schedule, build_report_schedule
 from orchestration.sensors import (
     make_alert_sensors,
@@ -36,8 +42,6 @@ from orchestration.sensors import (
     make_realtime_lag_sensor,
     make_spot_interruption_sensor,
 )
-from orchestration.settings import DagsterSettings
-from orchestration.spark_jobs import check_spark
 from pipelines.config import get_settings
 from pipelines.settings import load_settings
 

@@ -17,8 +17,8 @@ from typing import Any
 import dagster as dg
 
 from assets.partitions import HOURLY, partition_key_for
+from orchestration.control_plane.settings import DagsterSettings
 from orchestration.resources import StorageResource
-from orchestration.settings import DagsterSettings
 from pipelines.segments import HOUR_MS
 from pipelines.settings import load_settings
 from quality.completeness import archive_completeness

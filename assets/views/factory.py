@@ -6,7 +6,7 @@ by the ``realtime_lag`` sensor. ``corrected_<view>`` is hourly: Spark recomputes
 the run's partition range exactly from the raw archive and publishes batch segments that
 overshadow the realtime ones (for a session view: the sessions that started in each hour,
 :mod:`pipelines.batch.sessions`). All corrected views are one multi-asset launching one Spark job
-through Dagster Pipes (:mod:`orchestration.correction_job`); its backfill policy is a single
+through Dagster Pipes (:mod:`orchestration.control_plane.spark.correction_job`); its backfill policy is a single
 run, so a backfill of many hours of many views reads the archive once, in the ``spark`` pool
 (one correction at a time unless the instance allows more).
 """
@@ -27,7 +27,7 @@ from assets.constants import (
     realtime_key,
 )
 from assets.partitions import HOURLY, partition_key_for
-from orchestration.correction_job import SEGMENT_RULES_CHECK, CorrectionRequest
+from orchestration.control_plane.spark.correction_job import SEGMENT_RULES_CHECK, CorrectionRequest
 from orchestration.resources import ControlStoreResource, SparkResource, StorageResource
 from pipelines.config import get_settings
 from pipelines.kinds import kind_of

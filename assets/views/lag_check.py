@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import dagster as dg
 
 from assets.constants import realtime_key
-from orchestration.lag import TaskLag, task_lags
+from orchestration.control_plane.lag import TaskLag, task_lags
 from orchestration.resources import ControlStoreResource
 from pipelines.control import TaskStatus
 from pipelines.views import View

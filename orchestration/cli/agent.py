@@ -12,8 +12,8 @@ import logging
 import os
 import socket
 
-from orchestration.fleet.agent import Agent
-from orchestration.runtime import Runtime
+from orchestration.control_plane.fleet.agent import Agent
+from orchestration.control_plane.runtime import Runtime
 
 __all__ = ["register"]
 

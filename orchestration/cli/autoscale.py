@@ -15,12 +15,12 @@ import time
 from pydantic import ValidationError
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from orchestration.autoscaling.config import AutoscaleSettings
-from orchestration.autoscaling.exceptions import InvalidFleetParameter, UnknownPolicy
-from orchestration.autoscaling.policies import COMPARED, POLICIES, make_policy
-from orchestration.autoscaling.report import plot_results, print_table, summaries_json
-from orchestration.autoscaling.simulator import Simulator, load_trace, summarise
 from orchestration.cli.logs import stderr_console
+from orchestration.control_plane.autoscaling.config import AutoscaleSettings
+from orchestration.control_plane.autoscaling.exceptions import InvalidFleetParameter, UnknownPolicy
+from orchestration.control_plane.autoscaling.policies import COMPARED, POLICIES, make_policy
+from orchestration.control_plane.autoscaling.report import plot_results, print_table, summaries_json
+from orchestration.control_plane.autoscaling.simulator import Simulator, load_trace, summarise
 
 __all__ = ["register", "run_simulate"]
 

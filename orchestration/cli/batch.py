@@ -15,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from orchestration.cli.query import parse_instant
-from orchestration.runtime import Runtime
+from orchestration.control_plane.runtime import Runtime
 from pipelines.batch.config import SparkSettings
 from pipelines.batch.exceptions import ArchiveMissing, InvalidHour, UnknownView
 from pipelines.exceptions import QueryError

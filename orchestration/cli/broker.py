@@ -10,7 +10,7 @@ import argparse
 import json
 from dataclasses import asdict
 
-from orchestration.runtime import Runtime
+from orchestration.control_plane.runtime import Runtime
 from pipelines.kafka import EmbeddedBroker, ensure_topics
 
 __all__ = ["register"]

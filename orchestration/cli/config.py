@@ -24,10 +24,14 @@ SETTINGS_MODELS: tuple[tuple[str, str, str], ...] = (
     ("pipelines.batch.config", "SparkSettings", "the Spark batch correction"),
     ("quality.config", "CheckSettings", "reconciliation checks"),
     ("quality.config", "ExpectationSettings", "expectation suites"),
-    ("orchestration.settings", "DagsterSettings", "the Dagster code location"),
-    ("orchestration.settings", "SpotSettings", "the spot-interruption sensor"),
-    ("orchestration.settings", "EmrServerlessSettings", "production Spark (EMR Serverless)"),
-    ("orchestration.autoscaling.config", "AutoscaleSettings", "autoscaling"),
+    ("orchestration.control_plane.settings", "DagsterSettings", "the Dagster code location"),
+    ("orchestration.control_plane.settings", "SpotSettings", "the spot-interruption sensor"),
+    (
+        "orchestration.control_plane.settings",
+        "EmrServerlessSettings",
+        "production Spark (EMR Serverless)",
+    ),
+    ("orchestration.control_plane.autoscaling.config", "AutoscaleSettings", "autoscaling"),
 )
 """(module, model, what it configures), in the order `sluice config` lists them."""
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from orchestration.runtime import Runtime
+from orchestration.control_plane.runtime import Runtime
 from pipelines.generator import GeneratorOptions, Message, load_trace, replay
 from pipelines.generator.progress import ReplayProgress
 from pipelines.kafka import ensure_topics, exact_end_offsets

@@ -13,7 +13,7 @@ import pyarrow as pa
 from rich.console import Console
 from rich.table import Table
 
-from orchestration.runtime import Runtime
+from orchestration.control_plane.runtime import Runtime
 from pipelines.exceptions import QueryError
 from pipelines.serving import query_view
 from pipelines.tables import AsOf

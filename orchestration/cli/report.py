@@ -16,7 +16,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from orchestration.runtime import Runtime
+from orchestration.control_plane.runtime import Runtime
 from pipelines.exceptions import ConfigError, ViewDefinitionError
 from quality.report import headline, parse_day, publish_report
 from quality.report.render import notes

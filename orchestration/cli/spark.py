@@ -15,7 +15,7 @@ import signal
 import threading
 from dataclasses import asdict
 
-from orchestration.spark_server import SparkConnectServer, keep_serving
+from orchestration.control_plane.spark.server import SparkConnectServer, keep_serving
 from pipelines.batch.config import SparkSettings
 from pipelines.config import get_settings
 

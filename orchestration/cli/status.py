@@ -25,16 +25,16 @@ from rich.table import Table
 from rich.text import Text
 from sqlalchemy.exc import SQLAlchemyError
 
-from orchestration.fleet.scheduling import waiting_too_long
-from orchestration.lag import (
+from orchestration.control_plane.fleet.scheduling import waiting_too_long
+from orchestration.control_plane.lag import (
     LagTracker,
     ProducedProbe,
     TaskLag,
     collect_task_lags,
     worst,
 )
-from orchestration.runtime import Runtime
-from orchestration.spark_server import SparkConnectServer
+from orchestration.control_plane.runtime import Runtime
+from orchestration.control_plane.spark.server import SparkConnectServer
 from pipelines.control import AgentRecord, Assignment
 from pipelines.exceptions import SluiceError
 from pipelines.stopping import StopDeadline, on_stop_signals, run_until_stopped
@@ -171,7 +171,7 @@ def render(
     job: JobView | None = None,
     width: int | None = None,
 ) -> Group:
-    """The task table and a summary line; ``statuses`` come from a :class:`~orchestration.lag.LagTracker` that
+    """The task table and a summary line; ``statuses`` come from a :class:`~orchestration.control_plane.lag.LagTracker` that
     has watched earlier refreshes (one look is taken here if none is given). A stale task, and
     with ``job`` a Waiting or Disabled task or a disabled view, keep the summary from OK. On a
     terminal narrower than :data:`WIDE` (``width``) the table keeps the columns an operator

@@ -11,8 +11,13 @@ import threading
 
 from rich.console import Console
 
-from orchestration.fleet import LocalFleet, Supervisor, describe_assignments, start_fleet
-from orchestration.runtime import Runtime
+from orchestration.control_plane.fleet import (
+    LocalFleet,
+    Supervisor,
+    describe_assignments,
+    start_fleet,
+)
+from orchestration.control_plane.runtime import Runtime
 from pipelines.stopping import StopDeadline, on_stop_signals, run_until_stopped
 
 __all__ = ["STOP_MARGIN_S", "add_agents_argument", "register", "run"]

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from rich.console import Console
 from rich.table import Table
 
-from orchestration.runtime import Runtime
+from orchestration.control_plane.runtime import Runtime
 from pipelines.segments import HOUR_MS
 from pipelines.serving.migrate import migrate_store
 from pipelines.tables.maintenance import files_per_hour, maintain

@@ -27,12 +27,12 @@ from sqlalchemy.exc import SQLAlchemyError
 from orchestration.cli.logs import stderr_console
 from orchestration.cli.status import job_view, render
 from orchestration.cli.stream import STOP_MARGIN_S, add_agents_argument
-from orchestration.fleet import LocalFleet, Supervisor, child_environment, start_fleet
-from orchestration.lag import LagTracker
-from orchestration.processes import start_process, stop_process
-from orchestration.runtime import Runtime
-from orchestration.settings import DagsterSettings
-from orchestration.spark_server import SparkConnectServer
+from orchestration.control_plane.fleet import LocalFleet, Supervisor, child_environment, start_fleet
+from orchestration.control_plane.lag import LagTracker
+from orchestration.control_plane.processes import start_process, stop_process
+from orchestration.control_plane.runtime import Runtime
+from orchestration.control_plane.settings import DagsterSettings
+from orchestration.control_plane.spark.server import SparkConnectServer
 from pipelines.batch.config import SparkSettings
 from pipelines.config import SluiceSettings
 from pipelines.generator.progress import ReplayProgress
@@ -345,7 +345,7 @@ def _start_spark_server(
 
 def _start_dagster(settings: SluiceSettings, env: dict[str, str], console: Console):
     try:
-        from orchestration.dagster_service import start_dagster
+        from orchestration.control_plane.dagster_service import start_dagster
     except ImportError as exc:
         console.print(f"[yellow]Dagster is not available ({exc}); continuing without it[/]")
         return None

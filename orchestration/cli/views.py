@@ -18,7 +18,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from orchestration.runtime import Runtime
+from orchestration.control_plane.runtime import Runtime
 from pipelines.exceptions import ViewDefinitionError
 from pipelines.kinds import by_kind, kind_of
 from pipelines.views import (

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from orchestration.runtime import Runtime
+from orchestration.control_plane.runtime import Runtime
 from pipelines.exceptions import ConfigError
 from pipelines.stream import StreamWorker, TaskId, open_worker_clients
 

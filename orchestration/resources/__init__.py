@@ -5,7 +5,7 @@ each system (:class:`KafkaResource`, :class:`SparkResource`, :class:`StorageReso
 :class:`ControlStoreResource`), never a concrete client. Secrets are ``dg.EnvVar`` values,
 read by Dagster when a run starts, never at import time.
 
-May import: the control-plane library (``orchestration.autoscaling``, ``.settings``) and ``pipelines``.
+May import: the control-plane library (``orchestration.control_plane.autoscaling``, ``.settings``) and ``pipelines``.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 
 import dagster as dg
 
+from orchestration.control_plane.settings import DagsterSettings
 from orchestration.resources.control import (
     ControlStoreResource,
     LocalControlStoreResource,
@@ -32,7 +33,6 @@ from orchestration.resources.spark import (
     SparkResource,
 )
 from orchestration.resources.storage import LocalStorageResource, StorageResource
-from orchestration.settings import DagsterSettings
 from pipelines.config import get_settings
 from pipelines.settings import load_settings
 

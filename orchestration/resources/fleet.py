@@ -12,8 +12,8 @@ from abc import abstractmethod
 import dagster as dg
 from pydantic import Field
 
-from orchestration.autoscaling.config import AutoscaleSettings
-from orchestration.autoscaling.realizers import (
+from orchestration.control_plane.autoscaling.config import AutoscaleSettings
+from orchestration.control_plane.autoscaling.realizers import (
     LOCAL_PROCESS_START_S,
     AwsAutoScalingRealizer,
     ControlStoreRealizer,

@@ -1,6 +1,6 @@
 """Spark as a Dagster resource: where the correction job runs, launched through Dagster Pipes.
 
-The run worker does not start Spark. It launches ``orchestration/correction_job.py`` and reads
+The run worker does not start Spark. It launches ``orchestration/control_plane/spark/correction_job.py`` and reads
 what the job reports: locally with ``spark-submit`` (:class:`LocalSparkResource`, Pipes'
 subprocess client), in production as an EMR Serverless job run
 (:class:`EmrServerlessSparkResource`, dagster-aws' Pipes client, messages through S3). The
@@ -21,9 +21,13 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 from pydantic import Field
 
-from orchestration.correction_job import CorrectionRequest
-from orchestration.settings import EmrServerlessSettings
-from orchestration.spark_server import ServerHealth, SparkConnectServer, spark_submit_path
+from orchestration.control_plane.settings import EmrServerlessSettings
+from orchestration.control_plane.spark.correction_job import CorrectionRequest
+from orchestration.control_plane.spark.server import (
+    ServerHealth,
+    SparkConnectServer,
+    spark_submit_path,
+)
 from pipelines.settings import load_settings, overridden
 
 if TYPE_CHECKING:
@@ -51,7 +55,7 @@ def _capacity(app: dict) -> str:
 
 def job_file() -> Path:
     """The correction job's file, as ``spark-submit`` and EMR are given it."""
-    spec = importlib.util.find_spec("orchestration.correction_job")
+    spec = importlib.util.find_spec("orchestration.control_plane.spark.correction_job")
     assert spec is not None and spec.origin is not None
     return Path(spec.origin)
 
@@ -227,12 +231,13 @@ class LocalSparkResource(SparkResource):
 
 class EmrServerlessSparkResource(SparkResource):
     """An EMR Serverless job run per launch; the job's messages come back through S3. Unset
-    fields come from ``SLUICE_EMR_*`` (:class:`~orchestration.settings.EmrServerlessSettings`)."""
+    fields come from ``SLUICE_EMR_*`` (:class:`~orchestration.control_plane.settings.EmrServerlessSettings`)."""
 
     application_id: str | None = Field(default=None, description="EMR Serverless application.")
     execution_role_arn: str | None = Field(default=None, description="IAM role of the job run.")
     entry_point: str | None = Field(
-        default=None, description="s3:// URI of the deployed orchestration/correction_job.py."
+        default=None,
+        description="s3:// URI of the deployed orchestration/control_plane/spark/correction_job.py.",
     )
     messages_bucket: str | None = Field(
         default=None, description="Bucket the job writes its Pipes messages to."

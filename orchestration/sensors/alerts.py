@@ -1,7 +1,7 @@
 """Alerts that reach someone: a failed run, a failed ERROR check, posted to the webhook.
 
 Both sensors are on by default and post nothing while ``SLUICE_ALERT_WEBHOOK_URL`` is unset
-(:mod:`orchestration.alerts`). ``alert_on_run_failure`` is Dagster's run-failure sensor: it
+(:mod:`orchestration.control_plane.alerts`). ``alert_on_run_failure`` is Dagster's run-failure sensor: it
 sees each failed run once (its cursor is the run-status event) and posts one alert linking the
 run. ``alert_on_check_failure`` reads each asset check's latest execution and posts when a
 check fails with ERROR severity after it had not been failing (one alert per incident: a check
@@ -18,7 +18,7 @@ from typing import Any
 
 import dagster as dg
 
-from orchestration.alerts import Alert, post_alert
+from orchestration.control_plane.alerts import Alert, post_alert
 
 __all__ = ["CHECK_ALERT_SENSOR", "RUN_ALERT_SENSOR", "make_alert_sensors"]
 

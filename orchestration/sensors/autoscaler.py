@@ -3,13 +3,13 @@
 It reads the workers' task reports from the control store, builds a `FleetMetrics` snapshot,
 asks the policy (``SLUICE_AUTOSCALE_POLICY``, default ``mcts``: the planner, which prices
 hardware, lag beyond the SLA and every rescale over its horizon) through the decision step
-the simulator uses (:mod:`orchestration.autoscaling.step`), whose guards may veto (bounds,
+the simulator uses (:mod:`orchestration.control_plane.autoscaling.step`), whose guards may veto (bounds,
 hysteresis, and one cooldown, ``SLUICE_AUTOSCALE_SENSOR_COOLDOWN_S``, default 300 s, so the
 fleet does not flap), and launches a ``scale_stream_workers`` run when the target changes,
 with the reason, the policy, the predicted cost and the rescale pause it priced as tags, and
 the planner's explanation (its plan, cost split and rejected alternative) in the run's
 config. Each tick prices rescales with the pause fitted from the fleet's recorded rescales
-(:mod:`orchestration.autoscaling.pause`). The cursor keeps the recent
+(:mod:`orchestration.control_plane.autoscaling.pause`). The cursor keeps the recent
 snapshots (the policy's history) and the time of the last rescale; the control store keeps
 one snapshot a minute for days (``SLUICE_AUTOSCALE_HISTORY_RETENTION_S``), and the policy
 decides on that season followed by the cursor's snapshots. While a rescale is under way
@@ -32,14 +32,14 @@ from typing import Any
 
 import dagster as dg
 
-from orchestration.autoscaling.config import AutoscaleSettings
-from orchestration.autoscaling.live import collect_fleet_metrics
-from orchestration.autoscaling.metrics import FleetMetrics
-from orchestration.autoscaling.pause import with_measured_pause
-from orchestration.autoscaling.policies import make_policy
-from orchestration.autoscaling.step import decide
-from orchestration.autoscaling.vetoes import default_guards
-from orchestration.lag import task_lags
+from orchestration.control_plane.autoscaling.config import AutoscaleSettings
+from orchestration.control_plane.autoscaling.live import collect_fleet_metrics
+from orchestration.control_plane.autoscaling.metrics import FleetMetrics
+from orchestration.control_plane.autoscaling.pause import with_measured_pause
+from orchestration.control_plane.autoscaling.policies import make_policy
+from orchestration.control_plane.autoscaling.step import decide
+from orchestration.control_plane.autoscaling.vetoes import default_guards
+from orchestration.control_plane.lag import task_lags
 from orchestration.resources.control import ControlStoreResource
 from pipelines.config import get_settings
 from pipelines.control import TaskStatus

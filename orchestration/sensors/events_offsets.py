@@ -19,7 +19,7 @@ from kafka.errors import KafkaError
 
 from assets.constants import EVENTS_KEY
 from assets.raw.events import topic_observation
-from orchestration.lag import newest_produced_timestamps
+from orchestration.control_plane.lag import newest_produced_timestamps
 from orchestration.resources import KafkaResource
 from pipelines.config import get_settings
 from pipelines.exceptions import SluiceError

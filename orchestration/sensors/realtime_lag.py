@@ -18,7 +18,7 @@ the stream keeps up and overdue once it stops or falls behind. Dagster 1.13 judg
 by materializations only, not observations.
 
 A view whose tasks turn STALL, STOP or ERR is posted to the alert webhook once per incident
-(:mod:`orchestration.alerts`). Every tick also alerts (a warning in the sensor's log) on each task of a view's topic that has
+(:mod:`orchestration.control_plane.alerts`). Every tick also alerts (a warning in the sensor's log) on each task of a view's topic that has
 been Waiting longer than ``SLUICE_TASK_WAITING_MAX_S`` (the coordinator's watchdog should
 have scheduled it: something blocks it), whether or not tasks reported.
 """
@@ -35,9 +35,9 @@ import dagster as dg
 from assets.constants import realtime_key
 from assets.views.lag_check import STALE_AFTER_S as REPORTING_WITHIN_S
 from assets.views.lag_check import evaluate_lag
-from orchestration.alerts import Alert, post_alert
-from orchestration.fleet.scheduling import waiting_too_long
-from orchestration.lag import LagTracker, task_lags, worst
+from orchestration.control_plane.alerts import Alert, post_alert
+from orchestration.control_plane.fleet.scheduling import waiting_too_long
+from orchestration.control_plane.lag import LagTracker, task_lags, worst
 from orchestration.resources import ControlStoreResource
 from pipelines.config import get_settings
 from pipelines.control import Assignment, TaskStatus
@@ -215,7 +215,7 @@ REPORTING_KEY = "_reporting"
 """Cursor keys: the deployment last recorded per view, when each view was last recorded, and
 whether each topic's fleet reported on the previous tick."""
 TRACKER_KEY = "_lag_tracker"
-"""Where the cursor keeps the Burrow windows (:class:`orchestration.lag.LagTracker`)."""
+"""Where the cursor keeps the Burrow windows (:class:`orchestration.control_plane.lag.LagTracker`)."""
 WINDOW = 10
 
 

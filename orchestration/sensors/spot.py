@@ -2,7 +2,7 @@
 
 EventBridge rules and Auto Scaling lifecycle hooks put AWS's notices on the queue
 (``SLUICE_SPOT_QUEUE_URL``; ``docs/spot.md`` wires them). Each tick reads up to ten messages
-and parses them (:mod:`orchestration.fleet.notices`):
+and parses them (:mod:`orchestration.control_plane.fleet.notices`):
 
 - a notice becomes a run of ``evacuate_instance`` whose run key is the instance and the kind
   of notice, so a notice delivered twice (SQS is at-least-once, and an interruption warning
@@ -21,8 +21,8 @@ import json
 
 import dagster as dg
 
-from orchestration.fleet.notices import InterruptionNotice, NoticeError, parse_notice
-from orchestration.settings import SpotSettings
+from orchestration.control_plane.fleet.notices import InterruptionNotice, NoticeError, parse_notice
+from orchestration.control_plane.settings import SpotSettings
 from pipelines.settings import load_settings
 
 __all__ = ["SPOT_SENSOR", "make_spot_interruption_sensor", "notice_run_request"]

@@ -420,7 +420,7 @@ class JobModelStore:
         is then scheduled as it is) or still Running (its owner goes on); the history records
         ``Cancelled`` and why.
         False if the task changed meanwhile. Only for a step whose storage rewrite has not run:
-        the coordinator decides that (:mod:`orchestration.fleet.rebucketing`)."""
+        the coordinator decides that (:mod:`orchestration.control_plane.fleet.rebucketing`)."""
         c = task_assignments.c
         now = time.time()
         with self.engine.begin() as conn:

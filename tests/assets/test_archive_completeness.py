@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from orchestration.dagster_service import prepare_dagster_home
+from orchestration.control_plane.dagster_service import prepare_dagster_home
 from pipelines.segments import archive_range_key, parse_hour_label
 from pipelines.storage import LocalObjectStore
 from quality.completeness import archive_completeness

@@ -18,7 +18,11 @@ from dagster_pipes import PipesMappingParamsLoader
 
 from assets.constants import corrected_key
 from assets.partitions import partition_key_for
-from orchestration.correction_job import SEGMENT_RULES_CHECK, CorrectionRequest, main
+from orchestration.control_plane.spark.correction_job import (
+    SEGMENT_RULES_CHECK,
+    CorrectionRequest,
+    main,
+)
 from orchestration.definitions import corrected_assets
 from orchestration.resources import LocalStorageResource
 from orchestration.resources.spark import (

@@ -17,7 +17,7 @@ from assets.constants import corrected_key, realtime_key
 from assets.partitions import partition_key_for
 from assets.raw import raw_archive
 from assets.views.checks import CORRECTION_CHECK, build_correction_check, evaluate_correction
-from orchestration.correction_job import SEGMENT_RULES_CHECK
+from orchestration.control_plane.spark.correction_job import SEGMENT_RULES_CHECK
 from orchestration.definitions import corrected_assets, realtime_assets
 from orchestration.resources import LocalControlStoreResource, LocalStorageResource
 from pipelines.control import ControlStore

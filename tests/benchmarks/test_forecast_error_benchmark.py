@@ -7,10 +7,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from benchmarks import forecast_error
-from orchestration.autoscaling.config import AutoscaleSettings
-from orchestration.autoscaling.decision import ScalingDecision
-from orchestration.autoscaling.metrics import FleetMetrics
-from orchestration.autoscaling.simulator import Simulator, Trace
+from orchestration.control_plane.autoscaling.config import AutoscaleSettings
+from orchestration.control_plane.autoscaling.decision import ScalingDecision
+from orchestration.control_plane.autoscaling.metrics import FleetMetrics
+from orchestration.control_plane.autoscaling.simulator import Simulator, Trace
 
 
 class Recorder:

@@ -252,7 +252,7 @@ def test_a_view_that_keeps_crashing_is_disabled_on_its_task_only(
 def test_a_drained_agent_hands_its_tasks_over_at_checkpoints(
     agents_factory, tmp_path, agents_stream
 ):
-    from orchestration.fleet.recovery import drain_agent, resume_agent
+    from orchestration.control_plane.fleet.recovery import drain_agent, resume_agent
 
     agents = agents_factory(f"sqlite:///{tmp_path / 'control.db'}", SLUICE_WORKER_MAX_RATE="3000")
     agents.start("a0")

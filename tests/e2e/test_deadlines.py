@@ -280,7 +280,7 @@ def test_stream_exits_within_15_s(
     case.start(["stream", "--agents", str(agents)])
     running_then_gone(gone, case, own_broker, hole, agents, how)
     if gone == "broker":  # where the supervisor blocked for good: the lag probe
-        case.waits_in("orchestration/lag.py")
+        case.waits_in("orchestration/control_plane/lag.py")
     case.check(case.stop(sig, group))
 
 

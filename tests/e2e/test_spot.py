@@ -2,7 +2,7 @@
 Scaling group; one gets an interruption notice from its instance metadata (IMDSv2), another's
 instance is evacuated by the Dagster job the SQS sensor launches. (moto has no
 CompleteLifecycleAction; that call is checked against botocore's API model in
-tests/orchestration/autoscaling/test_autoscale_realizers.py.) Each one's tasks run elsewhere well before AWS's two minutes, the agent is then
+tests/orchestration/control_plane/autoscaling/test_autoscale_realizers.py.) Each one's tasks run elsewhere well before AWS's two minutes, the agent is then
 SIGKILLed as the instance would be, and the views equal the oracle: nothing lost, nothing
 counted twice."""
 
@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 import boto3
 import pytest
 
-from orchestration.recovery_jobs import evacuate_spot_instance
+from orchestration.jobs.recovery import evacuate_spot_instance
 from orchestration.resources.control import LocalControlStoreResource
 from orchestration.resources.fleet import LocalFleetResource
 from tests.fixtures.imds import FakeImds

@@ -227,9 +227,9 @@ def test_rescale_hands_tasks_over_through_checkpoints(tmp_path, broker, stream):
     checkpoints; nothing is lost or counted twice."""
     import threading
 
-    from orchestration.autoscaling.realizers import ControlStoreRealizer
-    from orchestration.fleet import LocalFleet, ScaleWatcher
-    from orchestration.runtime import Runtime
+    from orchestration.control_plane.autoscaling.realizers import ControlStoreRealizer
+    from orchestration.control_plane.fleet import LocalFleet, ScaleWatcher
+    from orchestration.control_plane.runtime import Runtime
     from pipelines.config import KafkaSettings
 
     checker = Fleet(tmp_path, broker.bootstrap, stream, {})

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestration.processes import with_environment
+from orchestration.control_plane.processes import with_environment
 from pipelines.control import ControlStore
 from pipelines.kafka import EmbeddedBroker
 from pipelines.kafka.embedded import pid_alive
@@ -209,7 +209,7 @@ def test_up_runs_the_live_half_in_dagster_scales_with_the_traffic_and_stops_clea
 def _the_live_half_shows_in_the_ui(url: str, artifacts_dir: Path, panel, state: Path) -> None:
     from playwright.sync_api import expect
 
-    from orchestration.dagster_service import graphql
+    from orchestration.control_plane.dagster_service import graphql
     from tests.fixtures.browser import chromium_page
 
     def asset(name: str) -> dict:
@@ -291,7 +291,7 @@ def _the_live_half_shows_in_the_ui(url: str, artifacts_dir: Path, panel, state: 
 
 
 def _latest_target(url: str) -> int | None:
-    from orchestration.dagster_service import graphql
+    from orchestration.control_plane.dagster_service import graphql
 
     runs = graphql(url, SCALING_RUNS)["runsOrError"]["results"]
     done = [r for r in runs if r["status"] == "SUCCESS"]

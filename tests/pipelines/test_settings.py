@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestration.autoscaling.config import AutoscaleSettings
 from orchestration.cli import main
-from orchestration.settings import DagsterSettings
+from orchestration.control_plane.autoscaling.config import AutoscaleSettings
+from orchestration.control_plane.settings import DagsterSettings
 from pipelines.config import KafkaSettings, SluiceSettings
 from pipelines.exceptions import InvalidSetting
 from pipelines.settings import load_settings, option_rows
@@ -22,8 +22,8 @@ SETTINGS_MODULES = {
     "pipelines/batch/config.py",
     "quality/config.py",
     "quality/expectations.py",
-    "orchestration/settings.py",
-    "orchestration/autoscaling/config.py",
+    "orchestration/control_plane/settings.py",
+    "orchestration/control_plane/autoscaling/config.py",
 }
 
 

@@ -30,8 +30,8 @@ def _rates_in(tz: str, trace: Path) -> dict:
     script = (
         "import json, sys, numpy as np\n"
         "from pipelines.generator import load_trace\n"
-        "from orchestration.autoscaling.simulator import Simulator\n"
-        "from orchestration.autoscaling.config import AutoscaleSettings\n"
+        "from orchestration.control_plane.autoscaling.simulator import Simulator\n"
+        "from orchestration.control_plane.autoscaling.config import AutoscaleSettings\n"
         "t = load_trace(sys.argv[1])\n"
         "s = AutoscaleSettings().updated(simulation={'peak_rate': 700.0, 'step_s': 300.0})\n"
         "sim = Simulator(t, s)\n"

@@ -27,7 +27,7 @@ from assets.views.expectation_checks import (
     evaluate_expectations,
 )
 from assets.views.factory import build_corrected_assets
-from orchestration.correction_job import SEGMENT_RULES_CHECK
+from orchestration.control_plane.spark.correction_job import SEGMENT_RULES_CHECK
 from orchestration.resources import LocalStorageResource
 from pipelines.batch import archive_hours, correct_hours
 from pipelines.config import PROJECT_ROOT, get_settings

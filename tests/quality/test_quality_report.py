@@ -21,11 +21,11 @@ import pytest
 
 from assets.reports.reconciliation import build_reconciliation_report
 from orchestration.cli import main as cli_main
-from orchestration.fleet.samples import FleetSampler
-from orchestration.jobs import build_report_job
-from orchestration.lag import TaskLag
+from orchestration.control_plane.fleet.samples import FleetSampler
+from orchestration.control_plane.lag import TaskLag
+from orchestration.control_plane.runtime import Runtime
+from orchestration.jobs.correction import build_report_job
 from orchestration.resources import LocalControlStoreResource, LocalStorageResource
-from orchestration.runtime import Runtime
 from orchestration.schedules import build_report_schedule, report_cron
 from pipelines.batch import correct_hours
 from pipelines.config import PROJECT_ROOT, KafkaSettings, SluiceSettings, get_settings

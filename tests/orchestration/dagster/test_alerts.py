@@ -10,10 +10,10 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from orchestration.alerts import Alert, post_alert
+from orchestration.control_plane.alerts import Alert, post_alert
+from orchestration.control_plane.settings import get_dagster_settings
 from orchestration.resources import LocalControlStoreResource
 from orchestration.sensors import make_alert_sensors, make_realtime_lag_sensor
-from orchestration.settings import get_dagster_settings
 from pipelines.control import ControlStore, TaskStatus
 from tests.fixtures.dagster_fixture import example_views
 from tests.fixtures.webhook import webhook_server
@@ -43,7 +43,7 @@ def test_an_alert_is_slack_json_with_a_link_and_off_when_unset(hook, monkeypatch
 
 
 def test_sluice_config_masks_the_webhook(hook) -> None:
-    from orchestration.settings import DagsterSettings
+    from orchestration.control_plane.settings import DagsterSettings
     from pipelines.settings import option_rows
 
     rows = {row.variable: row for row in option_rows(DagsterSettings())}

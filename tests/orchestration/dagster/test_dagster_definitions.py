@@ -98,7 +98,7 @@ def test_partitions_span_the_archive_or_the_settings(monkeypatch, tmp_path: Path
     """Unset, the hours start on the day of the first archived hour and end now; the settings
     (what `up` sets to the replay's span) win; the report's days are the whole days."""
     from assets.partitions import daily_partitions, first_archived_hour, hourly_partitions
-    from orchestration.settings import get_dagster_settings
+    from orchestration.control_plane.settings import get_dagster_settings
     from pipelines.storage import LocalObjectStore
 
     store = LocalObjectStore(tmp_path / "state" / "storage")

@@ -1,7 +1,7 @@
 """Against a running webserver and daemon: a replayed day that corrects and reports itself,
 a GraphQL backfill that re-corrects an hour, and the asset pages in a browser.
 
-Dagster is started through :mod:`orchestration.dagster_service` (free port, DAGSTER_HOME
+Dagster is started through :mod:`orchestration.control_plane.dagster_service` (free port, DAGSTER_HOME
 under tmp_path) once for the module and stopped by process group in teardown, which must
 leave no process behind.
 """
@@ -26,9 +26,9 @@ from assets.constants import (
 )
 from assets.partitions import partition_key_for
 from assets.views.checks import CORRECTION_CHECK
-from orchestration.dagster_service import DagsterHandle, start_dagster
-from orchestration.processes import LiveProcess, live_processes
-from orchestration.spark_server import SparkConnectServer
+from orchestration.control_plane.dagster_service import DagsterHandle, start_dagster
+from orchestration.control_plane.processes import LiveProcess, live_processes
+from orchestration.control_plane.spark.server import SparkConnectServer
 from pipelines.config import SluiceSettings
 from pipelines.control import ControlStore
 from pipelines.segments import HOUR_MS

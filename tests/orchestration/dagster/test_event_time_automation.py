@@ -14,7 +14,7 @@ from assets.constants import RAW_ARCHIVE_KEY, RECONCILIATION_REPORT_KEY, correct
 from assets.partitions import partition_key_for
 from assets.raw import raw_archive
 from assets.views.checks import build_correction_checks, hour_evaluation
-from orchestration.correction_job import SEGMENT_RULES_CHECK
+from orchestration.control_plane.spark.correction_job import SEGMENT_RULES_CHECK
 from orchestration.definitions import corrected_assets, reconciliation_report
 from orchestration.resources import (
     LocalControlStoreResource,

@@ -14,7 +14,7 @@ import dagster as dg
 import pytest
 
 from assets.constants import realtime_key
-from orchestration.lag import LagTracker, task_lags
+from orchestration.control_plane.lag import LagTracker, task_lags
 from orchestration.resources import LocalControlStoreResource
 from orchestration.sensors import make_realtime_lag_sensor
 from pipelines.control import ControlStore, TaskStatus

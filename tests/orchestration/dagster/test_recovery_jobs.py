@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestration.recovery_jobs import (
+from orchestration.jobs.recovery import (
     drain_stream_agent,
     recover_stream_task,
     recover_stream_view,

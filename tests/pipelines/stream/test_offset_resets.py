@@ -17,7 +17,7 @@ import pytest
 from rich.console import Console
 
 from orchestration.cli.status import render
-from orchestration.lag import TaskLag
+from orchestration.control_plane.lag import TaskLag
 from pipelines.config import SluiceSettings
 from pipelines.kafka import ensure_topics, producer
 from pipelines.kafka.memory import MemoryBroker
