@@ -3,8 +3,6 @@ keys use, range records and the Parquet helpers. Everything that reads or writes
 root imports them from here::
 
     segments/<view>/<segment>/realtime/<topic>-<partition>.parquet   a task's partials (version 0)
-    segments/<view>/<segment>/batch/v<version>/part-*.parquet        older stores: a correction's values
-    segments/<view>/<segment>/_published.json                        older stores: its manifest (:mod:`.manifest`)
     checkpoints/<topic>/<partition>/g<generation>.parquet             a task's state and offsets
     archive/events/hour=<hour>/<topic>-<partition>-<first>-<end>.parquet
     archive/dead_letters/hour=<hour>/<topic>-<partition>-<first>-<end>.parquet
@@ -13,8 +11,8 @@ root imports them from here::
 
 ``<segment>`` and ``<hour>`` are UTC hours such as ``2015-02-26T21`` (:mod:`.time`); times
 inside files are epoch milliseconds. Parquet files are zstd (:mod:`.parquet`). Corrections
-live in the views' tables (``tables/<view>/``, :mod:`pipelines.tables`); the two ``older
-stores`` keys are read only by ``sluice tables migrate`` (:mod:`pipelines.serving.migrate`).
+live in the views' tables (``tables/<view>/``, :mod:`pipelines.tables`); the layout before
+the tables is known only to ``sluice tables migrate`` (:mod:`pipelines.serving.older_layout`).
 
 May import: ``pipelines.exceptions`` and ``pipelines.storage`` only.
 """
@@ -28,7 +26,6 @@ from pipelines.segments.layout import (
     archive_events_key,
     archive_range_key,
     archive_ranges_prefix,
-    batch_prefix,
     bucket_suffix,
     checkpoint_generation,
     checkpoint_key,
@@ -37,19 +34,12 @@ from pipelines.segments.layout import (
     parse_checkpoint_key,
     parse_task_checkpoint_key,
     parse_task_label,
-    published_key,
     realtime_key,
     realtime_prefix,
     report_keys,
     segment_prefix,
     task_label,
     view_prefix,
-)
-from pipelines.segments.manifest import (
-    ManifestError,
-    PublishedManifest,
-    read_manifest,
-    write_manifest,
 )
 from pipelines.segments.metadata import (
     SEGMENT_KINDS,
@@ -76,16 +66,13 @@ __all__ = [
     "REPORT_FORMATS",
     "SEGMENT_KINDS",
     "STATE_SUFFIX",
-    "ManifestError",
     "ParquetStream",
-    "PublishedManifest",
     "RangeRecord",
     "SegmentMeta",
     "archive_dead_letters_key",
     "archive_events_key",
     "archive_range_key",
     "archive_ranges_prefix",
-    "batch_prefix",
     "bucket_suffix",
     "checkpoint_generation",
     "checkpoint_key",
@@ -101,8 +88,6 @@ __all__ = [
     "parse_hour_label",
     "parse_task_checkpoint_key",
     "parse_task_label",
-    "published_key",
-    "read_manifest",
     "read_parquet",
     "read_range_records",
     "realtime_key",
@@ -115,6 +100,5 @@ __all__ = [
     "task_label",
     "to_parquet",
     "view_prefix",
-    "write_manifest",
     "written_for",
 ]

@@ -14,7 +14,6 @@ __all__ = [
     "archive_events_key",
     "archive_range_key",
     "archive_ranges_prefix",
-    "batch_prefix",
     "bucket_suffix",
     "checkpoint_generation",
     "checkpoint_key",
@@ -23,7 +22,6 @@ __all__ = [
     "parse_checkpoint_key",
     "parse_task_checkpoint_key",
     "parse_task_label",
-    "published_key",
     "realtime_key",
     "realtime_prefix",
     "report_keys",
@@ -72,14 +70,6 @@ def realtime_key(
 ) -> str:
     label = task_label(partition, bucket, factor)
     return f"{realtime_prefix(view, segment_start_ms)}{topic}-{label}.parquet"
-
-
-def batch_prefix(view: str, segment_start_ms: int, version: int) -> str:
-    return f"{segment_prefix(view, segment_start_ms)}batch/v{version}/"
-
-
-def published_key(view: str, segment_start_ms: int) -> str:
-    return f"{segment_prefix(view, segment_start_ms)}_published.json"
 
 
 def checkpoint_prefix(topic: str, partition: int, bucket: int = 0, factor: int = 1) -> str:

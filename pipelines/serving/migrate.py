@@ -1,10 +1,11 @@
 """`sluice tables migrate`: a store of the older layout into the views' tables.
 
-Every segment's newest published batch version (``_published.json`` and its
-``batch/v<N>/`` files) is committed to the view's table with its version number, then every
-other hour with realtime partial states is published as the publisher would. With
-``remove_old`` the manifests and batch directories are deleted afterwards (the tables' history
-replaces them); the stream's partial states stay, they are its working format.
+Every segment's newest published batch version (``_published.json`` and its ``batch/v<N>/``
+files, :mod:`pipelines.serving.older_layout`) is committed to the view's table with its
+version number, then every other hour with realtime partial states is published as the
+publisher would. With ``remove_old`` the manifests and batch directories are deleted
+afterwards (the tables' history replaces them); the stream's partial states stay, they are
+its working format.
 """
 
 from __future__ import annotations
@@ -18,11 +19,10 @@ import pyarrow as pa
 from pipelines.segments import (
     HOUR_MS,
     parse_hour_label,
-    read_manifest,
     read_parquet,
-    segment_prefix,
     view_prefix,
 )
+from pipelines.serving.older_layout import batch_dir, published_key, read_manifest
 from pipelines.serving.publisher import RealtimePublisher
 from pipelines.storage import ObjectStore
 from pipelines.tables import BATCH, ViewTables, replace_hours, table_rows
@@ -85,8 +85,8 @@ def migrate_store(
     if remove_old:
         for view in views:
             for segment in _segments(store, view):
-                prefix = segment_prefix(view.name, segment)
-                for key in store.list(f"{prefix}batch/") + store.list(f"{prefix}_published.json"):
+                old = store.list(batch_dir(view.name, segment))
+                for key in old + store.list(published_key(view.name, segment)):
                     store.delete(key)
                     result.removed += 1
     return result

@@ -14,8 +14,9 @@ import yaml
 from orchestration.cli import main
 from pipelines.config import PROJECT_ROOT, get_settings
 from pipelines.generator import GeneratorOptions
-from pipelines.segments import HOUR_MS, hour_label, published_key
+from pipelines.segments import HOUR_MS, hour_label
 from pipelines.serving import query_view
+from pipelines.serving.older_layout import published_key
 from pipelines.tables import TablesConfig, ViewTables
 from pipelines.tables.maintenance import maintain, referenced_files, table_files
 from pipelines.testing import run_stream

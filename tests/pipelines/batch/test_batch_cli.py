@@ -9,7 +9,8 @@ from orchestration.cli.batch import parse_hour, select_views
 from pipelines.batch import InvalidHour, UnknownView
 from pipelines.config import PROJECT_ROOT, get_settings
 from pipelines.generator import GeneratorOptions
-from pipelines.segments import hour_label, parse_hour_label, published_key
+from pipelines.segments import hour_label, parse_hour_label
+from pipelines.serving.older_layout import published_key
 from pipelines.tables import TablesConfig, ViewTables
 from pipelines.testing import StreamRun, run_stream
 from pipelines.views import load_views

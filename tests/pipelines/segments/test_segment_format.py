@@ -1,4 +1,4 @@
-"""The on-disk format's own pieces: the published manifest and the schema metadata."""
+"""The on-disk format's own pieces: the keys and the schema metadata."""
 
 from __future__ import annotations
 
@@ -6,47 +6,18 @@ import pyarrow as pa
 import pytest
 
 from pipelines.segments import (
-    ManifestError,
-    PublishedManifest,
     archive_dead_letters_key,
     archive_events_key,
     archive_range_key,
     checkpoint_key,
     parse_task_checkpoint_key,
     parse_task_label,
-    published_key,
-    read_manifest,
     realtime_key,
     segment_meta,
     segment_schema,
     task_label,
-    write_manifest,
     written_for,
 )
-from pipelines.storage import open_store
-
-
-def test_a_manifest_reads_back_as_written_and_keeps_the_old_json_layout(tmp_path) -> None:
-    store = open_store(str(tmp_path))
-    assert read_manifest(store, "v", 0) is None
-    manifest = PublishedManifest(
-        version=2, files=("a.parquet",), events=10, hours=("1970-01-01T00",)
-    )
-    write_manifest(store, "v", 0, manifest)
-    assert read_manifest(store, "v", 0) == manifest
-    # what earlier versions wrote (a dict with lists) is read the same way
-    store.put(published_key("v", 0), b'{"version": 3, "files": ["b"], "kind": "batch", "x": 1}')
-    assert read_manifest(store, "v", 0) == PublishedManifest(version=3, files=("b",))
-
-
-def test_a_broken_manifest_is_a_clear_error(tmp_path) -> None:
-    store = open_store(str(tmp_path))
-    store.put(published_key("v", 0), b'{"files": []}')
-    with pytest.raises(
-        ManifestError,
-        match=r"_published.json is not a published manifest: version: Field required$",
-    ):
-        read_manifest(store, "v", 0)
 
 
 def test_segment_metadata_has_one_writer_and_one_reader() -> None:

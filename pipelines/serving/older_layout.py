@@ -1,9 +1,11 @@
-"""The published manifest of a segment (``_published.json``) in stores written before the
-views' tables: which batch version was served.
+"""The layout stores had before the views' tables, read only by ``sluice tables migrate``
+(:mod:`pipelines.serving.migrate`)::
 
-Read only by ``sluice tables migrate`` (:mod:`pipelines.serving.migrate`), which commits that
-version to the view's table. It was written last, after the version's files, so a manifest
-never names a version whose files are not there.
+    segments/<view>/<segment>/batch/v<version>/part-*.parquet   a correction's values
+    segments/<view>/<segment>/_published.json                   which version was served
+
+The manifest was written last, after the version's files, so it never names a version whose
+files are not there. Nothing else in Sluice reads or writes these keys.
 """
 
 from __future__ import annotations
@@ -11,10 +13,31 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from pipelines.exceptions import SluiceError
-from pipelines.segments.layout import published_key
+from pipelines.segments import segment_prefix
 from pipelines.storage import ObjectStore
 
-__all__ = ["ManifestError", "PublishedManifest", "read_manifest", "write_manifest"]
+__all__ = [
+    "ManifestError",
+    "PublishedManifest",
+    "batch_dir",
+    "batch_prefix",
+    "published_key",
+    "read_manifest",
+    "write_manifest",
+]
+
+
+def batch_dir(view: str, segment_start_ms: int) -> str:
+    """Every batch version of a segment."""
+    return f"{segment_prefix(view, segment_start_ms)}batch/"
+
+
+def batch_prefix(view: str, segment_start_ms: int, version: int) -> str:
+    return f"{batch_dir(view, segment_start_ms)}v{version}/"
+
+
+def published_key(view: str, segment_start_ms: int) -> str:
+    return f"{segment_prefix(view, segment_start_ms)}_published.json"
 
 
 class ManifestError(SluiceError, ValueError):
@@ -59,6 +82,7 @@ def read_manifest(store: ObjectStore, view: str, segment_start_ms: int) -> Publi
 def write_manifest(
     store: ObjectStore, view: str, segment_start_ms: int, manifest: PublishedManifest
 ) -> None:
-    """Publish ``manifest`` (atomically: every storage write is)."""
+    """Publish ``manifest`` (atomically: every storage write is); only tests write the older
+    layout now, to have a store to migrate."""
     data = manifest.model_dump_json(indent=2, exclude_none=True).encode()
     store.put(published_key(view, segment_start_ms), data)
