@@ -25,6 +25,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -39,6 +40,8 @@ from pipelines.archive.writer import ARCHIVE_SCHEMA
 from pipelines.batch import SparkSettings, build_spark, correct_hours
 from pipelines.config import PROJECT_ROOT
 from pipelines.events.schema import EVENT_TYPES
+from pipelines.kinds.session import SESSIONS
+from pipelines.kinds.windowed import WINDOWED
 from pipelines.segments import HOUR_MS, archive_events_key, parse_hour_label
 from pipelines.serving import query_view
 from pipelines.storage import LocalObjectStore
@@ -191,9 +194,8 @@ def _duck_columns(view: View) -> tuple[list[str], list[str]]:
     return exprs, topk
 
 
-def duckdb_view(con: duckdb.DuckDBPyConnection, view: View) -> pa.Table:
-    if view.is_session:
-        return duckdb_sessions(con, view)
+def duckdb_windows(con: duckdb.DuckDBPyConnection, view: View) -> pa.Table:
+    """A windowed view in SQL: every window holding each event, aggregated per group."""
     keys = [WINDOW_START, *view.grouping_cols]
     exprs, topk = _duck_columns(view)
     kept = f"topic = '{view.topic}'"
@@ -310,13 +312,46 @@ def _same(x: object, y: object) -> bool:
     return x == y
 
 
+def _window_columns(view: View) -> list[str]:
+    return [WINDOW_START, *view.grouping_cols, *view.metric_columns]
+
+
+def _session_columns(view: View) -> list[str]:
+    assert view.session is not None
+    own = [SESSION_END, EVENT_COUNT, KEPT_EVENTS, KEPT_DROPPED]
+    return [view.session.key, SESSION_START, *own, *view.metric_columns]
+
+
+def _window_served(row: dict, hours: list[int]) -> bool:
+    """A sliding window may start before the first hour: the query does not serve it."""
+    return hours[0] <= row[WINDOW_START] < hours[-1] + HOUR_MS
+
+
+@dataclass(frozen=True)
+class DuckKind:
+    """The benchmark's own DuckDB version of one kind of view, written apart from Spark's."""
+
+    rows: Callable[[duckdb.DuckDBPyConnection, View], pa.Table]
+    compared: Callable[[View], list[str]]
+    """The keys and values of a view's rows that Spark and DuckDB must agree on."""
+    served: Callable[[dict, list[int]], bool]
+    """Whether the query serves a DuckDB row for the hours (sessions: every hour is read)."""
+
+
+DUCKDB: dict[str, DuckKind] = {
+    WINDOWED.name: DuckKind(duckdb_windows, _window_columns, _window_served),
+    SESSIONS.name: DuckKind(duckdb_sessions, _session_columns, lambda row, hours: True),
+}
+"""Each kind's DuckDB version, by the kind's name."""
+
+
+def duckdb_view(con: duckdb.DuckDBPyConnection, view: View) -> pa.Table:
+    return DUCKDB[view.kind].rows(con, view)
+
+
 def compared_columns(view: View) -> list[str]:
     """The keys and values of a view's rows that Spark and DuckDB must agree on."""
-    if view.is_session:
-        assert view.session is not None
-        own = [SESSION_END, EVENT_COUNT, KEPT_EVENTS, KEPT_DROPPED]
-        return [view.session.key, SESSION_START, *own, *view.metric_columns]
-    return [WINDOW_START, *view.grouping_cols, *view.metric_columns]
+    return DUCKDB[view.kind].compared(view)
 
 
 def agree(
@@ -328,11 +363,8 @@ def agree(
         spark_rows = query_view(
             store, view, hours[0], hours[-1] + HOUR_MS, tables=tables
         ).to_pylist()
-        duck_rows = [  # a sliding window may start before the first hour: not served
-            r
-            for r in duck[view.name].to_pylist()
-            if view.is_session or hours[0] <= r[WINDOW_START] < hours[-1] + HOUR_MS
-        ]
+        served = DUCKDB[view.kind].served
+        duck_rows = [r for r in duck[view.name].to_pylist() if served(r, hours)]
         if len(spark_rows) != len(duck_rows):
             log.error(
                 "%s: %d rows in Spark, %d in DuckDB", view.name, len(spark_rows), len(duck_rows)

@@ -50,6 +50,9 @@ import pipelines.batch.windows as windows
 from pipelines.batch import SparkSettings, build_spark
 from pipelines.batch.frames import spark_frame_of
 from pipelines.config import PROJECT_ROOT
+from pipelines.kinds import by_kind
+from pipelines.kinds.session import SESSIONS
+from pipelines.kinds.windowed import WINDOWED
 from pipelines.storage import LocalObjectStore
 from pipelines.tables import TablesConfig, ViewTables
 from pipelines.views import WINDOW_START, View, load_views
@@ -168,14 +171,52 @@ def _components(view: View) -> list[tuple[str, Callable]]:
     return out
 
 
+def _window_components(
+    view, events, deduplicated_all, hours, repeat: int
+) -> list[tuple[str, float]]:
+    """Best-of-``repeat`` seconds of each of a windowed view's components over the cache."""
+    from pyspark.sql import functions as F
+
+    window = F.col("event_time") - F.col("event_time") % F.lit(view.interval_ms)
+    rows = events.where(F.col("topic") == view.topic).withColumn(WINDOW_START, window)
+    out = []
+    for label, build in _components(view):
+        best = float("inf")
+        for _ in range(repeat):
+            started = time.perf_counter()
+            build(rows).toArrow()
+            best = min(best, time.perf_counter() - started)
+        out.append((f"{view.name}: {label}", best))
+    return out
+
+
+def _session_components(
+    view, events, deduplicated_all, hours, repeat: int
+) -> list[tuple[str, float]]:
+    """No window: a session view's rows are cut into sessions first, from every archived
+    column, so it is timed whole."""
+    best = float("inf")
+    for _ in range(repeat):
+        started = time.perf_counter()
+        sessions._aggregate_sessions(deduplicated_all, view, hours)
+        best = min(best, time.perf_counter() - started)
+    return [(f"{view.name}: read + sessionize + aggregate", best)]
+
+
+COMPONENTS: dict[str, Callable[..., list[tuple[str, float]]]] = {
+    WINDOWED.name: _window_components,
+    SESSIONS.name: _session_components,
+}
+"""How each kind of view is split into components to time, by the kind's name."""
+
+
 def profile_components(spark, store, views, hours, repeat: int = 2) -> list[tuple[str, float]]:
     """Seconds of reading and deduplicating with and without building the cache (once each),
     then best-of-``repeat`` seconds of each component over the events cached as the
-    correction caches them."""
+    correction caches them (the windowed pass's cache: the columns its views read)."""
     from pyspark import StorageLevel
-    from pyspark.sql import functions as F
 
-    used = {c for view in views if not view.is_session for c in windows._columns_read(view)}
+    used = {c for view in by_kind(views)[WINDOWED] for c in windows._columns_read(view)}
     keep = [
         "topic",
         "event_time",
@@ -196,24 +237,8 @@ def profile_components(spark, store, views, hours, repeat: int = 2) -> list[tupl
     rows_out.append(("read + dedup + cache build (count)", time.perf_counter() - started))
     try:
         for view in views:
-            if view.is_session:
-                # No window: its rows are cut into sessions first, from every archived column.
-                best = float("inf")
-                for _ in range(repeat):
-                    started = time.perf_counter()
-                    sessions._aggregate_sessions(deduplicated_all, view, hours)
-                    best = min(best, time.perf_counter() - started)
-                rows_out.append((f"{view.name}: read + sessionize + aggregate", best))
-                continue
-            window = F.col("event_time") - F.col("event_time") % F.lit(view.interval_ms)
-            rows = events.where(F.col("topic") == view.topic).withColumn(WINDOW_START, window)
-            for label, build in _components(view):
-                best = float("inf")
-                for _ in range(repeat):
-                    started = time.perf_counter()
-                    build(rows).toArrow()
-                    best = min(best, time.perf_counter() - started)
-                rows_out.append((f"{view.name}: {label}", best))
+            profile = COMPONENTS[view.kind]
+            rows_out += profile(view, events, deduplicated_all, hours, repeat)
     finally:
         events.unpersist()
     return rows_out

@@ -59,6 +59,9 @@ from pipelines.generator import GeneratorOptions, load_trace, replay
 from pipelines.kafka import EmbeddedBroker, ensure_topics
 from pipelines.kafka.reader import open_reader
 from pipelines.kafka.writer import open_writer
+from pipelines.kinds import by_kind
+from pipelines.kinds.session import SESSIONS
+from pipelines.kinds.windowed import WINDOWED
 from pipelines.storage import LocalObjectStore
 from pipelines.stream import StreamWorker, TaskId, open_worker_clients
 from pipelines.stream.sessions import SessionState
@@ -320,7 +323,7 @@ def session_comparison(
 ) -> dict[str, float]:
     """(f): marginal microseconds per event of the session view and of windowed views with the
     same aggregations, medians of ``repeat`` interleaved runs."""
-    session = next(v for v in load_views(views_file) if v.is_session)
+    session = by_kind(load_views(views_file))[SESSIONS][0]
     specs = [
         {"aggregation": a.aggregation, "aggregated_col_name": f"m_{a.aggregated_col_name}"}
         | ({"col_name": a.col_name} if a.col_name else {})
@@ -386,7 +389,7 @@ def session_memory(topic: str, batches: dict[int, list[RecordBatch]], views_file
     counted apart."""
     from pipelines.events.decode import NO_WATERMARK, decode_batch
 
-    session = replace(next(v for v in load_views(views_file) if v.is_session), topic=topic)
+    session = replace(by_kind(load_views(views_file))[SESSIONS][0], topic=topic)
     decoded = []
     for partition in sorted(batches):
         watermark = NO_WATERMARK
@@ -442,7 +445,7 @@ def held_memory(topic: str, batches: dict[int, list[RecordBatch]], views_file: P
 
     from pipelines.archive.encoder import encode_later
 
-    views = [v for v in load_views(views_file) if not v.is_session]
+    views = by_kind(load_views(views_file))[WINDOWED]
     total = sum(len(b) for bs in batches.values() for b in bs)
     with tempfile.TemporaryDirectory() as state:
         gc.collect()

@@ -30,6 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pipelines.config import PROJECT_ROOT, SluiceSettings
 from pipelines.events.decode import RecordBatch
 from pipelines.generator import GeneratorOptions, load_trace, replay
+from pipelines.kinds import kind_of
+from pipelines.kinds.session import SESSIONS
 from pipelines.storage import LocalObjectStore
 from pipelines.stream.task import StreamTask
 from pipelines.stream.worker import tune_collector
@@ -118,10 +120,9 @@ def main() -> int:
     parser.add_argument("--no-sessions", action="store_true")
     parser.add_argument("--top", type=int, default=25)
     args = parser.parse_args()
+    left_out = {SESSIONS} if args.no_sessions else set()
     views = [
-        v
-        for v in load_views(PROJECT_ROOT / "data" / "views.yaml")
-        if not (args.no_sessions and v.is_session)
+        v for v in load_views(PROJECT_ROOT / "data" / "views.yaml") if kind_of(v) not in left_out
     ]
     batches = generated_batches(args.events)
     tune_collector()  # as StreamWorker.run does

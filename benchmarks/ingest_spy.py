@@ -60,14 +60,17 @@ def run(events: int, repeat: int, sessions: bool) -> None:
     import ingest_profile
 
     from pipelines.config import PROJECT_ROOT, SluiceSettings
+    from pipelines.kinds import kind_of
+    from pipelines.kinds.session import SESSIONS
     from pipelines.storage import LocalObjectStore
     from pipelines.stream.task import StreamTask
     from pipelines.stream.worker import tune_collector
     from pipelines.views import load_views
 
     ingest_profile.BATCH = SluiceSettings().poll_max_records
+    left_out = set() if sessions else {SESSIONS}
     views = [
-        v for v in load_views(PROJECT_ROOT / "data" / "views.yaml") if sessions or not v.is_session
+        v for v in load_views(PROJECT_ROOT / "data" / "views.yaml") if kind_of(v) not in left_out
     ]
     batches = ingest_profile.generated_batches(events)
     tune_collector()
