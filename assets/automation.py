@@ -5,8 +5,7 @@ Both follow event time, not the wall clock. A partition is due when it was never
 re-corrects an hour re-reports its day), once every upstream partition exists and none is in
 flight. Dagster's ``eager`` uses "newly missing" instead of "missing": it depends on which
 upstream events a tick saw, and the archive-hours sensor records a day's hours one event at a
-time; in one of three replays here the day's first hour was never requested, so the day was
-never reported. A partition whose last run failed waits for a person (the UI shows it, a
+time, so a day's first hour could go unrequested and the day unreported. A partition whose last run failed waits for a person (the UI shows it, a
 backfill retries it) instead of failing again on every tick. Replayed hours lie years in the
 past, so nothing is limited to the latest time window.
 

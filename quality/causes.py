@@ -340,7 +340,7 @@ _local = threading.local()
 
 
 def _connect() -> duckdb.DuckDBPyConnection:
-    """This thread's DuckDB connection: opening one costs ~0.1 s, the hour's query less."""
+    """This thread's DuckDB connection: opening one costs more than the hour's query."""
     con = getattr(_local, "con", None)
     if con is None:
         # The tables are small (an hour of one topic); threads cost more than they save.

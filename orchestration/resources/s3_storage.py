@@ -1,8 +1,8 @@
 """The ``prod`` storage root: an S3 prefix reached through dagster-aws' ``S3Resource``.
 
-A module of its own so that only the ``prod`` resource set imports dagster-aws (1.3 s of
-CPU in every process that loads the code location: the webserver, the daemon and each run
-worker).
+A module of its own so that only the ``prod`` resource set imports dagster-aws, which is
+slow to import, and every process that loads the code location would pay for it: the
+webserver, the daemon and each run worker.
 """
 
 from __future__ import annotations

@@ -198,7 +198,7 @@ class LocalSparkResource(SparkResource):
             why = "off (SLUICE_SPARK_CONNECT=false)" if health is None else health.reason
             context.log.warning(
                 f"Spark Connect server not used: {why}. Starting Spark with spark-submit "
-                "(a new JVM, 15-40 s on a small machine); `sluice spark start` keeps one warm."
+                "(a new JVM, slow to start); `sluice spark start` keeps one warm."
             )
             return client.run(
                 context=context, command=self.command(), extras=request.extras(), env=env

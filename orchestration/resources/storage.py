@@ -2,7 +2,7 @@
 
 Assets annotate :class:`StorageResource`; the environment decides whether that is a local
 directory (one machine, tests) or an S3 prefix (:mod:`orchestration.resources.s3_storage`,
-imported only by the ``prod`` set: dagster-aws costs every run worker 1.3 s of imports).
+imported only by the ``prod`` set: dagster-aws is slow to import, in every run worker).
 """
 
 from __future__ import annotations

@@ -128,7 +128,7 @@ def read_hours(
     spark: SparkSession, store: ObjectStore, hours: Iterable[int], s3_scheme: str
 ) -> DataFrame:
     """:func:`read_deduplicated` of the archived events of ``hours``, read by hour directory:
-    Spark checks every path it is given one by one (~40 ms each locally, a request each on
-    S3), but lists a directory in one go."""
+    Spark checks every path it is given one by one (a request each on S3), but lists a
+    directory in one go."""
     uris = [spark_uri(store, events_hour_prefix(hour), s3_scheme) for hour in sorted(hours)]
     return read_deduplicated(spark, uris)

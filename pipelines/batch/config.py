@@ -68,7 +68,7 @@ class SparkSettings(SluiceBaseSettings):
         default=True,
         description="A started Spark Connect server first corrects a few thousand synthetic "
         "events in a process of its own, so that the JVM has compiled Spark's hot paths before "
-        "the first real correction (which it made 25-30 s slower).",
+        "the first real correction, which would otherwise be markedly slower.",
     )
     connect_port: int | None = Field(
         default=None,

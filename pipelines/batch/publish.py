@@ -97,8 +97,8 @@ def publish_versions(
 ) -> list[tuple[int, list[str]]]:
     """Publish each segment's rows as its next batch version; (version, files) per segment.
 
-    Every segment in one commit (a day's correction was 24 commits, each re-reading the
-    table's metadata); all or none of them, so a failed run leaves no day half-corrected."""
+    Every segment in one commit (a commit per segment would re-read the table's metadata
+    each time); all or none of them, so a failed run leaves no day half-corrected."""
     if not parts:
         return []
     return _commit_versions(target, view, parts)

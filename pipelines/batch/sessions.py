@@ -98,8 +98,8 @@ def sessionize(events: DataFrame, view: View) -> DataFrame:
     :func:`session_runs`, then :func:`sessions_of_runs`.
 
     Not ``mapInPandas``: through the warm Spark Connect server every correction run is a new
-    session, and each session started a Python worker daemon of its own (2-3 s per run, and
-    one more idle daemon on the server per run).
+    session, and each session would start a Python worker daemon of its own (seconds per run,
+    and one more idle daemon on the server per run).
     """
     return sessions_of_runs(session_runs(events, view), view)
 
@@ -166,7 +166,7 @@ def _aggregate_sessions(events: DataFrame, view: View, segments: Sequence[int]) 
         columns |= set(view.filter.fields)
     runs = session_runs(events.select(*sorted(columns)), view)
     # Read three times below: persisted, the events are read, deduplicated and sorted by key
-    # once, not three times (8.1 -> 2.8 s of Spark jobs for the main job's day, warm).
+    # once, not three times.
     runs = runs.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         return _session_rows(runs, view, segments)

@@ -70,9 +70,9 @@ def spark_conf(
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         # A correction generates a few hundred classes (one per stage, projection and
-        # ordering of every view); with Spark's default of 100 cached, each run compiled
-        # most of them again and the JIT then compiled the new classes: 12-15 s of the
-        # JVM's CPU per warm correction at 1M events, as much as the tasks themselves.
+        # ordering of every view); with Spark's default of 100 cached, each run would
+        # compile most of them again and the JIT then the new classes, costing the JVM as
+        # much CPU as the tasks themselves.
         "spark.sql.codegen.cache.maxEntries": str(CODEGEN_CACHE_ENTRIES),
     }
     local = settings.is_local and (not under_submit or "master" in explicit)
@@ -102,20 +102,20 @@ def spark_conf(
         conf[_MOST_KEY] = conf["spark.sql.shuffle.partitions"]
     if local:
         # Adaptive execution runs every shuffle stage as a job of its own and re-plans
-        # between them: a correction of one hour (5,000 events) was 34 jobs, ~0.3 s each
-        # on 2 cores whatever their size. Without it the same correction is 13 jobs, and
-        # the partitions it would have coalesced are fitted to the input instead
-        # (fit_shuffle_partitions): 7.0-7.8 s -> 5.2-6.0 s for that hour, and no slower at
-        # 1M events (docs/benchmarks.md). Clusters keep it: skew and sizes vary there.
+        # between them, and on a small machine each job costs the same whatever its size.
+        # Without it a correction runs about a third as many jobs, and the partitions it
+        # would have coalesced are fitted to the input instead (fit_shuffle_partitions);
+        # small corrections are faster and large ones no slower (docs/benchmarks.md).
+        # Clusters keep it: skew and sizes vary there.
         conf["spark.sql.adaptive.enabled"] = "false"
         # The correction caches its deduplicated events once per run; compressing Spark's
-        # columnar cache doubled the cost of building it (~17 against ~9 CPU s for 4M
-        # events) for no gain at one machine's sizes. Clusters keep Spark's default.
+        # columnar cache doubles the cost of building it for no gain at one machine's
+        # sizes. Clusters keep Spark's default.
         conf["spark.sql.inMemoryColumnarStorage.compressed"] = "false"
         # Opening a local file is cheap, but Spark plans every file as if it were 4 MB
-        # more data: a day's archive (576 files, 7 MB) became 18 tasks per scan and 26
-        # cached partitions that every view then read task by task. At 256 KB the files
-        # pack into one task per core; the main job's day took 12 s instead of 20 s.
+        # more data, so a day's small archive files would become many tasks per scan and
+        # many cached partitions that every view then reads task by task. At 256 KB the
+        # files pack into one task per core.
         conf["spark.sql.files.openCostInBytes"] = str(LOCAL_FILE_OPEN_COST)
     if s3_endpoint_url:
         # S3-compatible stores (MinIO, moto) need path-style addressing.

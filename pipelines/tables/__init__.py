@@ -75,7 +75,7 @@ __all__ = [
 ]
 
 # Exported names load their module on first use (PEP 562): agents and the CLI import this
-# package, and pyiceberg (about 1 s of CPU) should load only where a table
+# package, and pyiceberg, slow to import, should load only where a table
 # is opened, not in every process start.
 _EXPORTS = {
     "CATALOG_KINDS": "pipelines.tables.catalog",

@@ -215,7 +215,7 @@ def _replace(
             tx = table.transaction()
             if not by_filter:
                 # the transaction's metadata, built once: each read of it applies the pending
-                # updates to a deep copy (0.7 s of a day correction's six commits)
+                # updates to a deep copy
                 metadata = tx.table_metadata
                 with _overwrite(tx, props) as overwrite:
                     for data_file in hour_files(table, view, todo):
@@ -231,8 +231,8 @@ def _replace(
                     tx.add_files(files, snapshot_properties=props, check_duplicate_files=False)
             committed = tx.commit_transaction()
         except ValidationException as exc:
-            # seen once in ~1,500 commits of the day benchmark: pyiceberg's overwrite did not
-            # find a file its own scan had planned; deleting by the hours' filter does not need to
+            # pyiceberg's overwrite can refuse a file its own scan had planned (rarely);
+            # deleting by the hours' filter does not need to find it
             _discard(table, files)
             log.warning("%s: overwrite refused (%s); committing by hour filter", view.name, exc)
             by_filter = True

@@ -1,8 +1,8 @@
 """The same specs checked on Spark DataFrames with pandera.pyspark, in the correction job.
 
 Each pandera.pyspark column check is a Spark job of its own: with one per rule and column, a
-view of a dozen metrics cost ~30 jobs, tripling the correction's wall time in measurements.
-So the Spark schema keeps to pandera what costs no job (types, no other columns) and folds
+view of a dozen metrics would run dozens of jobs, more than the correction itself. So the
+Spark schema keeps to pandera what costs no job (types, no other columns) and folds
 every value rule of the spec, not-null included, and the key's uniqueness into a single
 frame-level check: one aggregation per key counting each rule's violations, then one over
 those rows, in one Spark job (pandera's own ``unique`` was a second one). When it fails,
