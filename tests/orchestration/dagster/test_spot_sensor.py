@@ -10,12 +10,12 @@ import uuid
 import boto3
 import dagster as dg
 import pytest
-from tests.orchestration.control_plane.fleet.test_notices import event, lifecycle
 
 from orchestration.control_plane.settings import SpotSettings
 from orchestration.jobs.recovery import evacuate_spot_instance
 from orchestration.sensors.spot import make_spot_interruption_sensor
 from tests.fixtures.moto import aws_test_credentials
+from tests.orchestration.control_plane.fleet.test_notices import event, lifecycle
 
 
 @pytest.fixture
