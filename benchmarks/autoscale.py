@@ -10,12 +10,12 @@ show the cost at spot prices next to the same worker-hours on demand, the interr
 tasks they moved. Each table has the rescales per day and the minutes the fleet stood still
 (rescale pauses, moved tasks) next to the savings.
 
-The anchor is the offline optimum (`orchestration.control_plane.autoscaling.evaluation.optimum`): with the trace known
-in advance, the fewest worker-hours with no SLA minute and at most R = 1, 2, 4 rescales an hour
-on the simulator's own model, with the lower bound the search proves (the true optimum lies
-between), each plan replayed through the simulator. Every policy is shown with its ratio to it
-and whether another policy dominates it (no more worker-hours, rescales and SLA minutes, fewer
-of one). Runs are independent, so they are spread over `--jobs` processes (the optimum and
+The anchor is the offline optimum (`orchestration.control_plane.autoscaling.evaluation.optimum`):
+with the trace known in advance, the fewest worker-hours with no SLA minute and at most R = 1, 2, 4
+rescales an hour on the simulator's own model, with the lower bound the search proves (the true
+optimum lies between), each plan replayed through the simulator. Every policy is shown with its
+ratio to it and whether another policy dominates it (no more worker-hours, rescales and SLA minutes,
+fewer of one). Runs are independent, so they are spread over `--jobs` processes (the optimum and
 MCTS runs first, being the longest). nyc_taxi spans seven months; it is cut to `--nyc-days`.
 """
 

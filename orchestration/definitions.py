@@ -1,11 +1,12 @@
 """The one place that builds Dagster ``Definitions``; ``workspace.yaml`` points here.
 
 The views in force are resolved once, here, when the code location loads
-(:meth:`orchestration.control_plane.runtime.Runtime.views_in_force`; reload the location after editing the
-views file or deploying elsewhere); the view and report assets are built from them, the raw
-archive's loaded from ``assets/raw``, with the group names of :mod:`assets.constants`; checks (schemas, nothing lost, expectation suites, reconciliation),
-the correction and report jobs and schedules and the sensors are built from the same
-views; the resources are the set ``SLUICE_ENV`` picks.
+(:meth:`orchestration.control_plane.runtime.Runtime.views_in_force`; reload the location after
+editing the views file or deploying elsewhere); the view and report assets are built from them, the
+raw archive's loaded from ``assets/raw``, with the group names of :mod:`assets.constants`; checks
+(schemas, nothing lost, expectation suites, reconciliation), the correction and report jobs and
+schedules and the sensors are built from the same views; the resources are the set ``SLUICE_ENV``
+picks.
 """
 
 from __future__ import annotations

@@ -1,14 +1,14 @@
 """Asset factories: per view, a realtime asset (deployed to the stream fleet) and a corrected one.
 
-``realtime_<view>`` materializes by validating the view and recording it in the control
-store, which the stream workers follow; its lag and freshness are recorded as observations
-by the ``realtime_lag`` sensor. ``corrected_<view>`` is hourly: Spark recomputes the hours of
-the run's partition range exactly from the raw archive and publishes batch segments that
-overshadow the realtime ones (for a session view: the sessions that started in each hour,
+``realtime_<view>`` materializes by validating the view and recording it in the control store, which
+the stream workers follow; its lag and freshness are recorded as observations by the
+``realtime_lag`` sensor. ``corrected_<view>`` is hourly: Spark recomputes the hours of the run's
+partition range exactly from the raw archive and publishes batch segments that overshadow the
+realtime ones (for a session view: the sessions that started in each hour,
 :mod:`pipelines.batch.sessions`). All corrected views are one multi-asset launching one Spark job
-through Dagster Pipes (:mod:`orchestration.control_plane.spark.correction_job`); its backfill policy is a single
-run, so a backfill of many hours of many views reads the archive once, in the ``spark`` pool
-(one correction at a time unless the instance allows more).
+through Dagster Pipes (:mod:`orchestration.control_plane.spark.correction_job`); its backfill policy
+is a single run, so a backfill of many hours of many views reads the archive once, in the ``spark``
+pool (one correction at a time unless the instance allows more).
 """
 
 import logging

@@ -171,11 +171,11 @@ def render(
     job: JobView | None = None,
     width: int | None = None,
 ) -> Group:
-    """The task table and a summary line; ``statuses`` come from a :class:`~orchestration.control_plane.lag.LagTracker` that
-    has watched earlier refreshes (one look is taken here if none is given). A stale task, and
-    with ``job`` a Waiting or Disabled task or a disabled view, keep the summary from OK. On a
-    terminal narrower than :data:`WIDE` (``width``) the table keeps the columns an operator
-    reads first."""
+    """The task table and a summary line; ``statuses`` come from a
+    :class:`~orchestration.control_plane.lag.LagTracker` that has watched earlier refreshes (one
+    look is taken here if none is given). A stale task, and with ``job`` a Waiting or Disabled task
+    or a disabled view, keep the summary from OK. On a terminal narrower than :data:`WIDE`
+    (``width``) the table keeps the columns an operator reads first."""
     if statuses is None:
         statuses = LagTracker().update(lags)
     job = job or JobView()

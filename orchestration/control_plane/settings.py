@@ -203,8 +203,9 @@ class SpotSettings(SluiceBaseSettings):
 class EmrServerlessSettings(SluiceBaseSettings):
     """Where production corrections run: an EMR Serverless Spark application (SLUICE_ENV=prod).
 
-    The job file (``orchestration/control_plane/spark/correction_job.py``) is uploaded to ``entry_point`` with each
-    release, and the application's image has Sluice installed (docs/batch.md)."""
+    The job file (``orchestration/control_plane/spark/correction_job.py``) is uploaded to
+    ``entry_point`` with each release, and the application's image has Sluice installed
+    (docs/batch.md)."""
 
     model_config = SettingsConfigDict(env_prefix="SLUICE_EMR_", extra="ignore")
 

@@ -2,8 +2,8 @@
 
 (No ``from __future__ import annotations``: Dagster reads the Config classes' annotations.)
 
-Each job is one op over the job model (:mod:`orchestration.control_plane.fleet.recovery`); what it changed
-shows in the run's metadata, and the agents carry it out on their next tick.
+Each job is one op over the job model (:mod:`orchestration.control_plane.fleet.recovery`); what it
+changed shows in the run's metadata, and the agents carry it out on their next tick.
 """
 
 from collections.abc import Callable

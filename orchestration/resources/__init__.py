@@ -5,7 +5,8 @@ each system (:class:`KafkaResource`, :class:`SparkResource`, :class:`StorageReso
 :class:`ControlStoreResource`), never a concrete client. Secrets are ``dg.EnvVar`` values,
 read by Dagster when a run starts, never at import time.
 
-May import: the control-plane library (``orchestration.control_plane.autoscaling``, ``.settings``) and ``pipelines``.
+May import: the control-plane library (``orchestration.control_plane.autoscaling``, ``.settings``)
+and ``pipelines``.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Spark as a Dagster resource: where the correction job runs, launched through Dagster Pipes.
 
-The run worker does not start Spark. It launches ``orchestration/control_plane/spark/correction_job.py`` and reads
-what the job reports: locally with ``spark-submit`` (:class:`LocalSparkResource`, Pipes'
-subprocess client), in production as an EMR Serverless job run
-(:class:`EmrServerlessSparkResource`, dagster-aws' Pipes client, messages through S3). The
-same file runs in both places; a backfill of many hours is one run and one launch
+The run worker does not start Spark. It launches
+``orchestration/control_plane/spark/correction_job.py`` and reads what the job reports: locally with
+``spark-submit`` (:class:`LocalSparkResource`, Pipes' subprocess client), in production as an EMR
+Serverless job run (:class:`EmrServerlessSparkResource`, dagster-aws' Pipes client, messages through
+S3). The same file runs in both places; a backfill of many hours is one run and one launch
 (``BackfillPolicy.single_run``), so Spark starts once for all of them.
 """
 
@@ -230,8 +230,9 @@ class LocalSparkResource(SparkResource):
 
 
 class EmrServerlessSparkResource(SparkResource):
-    """An EMR Serverless job run per launch; the job's messages come back through S3. Unset
-    fields come from ``SLUICE_EMR_*`` (:class:`~orchestration.control_plane.settings.EmrServerlessSettings`)."""
+    """An EMR Serverless job run per launch; the job's messages come back through S3. Unset fields
+    come from ``SLUICE_EMR_*``
+    (:class:`~orchestration.control_plane.settings.EmrServerlessSettings`)."""
 
     application_id: str | None = Field(default=None, description="EMR Serverless application.")
     execution_role_arn: str | None = Field(default=None, description="IAM role of the job run.")

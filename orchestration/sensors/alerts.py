@@ -1,14 +1,14 @@
 """Alerts that reach someone: a failed run, a failed ERROR check, posted to the webhook.
 
 Both sensors are on by default and post nothing while ``SLUICE_ALERT_WEBHOOK_URL`` is unset
-(:mod:`orchestration.control_plane.alerts`). ``alert_on_run_failure`` is Dagster's run-failure sensor: it
-sees each failed run once (its cursor is the run-status event) and posts one alert linking the
-run. ``alert_on_check_failure`` reads each asset check's latest execution and posts when a
-check fails with ERROR severity after it had not been failing (one alert per incident: a check
-that keeps failing run after run is not posted again until it has passed), reading every
-execution since its last tick in order, so the hour of a partitioned check that failed is
-named even when later hours passed; WARN results, such
-as ``lag_within_sla``, do not page: the realtime_lag sensor alerts on the tasks themselves.
+(:mod:`orchestration.control_plane.alerts`). ``alert_on_run_failure`` is Dagster's run-failure
+sensor: it sees each failed run once (its cursor is the run-status event) and posts one alert
+linking the run. ``alert_on_check_failure`` reads each asset check's latest execution and posts when
+a check fails with ERROR severity after it had not been failing (one alert per incident: a check
+that keeps failing run after run is not posted again until it has passed), reading every execution
+since its last tick in order, so the hour of a partitioned check that failed is named even when
+later hours passed; WARN results, such as ``lag_within_sla``, do not page: the realtime_lag sensor
+alerts on the tasks themselves.
 """
 
 from __future__ import annotations

@@ -1,23 +1,22 @@
 """The autoscaler sensor: every 30 s, the configured policy decides the worker count on live metrics.
 
-It reads the workers' task reports from the control store, builds a `FleetMetrics` snapshot,
-asks the policy (``SLUICE_AUTOSCALE_POLICY``, default ``mcts``: the planner, which prices
-hardware, lag beyond the SLA and every rescale over its horizon) through the decision step
-the simulator uses (:mod:`orchestration.control_plane.autoscaling.step`), whose guards may veto (bounds,
-hysteresis, and one cooldown, ``SLUICE_AUTOSCALE_SENSOR_COOLDOWN_S``, default 300 s, so the
-fleet does not flap), and launches a ``scale_stream_workers`` run when the target changes,
-with the reason, the policy, the predicted cost and the rescale pause it priced as tags, and
-the planner's explanation (its plan, cost split and rejected alternative) in the run's
-config. Each tick prices rescales with the pause fitted from the fleet's recorded rescales
-(:mod:`orchestration.control_plane.autoscaling.pause`). The cursor keeps the recent
-snapshots (the policy's history) and the time of the last rescale; the control store keeps
-one snapshot a minute for days (``SLUICE_AUTOSCALE_HISTORY_RETENTION_S``), and the policy
-decides on that season followed by the cursor's snapshots. While a rescale is under way
-(requested but not applied, or its new workers not all reporting for two snapshots) a tick
-only records the snapshot. A scale-up is priced with the start time the fleet measured: the
-median of its last scale-ups' request-to-applied times (the cursor keeps them), else the
-fleet backend's typical start (a local process's 5 s, an EC2 instance's boot); a
-``SLUICE_AUTOSCALE_FLEET__SCALE_UP_START_S`` the user set wins over both.
+It reads the workers' task reports from the control store, builds a `FleetMetrics` snapshot, asks
+the policy (``SLUICE_AUTOSCALE_POLICY``, default ``mcts``: the planner, which prices hardware, lag
+beyond the SLA and every rescale over its horizon) through the decision step the simulator uses
+(:mod:`orchestration.control_plane.autoscaling.step`), whose guards may veto (bounds, hysteresis,
+and one cooldown, ``SLUICE_AUTOSCALE_SENSOR_COOLDOWN_S``, default 300 s, so the fleet does not
+flap), and launches a ``scale_stream_workers`` run when the target changes, with the reason, the
+policy, the predicted cost and the rescale pause it priced as tags, and the planner's explanation
+(its plan, cost split and rejected alternative) in the run's config. Each tick prices rescales with
+the pause fitted from the fleet's recorded rescales
+(:mod:`orchestration.control_plane.autoscaling.pause`). The cursor keeps the recent snapshots (the
+policy's history) and the time of the last rescale; the control store keeps one snapshot a minute
+for days (``SLUICE_AUTOSCALE_HISTORY_RETENTION_S``), and the policy decides on that season followed
+by the cursor's snapshots. While a rescale is under way (requested but not applied, or its new
+workers not all reporting for two snapshots) a tick only records the snapshot. A scale-up is priced
+with the start time the fleet measured: the median of its last scale-ups' request-to-applied times
+(the cursor keeps them), else the fleet backend's typical start (a local process's 5 s, an EC2
+instance's boot); a ``SLUICE_AUTOSCALE_FLEET__SCALE_UP_START_S`` the user set wins over both.
 """
 
 from __future__ import annotations

@@ -18,9 +18,10 @@ the stream keeps up and overdue once it stops or falls behind. Dagster 1.13 judg
 by materializations only, not observations.
 
 A view whose tasks turn STALL, STOP or ERR is posted to the alert webhook once per incident
-(:mod:`orchestration.control_plane.alerts`). Every tick also alerts (a warning in the sensor's log) on each task of a view's topic that has
-been Waiting longer than ``SLUICE_TASK_WAITING_MAX_S`` (the coordinator's watchdog should
-have scheduled it: something blocks it), whether or not tasks reported.
+(:mod:`orchestration.control_plane.alerts`). Every tick also alerts (a warning in the sensor's log)
+on each task of a view's topic that has been Waiting longer than ``SLUICE_TASK_WAITING_MAX_S`` (the
+coordinator's watchdog should have scheduled it: something blocks it), whether or not tasks
+reported.
 """
 
 import json
@@ -215,7 +216,8 @@ REPORTING_KEY = "_reporting"
 """Cursor keys: the deployment last recorded per view, when each view was last recorded, and
 whether each topic's fleet reported on the previous tick."""
 TRACKER_KEY = "_lag_tracker"
-"""Where the cursor keeps the Burrow windows (:class:`orchestration.control_plane.lag.LagTracker`)."""
+"""Where the cursor keeps the Burrow windows
+(:class:`orchestration.control_plane.lag.LagTracker`)."""
 WINDOW = 10
 
 

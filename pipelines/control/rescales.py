@@ -1,9 +1,11 @@
 """What each rescale of a fleet really cost: the record the autoscaler fits its pause from.
 
 A planner that prices a rescale with a constant is wrong both ways: a real pause grows with the
-number of tasks that move and with the state each one carries through its checkpoint. The coordinator measures every rescale it carries out
-(:mod:`orchestration.control_plane.fleet.rescales`) and appends one row here; the autoscaler sensor fits the
-per-task and per-megabyte pause from the newest rows (:mod:`orchestration.control_plane.autoscaling.pause`).
+number of tasks that move and with the state each one carries through its checkpoint. The
+coordinator measures every rescale it carries out
+(:mod:`orchestration.control_plane.fleet.rescales`) and appends one row here; the autoscaler sensor
+fits the per-task and per-megabyte pause from the newest rows
+(:mod:`orchestration.control_plane.autoscaling.pause`).
 """
 
 from __future__ import annotations

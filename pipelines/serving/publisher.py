@@ -1,12 +1,12 @@
 """The realtime publisher: the stream's partial states, merged, into the views' tables.
 
-The per-task partial states stay the stream's crash-safe working format. One publisher per
-fleet (the agent holding the coordinator lease runs it, :mod:`orchestration.control_plane.fleet.agent`)
-reads each view's realtime files, and for every hour whose files changed since its last pass
-merges them (as the query did) and commits those hours, one snapshot per view and pass, at
-most every ``SLUICE_PUBLISH_INTERVAL_S``. An hour the batch has corrected is never replaced:
-:func:`pipelines.tables.replace_hours` checks it on the snapshot it commits on, and the
-publisher stops looking at that hour.
+The per-task partial states stay the stream's crash-safe working format. One publisher per fleet
+(the agent holding the coordinator lease runs it, :mod:`orchestration.control_plane.fleet.agent`)
+reads each view's realtime files, and for every hour whose files changed since its last pass merges
+them (as the query did) and commits those hours, one snapshot per view and pass, at most every
+``SLUICE_PUBLISH_INTERVAL_S``. An hour the batch has corrected is never replaced:
+:func:`pipelines.tables.replace_hours` checks it on the snapshot it commits on, and the publisher
+stops looking at that hour.
 
 Which hours: every hour with realtime files on the first pass; then the hours within
 ``lookback_ms`` of the view's newest realtime hour (where the stream still writes) and hours

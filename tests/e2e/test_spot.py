@@ -2,9 +2,9 @@
 Scaling group; one gets an interruption notice from its instance metadata (IMDSv2), another's
 instance is evacuated by the Dagster job the SQS sensor launches. (moto has no
 CompleteLifecycleAction; that call is checked against botocore's API model in
-tests/orchestration/control_plane/autoscaling/test_autoscale_realizers.py.) Each one's tasks run elsewhere well before AWS's two minutes, the agent is then
-SIGKILLed as the instance would be, and the views equal the oracle: nothing lost, nothing
-counted twice."""
+tests/orchestration/control_plane/autoscaling/test_autoscale_realizers.py.) Each one's tasks run
+elsewhere well before AWS's two minutes, the agent is then SIGKILLed as the instance would be, and
+the views equal the oracle: nothing lost, nothing counted twice."""
 
 from __future__ import annotations
 

@@ -7,7 +7,8 @@ The simulator and the planners model the fleet one way (``fleet_model``); what o
 benchmark measures against (the offline optimum, a perfect forecast, Pareto marks) lives in
 ``evaluation``.
 
-May import: ``orchestration.control_plane.lag`` and ``pipelines``; no Dagster (the sensor that runs it lives in ``orchestration.sensors``).
+May import: ``orchestration.control_plane.lag`` and ``pipelines``; no Dagster (the sensor that runs
+it lives in ``orchestration.sensors``).
 """
 
 from __future__ import annotations

@@ -452,8 +452,8 @@ class EcsSettings(BaseModel):
 
 POLICY_NAMES = ("static", "threshold", "ds2", "keda", "mcts", "horizon")
 """The policies a setting may name, in the order reports list them; the registry in
-:mod:`orchestration.control_plane.autoscaling.policies` has one factory for each (the settings are read
-by every policy, so they name policies rather than import them)."""
+:mod:`orchestration.control_plane.autoscaling.policies` has one factory for each (the settings are
+read by every policy, so they name policies rather than import them)."""
 
 
 DEPRECATED_SEARCH = (

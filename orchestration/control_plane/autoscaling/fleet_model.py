@@ -2,13 +2,13 @@
 
 :class:`FleetModel` says what a count of workers carries (the uneven-partition capacity,
 :mod:`orchestration.control_plane.autoscaling.capacity`) and what a rescale between two counts loses
-(:mod:`orchestration.control_plane.autoscaling.pause`). :func:`processed` says how the backlog evolves over a
-step given the arrivals and what the fleet can serve: a FIFO fluid queue, where the backlog at
-any point is what arrived less what was processed. The simulator replays a trace with them,
-the tree search prices its plans with them and the horizon search projects its schedules with
+(:mod:`orchestration.control_plane.autoscaling.pause`). :func:`processed` says how the backlog
+evolves over a step given the arrivals and what the fleet can serve: a FIFO fluid queue, where the
+backlog at any point is what arrived less what was processed. The simulator replays a trace with
+them, the tree search prices its plans with them and the horizon search projects its schedules with
 them, so the three cannot drift apart (the test
-``tests/orchestration/control_plane/autoscaling/test_autoscale_fleet_model.py`` feeds all three one trace
-and compares their backlogs).
+``tests/orchestration/control_plane/autoscaling/test_autoscale_fleet_model.py`` feeds all three one
+trace and compares their backlogs).
 """
 
 from __future__ import annotations

@@ -2,13 +2,13 @@
 that keeps the lag within the SLA at every tick, on the simulator's model
 (:mod:`orchestration.control_plane.autoscaling.fleet_model`).
 
-The offline optimum (:mod:`orchestration.control_plane.autoscaling.evaluation.optimum`) runs it over a whole
-trace; the `horizon` policy runs it over the forecast horizon at every decision. A state is
+The offline optimum (:mod:`orchestration.control_plane.autoscaling.evaluation.optimum`) runs it over
+a whole trace; the `horizon` policy runs it over the forecast horizon at every decision. A state is
 the worker count running in a step (and, for an exact budget, the rescales used so far); what it
-carries is the set of Pareto labels (cost so far, messages processed so far): of two ways to
-reach a state, one that cost no more and processed no less dominates, since more processed
-never makes a later tick's lag worse. Every label is extended by every count, and any tick whose
-oldest waiting message is older than the SLA drops the extension.
+carries is the set of Pareto labels (cost so far, messages processed so far): of two ways to reach a
+state, one that cost no more and processed no less dominates, since more processed never makes a
+later tick's lag worse. Every label is extended by every count, and any tick whose oldest waiting
+message is older than the SLA drops the extension.
 """
 
 from __future__ import annotations
@@ -85,10 +85,10 @@ class ArrivalModel:
         """Worker-steps a rescale costs per worker of the new count, on top of lambda."""
 
     def step(self, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Step ``k`` for every (old, new) pair: what the new fleet serves by each tick, and
-        what it has processed by each tick had everything before the step been processed
-        (:func:`~orchestration.control_plane.autoscaling.fleet_model.processed` from ``inf``). From ``x``
-        processed at the start, it has processed ``min(x + served, free)``."""
+        """Step ``k`` for every (old, new) pair: what the new fleet serves by each tick, and what it
+        has processed by each tick had everything before the step been processed
+        (:func:`~orchestration.control_plane.autoscaling.fleet_model.processed` from ``inf``). From
+        ``x`` processed at the start, it has processed ``min(x + served, free)``."""
         arr = self.arrived[k * self.ticks + 1 : (k + 1) * self.ticks + 1]
         return self.served, processed(np.inf, arr[None, None, :], self.served)
 

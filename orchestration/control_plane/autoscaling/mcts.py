@@ -1,15 +1,14 @@
 """The Metamarkets planner: a Monte-Carlo tree search over worker counts, minimising cost.
 
-A node is "run n workers for a while"; the children of n are n, n+-1, n+-k, n+-k^2, ... within
-[min, max] (the first step past a bound lands on it; plus the next capacity level up and
-down), and a node at depth d lasts c*m^d, so the tree looks far ahead with few, coarse moves
-and near with many, fine ones. Every new node is a leaf that keeps its count to the common
-horizon; its cost is hardware (worker-hours, billed in a granularity) + SLA penalty (time with
-lag beyond the SLA, priced far above hardware) + the cost of each rescale (a penalty plus the
-worker-hours its pause pays for nothing; the backlog the pause leaves is in the fluid model),
-on the fleet's fluid model of the backlog (:mod:`orchestration.control_plane.autoscaling.fleet_model`) under
-the forecast input rate. A node's value is the minimum over its subtree, since the planner will
-pick the best continuation.
+A node is "run n workers for a while"; the children of n are n, n+-1, n+-k, n+-k^2, ... within [min,
+max] (the first step past a bound lands on it; plus the next capacity level up and down), and a node
+at depth d lasts c*m^d, so the tree looks far ahead with few, coarse moves and near with many, fine
+ones. Every new node is a leaf that keeps its count to the common horizon; its cost is hardware
+(worker-hours, billed in a granularity) + SLA penalty (time with lag beyond the SLA, priced far
+above hardware) + the cost of each rescale (a penalty plus the worker-hours its pause pays for
+nothing; the backlog the pause leaves is in the fluid model), on the fleet's fluid model of the
+backlog (:mod:`orchestration.control_plane.autoscaling.fleet_model`) under the forecast input rate.
+A node's value is the minimum over its subtree, since the planner will pick the best continuation.
 
 Fewer, better moves: the penalty is set per decision (the policy raises it while the fleet
 rescales faster than its budget), no plan goes down below the count that carries the recent

@@ -1,13 +1,13 @@
 """What a rescale pauses, from what the fleet measured: the planner's and the simulator's price.
 
-A rescale does not stop the whole fleet: the coordinator moves only the tasks the new count
-needs moved (:func:`tasks_moved`), and each moved task stands still while its owner checkpoints
-it, releases it and its new owner restores it (the coordinator plans every hand-off of a
-rebalance at once, so they overlap). So the processing a rescale loses is the moved
-tasks' pause: ``per_task_s`` each plus ``per_state_mb_s`` per megabyte of window state they
-carry. The coordinator records every rescale (:mod:`orchestration.control_plane.fleet.rescales`); with
-enough records, :func:`fit_pause` replaces the documented defaults by a non-negative least
-squares fit of the recorded lost task-seconds on tasks moved and state moved.
+A rescale does not stop the whole fleet: the coordinator moves only the tasks the new count needs
+moved (:func:`tasks_moved`), and each moved task stands still while its owner checkpoints it,
+releases it and its new owner restores it (the coordinator plans every hand-off of a rebalance at
+once, so they overlap). So the processing a rescale loses is the moved tasks' pause: ``per_task_s``
+each plus ``per_state_mb_s`` per megabyte of window state they carry. The coordinator records every
+rescale (:mod:`orchestration.control_plane.fleet.rescales`); with enough records, :func:`fit_pause`
+replaces the documented defaults by a non-negative least squares fit of the recorded lost
+task-seconds on tasks moved and state moved.
 
 The planner sees a rescale's loss as seconds of the whole fleet standing still
 (:func:`rescale_loss_s`): moved tasks x their pause / all tasks, and for a scale-up the share of
@@ -62,8 +62,8 @@ def fleet_pause_s(
 def rebucketing_steps(
     old: int | np.ndarray, new: int | np.ndarray, partitions: int, max_factor: int = 1
 ) -> np.ndarray:
-    """Split or merge steps between the bucket factors the coordinator picks for ``old`` and
-    for ``new`` workers (:func:`~orchestration.control_plane.autoscaling.capacity.bucket_factor`)."""
+    """Split or merge steps between the bucket factors the coordinator picks for ``old`` and for
+    ``new`` workers (:func:`~orchestration.control_plane.autoscaling.capacity.bucket_factor`)."""
     old_a = np.asarray(old, dtype=int)
     new_a = np.asarray(new, dtype=int)
     if max_factor <= 1:

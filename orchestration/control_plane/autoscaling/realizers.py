@@ -1,14 +1,14 @@
 """Realizers carry out a decided worker count on a backend (Metamarkets' Guardian).
 
-`Realizer` is the protocol: `current()` reads the count, `apply(target, reason)` sets it and
-returns once the backend has it (or raises). `SimulatedRealizer` is the simulator's (and tests')
-backend. `ControlStoreRealizer` is the local one: it queues the request in the control store
-and waits until the supervisor (`sluice up` / `sluice stream`) runs the new count.
-`AwsAutoScalingRealizer` sets an Auto Scaling group's size and `EcsServiceRealizer` an
-ECS service's desired count, via boto3, within a deadline; given the job model, both do what
-Guardian did (:mod:`orchestration.control_plane.autoscaling.guardian`): a scale-out is done when the new
-machines' agents have registered, a scale-in drains the agents that go before their machines
-are let go.
+`Realizer` is the protocol: `current()` reads the count, `apply(target, reason)` sets it and returns
+once the backend has it (or raises). `SimulatedRealizer` is the simulator's (and tests') backend.
+`ControlStoreRealizer` is the local one: it queues the request in the control store and waits until
+the supervisor (`sluice up` / `sluice stream`) runs the new count. `AwsAutoScalingRealizer` sets an
+Auto Scaling group's size and `EcsServiceRealizer` an ECS service's desired count, via boto3, within
+a deadline; given the job model, both do what Guardian did
+(:mod:`orchestration.control_plane.autoscaling.guardian`): a scale-out is done when the new
+machines' agents have registered, a scale-in drains the agents that go before their machines are let
+go.
 
 Each realizer also measures how long a scale-out's new workers take to start taking work
 (`start_s`): about 5 s for a local agent process, minutes for an EC2 instance of an Auto

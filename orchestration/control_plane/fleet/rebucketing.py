@@ -1,17 +1,18 @@
 """The coordinator's key-bucket factor: split partitions into virtual tasks when the live agents
 outnumber what whole partitions can keep busy, merge them back when they do not.
 
-The factor for ``n`` running agents is :func:`~orchestration.control_plane.autoscaling.capacity.bucket_factor`
-(the smallest power of two up to ``SLUICE_MAX_BUCKET_FACTOR`` that gives them the most
-capacity), so a scale-up the autoscaler chose above the partition count gets the tasks it was
-sized for. A change goes one factor step at a time, through the job model's hand-off: the
-owner stops the task at a checkpoint and releases it marked ``@split`` (or ``@merge``, both
-siblings); the coordinator then rewrites the state (:mod:`pipelines.stream.rebucket`) and, in
-one transaction, replaces the rows, which the scheduler then places like any Waiting task.
-A merge waits until it has been due for ``SLUICE_BUCKET_MERGE_DELAY_S``, so a lost agent that
-is replaced, or a scale-down soon undone, does not merge and split again.
-A step once started is finished, even if the target changed meanwhile: its files may already
-be half moved. Topics with a session view stay whole (a session must stay in one task).
+The factor for ``n`` running agents is
+:func:`~orchestration.control_plane.autoscaling.capacity.bucket_factor` (the smallest power of two
+up to ``SLUICE_MAX_BUCKET_FACTOR`` that gives them the most capacity), so a scale-up the autoscaler
+chose above the partition count gets the tasks it was sized for. A change goes one factor step at a
+time, through the job model's hand-off: the owner stops the task at a checkpoint and releases it
+marked ``@split`` (or ``@merge``, both siblings); the coordinator then rewrites the state
+(:mod:`pipelines.stream.rebucket`) and, in one transaction, replaces the rows, which the scheduler
+then places like any Waiting task. A merge waits until it has been due for
+``SLUICE_BUCKET_MERGE_DELAY_S``, so a lost agent that is replaced, or a scale-down soon undone, does
+not merge and split again. A step once started is finished, even if the target changed meanwhile:
+its files may already be half moved. Topics with a session view stay whole (a session must stay in
+one task).
 
 Every step finishes or rolls back, decided from the job model alone, so whichever coordinator
 holds the lease next (with nothing in memory) does the same:

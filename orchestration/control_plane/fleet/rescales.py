@@ -8,10 +8,10 @@ balance). What it cost is read from the job model's own history, the same on eve
   released the task at its final checkpoint (the checkpoint itself is not counted then);
 - it *resumed* when its new owner marked it Running after restoring that checkpoint.
 
-A fleet that lost an agent (no heartbeat, killed) is recovering, not rescaling: its tasks
-waited for the loss to be noticed, which says nothing about a planned rescale, so it is not
-recorded. Each record goes to the control store (:mod:`pipelines.control.rescales`), where the
-lag sensor fits the planner's pause from them (:mod:`orchestration.control_plane.autoscaling.pause`).
+A fleet that lost an agent (no heartbeat, killed) is recovering, not rescaling: its tasks waited for
+the loss to be noticed, which says nothing about a planned rescale, so it is not recorded. Each
+record goes to the control store (:mod:`pipelines.control.rescales`), where the lag sensor fits the
+planner's pause from them (:mod:`orchestration.control_plane.autoscaling.pause`).
 """
 
 from __future__ import annotations

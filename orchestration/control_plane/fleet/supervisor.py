@@ -1,10 +1,11 @@
 """One supervisor for a local fleet: restarts, deployments, scaling requests, samples.
 
-`sluice stream` and `sluice up` both run :meth:`Supervisor.run`; each tick restarts dead
-agents (giving up on one that crashed three times in ten minutes, :mod:`orchestration.control_plane.fleet.local`),
-reloads the fleet when a view is deployed, changed or disabled, carries out scaling requests
-from the control store (Guardian's queue: new agents are awaited until they registered) and
-records a fleet sample for the report. The caller shows what happened; nothing here prints.
+`sluice stream` and `sluice up` both run :meth:`Supervisor.run`; each tick restarts dead agents
+(giving up on one that crashed three times in ten minutes,
+:mod:`orchestration.control_plane.fleet.local`), reloads the fleet when a view is deployed, changed
+or disabled, carries out scaling requests from the control store (Guardian's queue: new agents are
+awaited until they registered) and records a fleet sample for the report. The caller shows what
+happened; nothing here prints.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ __all__ = ["DeploymentWatcher", "ScaleWatcher", "Supervisor"]
 
 
 class DeploymentWatcher:
-    """Says when the views in force change (a deployment, a Disabled state, an edit of the
-    views file the agents run) and marks deployments Running; each agent reloads the views
-    itself (:meth:`orchestration.control_plane.fleet.agent.Agent.reload_views`), here and on other hosts."""
+    """Says when the views in force change (a deployment, a Disabled state, an edit of the views
+    file the agents run) and marks deployments Running; each agent reloads the views itself
+    (:meth:`orchestration.control_plane.fleet.agent.Agent.reload_views`), here and on other
+    hosts."""
 
     def __init__(self, runtime: Runtime, fleet: LocalFleet, every_s: float = 5.0) -> None:
         self.runtime = runtime

@@ -106,7 +106,8 @@ class ServerInfo:
     restarts: int
     log_file: str
     session_id: str = ""
-    """The session every correction on this JVM shares (:mod:`orchestration.control_plane.spark.session`)."""
+    """The session every correction on this JVM shares
+    (:mod:`orchestration.control_plane.spark.session`)."""
 
 
 @dataclass(frozen=True)
@@ -280,7 +281,8 @@ def _terminate(process: subprocess.Popen, timeout_s: float = 10.0) -> None:
 
 
 def _warm_up(url: str, state_dir: Path) -> subprocess.Popen:
-    """:mod:`orchestration.control_plane.spark.warmup` against the new server, killed with the keeper."""
+    """:mod:`orchestration.control_plane.spark.warmup` against the new server, killed with the
+    keeper."""
     command = [sys.executable, "-m", "orchestration.control_plane.spark.warmup", "--url", url]
     env = {**os.environ, "SLUICE_STATE_DIR": str(state_dir)}
     return start_process(command, env, state_dir / "logs" / "spark-warm-up.log", tied=True)

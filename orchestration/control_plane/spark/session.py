@@ -81,8 +81,8 @@ def open_session(
 
     When the server refuses the shared id, ``renew(refused)`` (the keeper's record:
     :meth:`SparkConnectServer.renew_session
-    <orchestration.control_plane.spark.server.SparkConnectServer.renew_session>`) names the one to share
-    from now on. A shared session is left open by ``stop()`` and starts without cached data.
+    <orchestration.control_plane.spark.server.SparkConnectServer.renew_session>`) names the one to
+    share from now on. A shared session is left open by ``stop()`` and starts without cached data.
     ``say`` tells the run's log what happened.
     """
     shared = session_id_of(url)

@@ -1,8 +1,8 @@
 """With the broker gone, the supervisor's lag probe (end offsets and the newest records,
-`orchestration/control_plane/lag.py`) must not block in kafka-python's ``end_offsets`` for good (it did,
-and hung the supervisor): it answers, or raises BrokerUnavailable, within its deadline
-(SLUICE_KAFKA_TIMEOUT_S, here 1 s), against a broker killed, a broker hung (SIGSTOP) and a
-black hole (accepts connections, never answers)."""
+`orchestration/control_plane/lag.py`) must not block in kafka-python's ``end_offsets`` for good (it
+did, and hung the supervisor): it answers, or raises BrokerUnavailable, within its deadline
+(SLUICE_KAFKA_TIMEOUT_S, here 1 s), against a broker killed, a broker hung (SIGSTOP) and a black
+hole (accepts connections, never answers)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """Against a running webserver and daemon: a replayed day that corrects and reports itself,
 a GraphQL backfill that re-corrects an hour, and the asset pages in a browser.
 
-Dagster is started through :mod:`orchestration.control_plane.dagster_service` (free port, DAGSTER_HOME
-under tmp_path) once for the module and stopped by process group in teardown, which must
-leave no process behind.
+Dagster is started through :mod:`orchestration.control_plane.dagster_service` (free port,
+DAGSTER_HOME under tmp_path) once for the module and stopped by process group in teardown, which
+must leave no process behind.
 """
 
 from __future__ import annotations
