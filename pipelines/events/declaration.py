@@ -1,0 +1,230 @@
+"""A topic's declared schema: the fields its messages carry, its event time, its id.
+
+A team declares each topic once, in the views file beside ``views:`` (``topics:``), and
+every layer reads its events through that declaration: the decoder, the views' validation,
+the archive, the correction, the tables and the checks. The generator's topic is one such
+declaration (``data/views.yaml``), not a special case.
+
+A declaration names *columns*. Each field says where its value is in a message (``path``,
+dotted into nested objects, ``[i]`` for an array element; the column's name by default) and
+its type; the event time is a field with a format, or the Kafka record's own timestamp; the
+record's key, timestamp, partition, offset and headers may be columns too.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+__all__ = [
+    "EVENT_TIME",
+    "ColumnType",
+    "EventTime",
+    "FieldDeclaration",
+    "RecordColumns",
+    "TimeFormat",
+    "TopicDeclaration",
+    "parse_path",
+]
+
+EVENT_TIME = "event_time"
+"""The column every decoded event has: its event time, epoch milliseconds UTC."""
+
+
+class ColumnType(StrEnum):
+    """What a column holds, as views, filters and aggregations see it."""
+
+    STRING = "string"
+    LONG = "long"
+    """A 64-bit integer: sums and counts stay exact."""
+    DOUBLE = "double"
+    BOOLEAN = "boolean"
+    TIMESTAMP = "timestamp"
+    """An instant, held as epoch milliseconds UTC (parsed with the field's ``format``)."""
+
+    @property
+    def numeric(self) -> bool:
+        return self in (ColumnType.LONG, ColumnType.DOUBLE)
+
+
+class TimeFormat(StrEnum):
+    """How a time field's value reads as an instant."""
+
+    EPOCH_S = "epoch_s"
+    EPOCH_MS = "epoch_ms"
+    EPOCH_US = "epoch_us"
+    EPOCH_NS = "epoch_ns"
+    ISO8601 = "iso8601"
+    """A string with ``Z`` or a UTC offset (``2014-07-01T08:00:00.250+02:00``)."""
+    PATTERN = "pattern"
+    """A string read with the declaration's strptime ``pattern`` in its ``zone``."""
+
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+_PATH_PART = re.compile(r"^([^.\[\]]+)((?:\[\d+\])*)$")
+
+
+def parse_path(path: str) -> tuple[str | int, ...]:
+    """``route.origin`` -> ("route", "origin"); ``items[0].sku`` -> ("items", 0, "sku")."""
+    steps: list[str | int] = []
+    for part in path.split("."):
+        match = _PATH_PART.match(part)
+        if match is None:
+            raise ValueError(
+                f"bad path {path!r}: dotted names, each optionally followed by [index]"
+            )
+        steps.append(match.group(1))
+        steps += [int(i) for i in re.findall(r"\[(\d+)\]", match.group(2))]
+    return tuple(steps)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class FieldDeclaration(_Model):
+    """One column read from the message's body."""
+
+    name: str = Field(description="The column's name, as views, filters and tables use it.")
+    type: ColumnType = Field(description="string, long, double, boolean or timestamp.")
+    path: str | None = Field(
+        default=None,
+        description="Where the value is: dotted into nested objects, [i] for an array "
+        "element (e.g. card.country, items[0].sku). Default: the column's name.",
+    )
+    nullable: bool = Field(
+        default=False,
+        description="Whether the value may be null or absent (else the message is refused).",
+    )
+    format: TimeFormat | None = Field(
+        default=None, description="For a timestamp: how its value reads (default epoch_ms)."
+    )
+    doc: str = Field(default="", description="What the column means, for listings.")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError(f"bad column name {value!r}: letters, digits and _, at most 64")
+        return value
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_path(value)
+        return value
+
+    @property
+    def steps(self) -> tuple[str | int, ...]:
+        return parse_path(self.path or self.name)
+
+
+class EventTime(_Model):
+    """Where an event's time comes from: a field with its format, or the record's timestamp."""
+
+    source: Literal["field", "record"] = Field(
+        default="field", description="field: a field of the message; record: Kafka's timestamp."
+    )
+    path: str | None = Field(
+        default=None, description="The field's path (source: field); default event_time."
+    )
+    format: TimeFormat = Field(default=TimeFormat.EPOCH_MS, description="The field's format.")
+    pattern: str | None = Field(
+        default=None, description="strptime pattern (format: pattern), e.g. %d/%m/%Y %H:%M:%S."
+    )
+    zone: str = Field(
+        default="UTC", description="IANA zone of a pattern without an offset (format: pattern)."
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> EventTime:
+        if self.source == "record" and self.path is not None:
+            raise ValueError("source: record takes no path (the record's timestamp is used)")
+        if (self.format is TimeFormat.PATTERN) != (self.pattern is not None):
+            raise ValueError("a pattern goes with format: pattern, and only with it")
+        if self.path is not None:
+            parse_path(self.path)
+        return self
+
+    @property
+    def steps(self) -> tuple[str | int, ...]:
+        return parse_path(self.path or EVENT_TIME)
+
+
+class RecordColumns(_Model):
+    """The Kafka record's own parts, as columns (each unset: not a column)."""
+
+    key: str | None = Field(default=None, description="Column of the record's key (string).")
+    timestamp: str | None = Field(
+        default=None, description="Column of the record's timestamp (timestamp)."
+    )
+    partition: str | None = Field(default=None, description="Column of the partition (long).")
+    offset: str | None = Field(default=None, description="Column of the offset (long).")
+    headers: dict[str, str] = Field(
+        default_factory=dict, description="Column name -> header name (string, nullable)."
+    )
+
+    def columns(self) -> dict[str, ColumnType]:
+        found: dict[str, ColumnType] = {}
+        for name, kind in (
+            (self.key, ColumnType.STRING),
+            (self.timestamp, ColumnType.TIMESTAMP),
+            (self.partition, ColumnType.LONG),
+            (self.offset, ColumnType.LONG),
+        ):
+            if name is not None:
+                found[name] = kind
+        found.update(dict.fromkeys(self.headers, ColumnType.STRING))
+        return found
+
+
+class TopicDeclaration(_Model):
+    """What a topic's messages hold, declared once for every view that reads it."""
+
+    topic: str = Field(description="The Kafka topic.")
+    encoding: Literal["json"] = Field(default="json", description="How messages are encoded.")
+    fields: tuple[FieldDeclaration, ...] = Field(description="The body's columns.")
+    event_time: EventTime = Field(default_factory=EventTime, description="The event time.")
+    id: str | None = Field(
+        default=None,
+        description="A column that identifies an event: the correction keeps one event per "
+        "id. Without one, every archived record counts (a producer's retry counts twice).",
+    )
+    record: RecordColumns = Field(
+        default_factory=RecordColumns, description="The record's key, timestamp, ... as columns."
+    )
+    on_type_error: Literal["dead_letter", "null"] = Field(
+        default="dead_letter",
+        description="A value that does not fit its type: dead-letter the message "
+        "(schema_mismatch), or keep it with the field null.",
+    )
+    description: str = Field(default="", description="What the topic carries.")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TopicDeclaration:
+        names = [f.name for f in self.fields] + list(self.record.columns())
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"columns declared twice: {', '.join(repeated)}")
+        if EVENT_TIME in names:
+            raise ValueError(
+                f"{EVENT_TIME!r} is the decoded event time: declare where it comes from under "
+                "event_time: and name the field's column otherwise"
+            )
+        if self.id is not None and self.id not in names:
+            raise ValueError(f"id {self.id!r} is not a declared column")
+        return self
+
+    def columns(self) -> dict[str, ColumnType]:
+        """Every column a view may use, by name: the event time, the body's, the record's."""
+        found = {EVENT_TIME: ColumnType.TIMESTAMP}
+        found.update({f.name: f.type for f in self.fields})
+        found.update(self.record.columns())
+        return found
+
+    def column_names(self) -> list[str]:
+        return list(self.columns())
