@@ -1,0 +1,69 @@
+"""An agent's graceful stop waits for a realtime publisher pass under way: the process must not
+finalize while a daemon thread is inside a table commit (an exit that hung for good in CI)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from orchestration.control_plane.fleet.agent import Agent
+from orchestration.control_plane.runtime import Runtime
+from pipelines.config import PROJECT_ROOT, KafkaSettings, SluiceSettings
+from pipelines.kafka import ensure_topics
+
+pytestmark = pytest.mark.broker
+
+
+class SlowPublisher:
+    """A publisher whose pass lasts ``seconds``: longer than the stop used to wait for it."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.started = threading.Event()
+        self.finished = threading.Event()
+
+    def due(self) -> bool:
+        return True
+
+    def publish_once(self) -> None:
+        self.started.set()
+        time.sleep(self.seconds)  # the pass's work; the test waits on `started`, not on time
+        self.finished.set()
+
+
+@pytest.fixture
+def runtime(broker, tmp_path) -> Iterator[Runtime]:
+    topic = f"stop-{uuid.uuid4().hex[:8]}"
+    ensure_topics(broker.bootstrap, {topic: 1, f"{topic}.dlq": 1})
+    views_file = tmp_path / "views.yaml"
+    views_file.write_text(
+        (PROJECT_ROOT / "data" / "views.yaml")
+        .read_text()
+        .replace("topic: events", f"topic: {topic}")
+    )
+    settings = SluiceSettings(
+        state_dir=tmp_path / "state",
+        views_file=str(views_file),
+        topic=topic,
+        dead_letter_topic=f"{topic}.dlq",
+    )
+    runtime = Runtime(settings, KafkaSettings(KAFKA_BOOTSTRAP_SERVERS=broker.bootstrap))
+    yield runtime
+    runtime.control.close()
+
+
+def test_a_stop_waits_for_the_publish_pass_under_way(runtime) -> None:
+    agent = Agent(runtime, "a0", topic=runtime.settings.topic)
+    agent.jobs.register_agent("a0", "host", os.getpid(), runtime.settings.topic)
+    publisher = SlowPublisher(seconds=3.0)
+    agent.publisher.publisher = publisher  # type: ignore[assignment]
+    agent.publisher.tick(leader=True)
+    assert publisher.started.wait(10), "the pass never started"
+    agent.worker.stop_event.set()  # a stop before the worker ran: run() goes straight to its end
+    assert agent.run() == 0
+    assert publisher.finished.is_set(), "the agent ended while its publisher was mid-pass"
