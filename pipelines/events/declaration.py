@@ -103,6 +103,11 @@ class FieldDeclaration(_Model):
         default=None, description="For a timestamp: how its value reads (default epoch_ms)."
     )
     doc: str = Field(default="", description="What the column means, for listings.")
+    minimum: int | float | None = Field(
+        default=None,
+        description="For a long or double: the smallest value it may take (a smaller one is "
+        "out_of_range).",
+    )
 
     @field_validator("name")
     @classmethod
