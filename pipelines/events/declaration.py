@@ -123,6 +123,15 @@ class FieldDeclaration(_Model):
             parse_path(value)
         return value
 
+    @model_validator(mode="after")
+    def _supported(self) -> FieldDeclaration:
+        if self.format is TimeFormat.PATTERN:
+            raise ValueError(
+                f"{self.name}: format: pattern is for the event time only for now (its pattern "
+                "and zone are declared under event_time:)"
+            )
+        return self
+
     @property
     def steps(self) -> tuple[str | int, ...]:
         return parse_path(self.path or self.name)
