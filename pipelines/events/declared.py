@@ -327,7 +327,11 @@ class DeclaredDecoder:
             pass
         return self.classify(value, max_message_bytes, stamp)
 
-    def _decode_values(self, records: RecordBatch, max_message_bytes: int) -> list[Any]:
+    def _decode_values(
+        self, records: RecordBatch, max_message_bytes: int, slow: list[int]
+    ) -> list[Any]:
+        """Each message's struct, the classifier's values or its (reason, detail), in order;
+        the indices of those not decoded by a run's one ``map`` are appended to ``slow``."""
         values = records.values
         decode = self._decode_exact
         out: list[Any] = []
@@ -345,15 +349,18 @@ class DeclaredDecoder:
                 pass
             stamps = records.timestamps
             for i, value in enumerate(run, start=lo):
-                out.append(self._one(value, max_message_bytes, stamps[i]))
+                checked = self._one(value, max_message_bytes, stamps[i])
+                if type(checked) is tuple or type(checked) is dict:
+                    slow.append(i)
+                out.append(checked)
         return out
 
     def _columns(
-        self, events: list[Any], records: RecordBatch, at: list[int]
+        self, events: list[Any], records: RecordBatch, at: list[int] | None, rows: list[int]
     ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], list[int]]:
-        """The events (structs, or the classifier's dicts) as columns, their null masks, and
-        the positions in ``events`` of those the columns refuse (a time that does not read)."""
-        rows = [k for k, e in enumerate(events) if type(e) is dict]
+        """The events (structs, or at ``rows`` the classifier's dicts) as columns, their null
+        masks, and the positions in ``events`` of those the columns refuse (a time that does
+        not read); ``at``: each event's index among the messages (None: all are events)."""
         structs = events if not rows else [e for e in events if type(e) is not dict]
         where = None
         if rows:
@@ -386,7 +393,8 @@ class DeclaredDecoder:
             if null is not None and null.any():
                 nulls[c.name] = null
         if self.time is None:  # the record's timestamp
-            t = np.array([records.timestamps[i] for i in at], dtype=np.int64)
+            stamps = records.timestamps
+            t = np.array(stamps if at is None else [stamps[i] for i in at], dtype=np.int64)
             columns = {EVENT_TIME: t, **columns}
             outside = (t < EVENT_TIME_MIN_MS) | (t >= EVENT_TIME_MAX_MS)
             if rows:
@@ -433,29 +441,46 @@ class DeclaredDecoder:
         """Decode ``records`` (one partition, ascending offsets) starting from ``watermark``."""
         if not isinstance(records, RecordBatch):
             records = RecordBatch.of(records)
-        checked = self._decode_values(records, max_message_bytes)
+        slow: list[int] = []
+        checked = self._decode_values(records, max_message_bytes, slow)
         n = len(checked)
         while True:
-            at = [i for i, c in enumerate(checked) if type(c) is not tuple]
-            events = checked if len(at) == n else [checked[i] for i in at]
-            columns, nulls, refused = self._columns(events, records, at)
+            at: list[int] | None = None
+            rows: list[int] = []
+            events = checked
+            if slow:  # rare: messages off the fast path
+                bad = [i for i in slow if type(checked[i]) is tuple]
+                kept = [i for i in slow if type(checked[i]) is dict]
+                if bad:
+                    valid = np.ones(n, dtype=bool)
+                    valid[bad] = False
+                    where = np.flatnonzero(valid)
+                    at = where.tolist()
+                    events = [c for c in checked if type(c) is not tuple]
+                    rows = np.searchsorted(where, kept).tolist() if kept else []
+                else:
+                    rows = kept
+            columns, nulls, refused = self._columns(events, records, at, rows)
             if not refused:
                 break
             for k in refused:  # the fast path's reading refused: the classifier decides
-                i = at[k]
+                i = k if at is None else at[k]
                 checked[i] = self.classify(
                     records.values[i], max_message_bytes, records.timestamps[i]
                 )
+                slow.append(i)
         dead = [
-            _decode._dead_letter(records, i, c) for i, c in enumerate(checked) if type(c) is tuple
+            _decode._dead_letter(records, i, checked[i])
+            for i in sorted(set(slow))
+            if type(checked[i]) is tuple
         ]
         times = columns[EVENT_TIME]
         prior, ahead = _watermarks(times, watermark, max_future_ms)
-        index = np.asarray(at, dtype=np.int64)
+        index = np.arange(n, dtype=np.int64) if at is None else np.asarray(at, dtype=np.int64)
         if ahead:
-            keep = np.ones(len(at), dtype=bool)
+            keep = np.ones(len(index), dtype=bool)
             for k, wm in ahead:
-                i = at[k]
+                i = int(index[k])
                 t = int(times[k])
                 detail = f"event_time {t} is {(t - wm) / 1000:.0f}s ahead of the watermark {wm}"
                 dead.append(
@@ -473,8 +498,10 @@ class DeclaredDecoder:
             nulls = {name: mask[keep] for name, mask in nulls.items() if mask[keep].any()}
             prior, times, index = prior[keep], times[keep], index[keep]
         columns.update(self._record_columns(records, index, partition))
-        offsets = np.asarray(records.offsets, dtype=np.int64)[index]
-        stamps = np.asarray(records.timestamps, dtype=np.int64)[index]
+        offsets = np.array(records.offsets, dtype=np.int64)
+        stamps = np.array(records.timestamps, dtype=np.int64)
+        if len(index) != n:
+            offsets, stamps = offsets[index], stamps[index]
         return DecodedBatch(
             offsets=offsets,
             kafka_timestamps=stamps,
@@ -615,8 +642,8 @@ def _getter(
     picks = [attrgetter(name) for name in names]
 
     def get(structs: list[Any]) -> list[Any]:
-        values = structs
-        for pick in picks:
+        values = list(map(picks[0], structs))  # a struct is never None
+        for pick in picks[1:]:
             if None in values:
                 values = [None if v is None else pick(v) for v in values]
             else:
@@ -681,7 +708,7 @@ def _as_column(
     if c.type is ColumnType.STRING:
         return np.array(raw, dtype=object), None, bad
     null = None
-    if None in raw:
+    if (exact or c.nullable or c.soft) and None in raw:  # else the fast path read no null
         null = np.array([v is None for v in raw])
     if c.type is not ColumnType.TIMESTAMP:
         if null is not None:
