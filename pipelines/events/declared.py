@@ -31,6 +31,7 @@ column only when its batch has a null in it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
@@ -178,10 +179,8 @@ class _Column:
         if t is ColumnType.STRING:
             kind: Any = str if self.nullable else Annotated[str, msgspec.Meta(min_length=1)]
         elif t is ColumnType.LONG:
-            low = LONG_MIN if self.minimum is None else max(LONG_MIN, int(self.minimum))
+            low = LONG_MIN if self.minimum is None else max(LONG_MIN, math.ceil(self.minimum))
             kind = Annotated[int, msgspec.Meta(ge=low, le=LONG_MAX)]
-            if self.minimum is not None and self.minimum != low:
-                kind = int  # a fractional minimum: left to the exact reading
         elif t is ColumnType.DOUBLE:
             kind = float
             if self.minimum is not None:

@@ -248,7 +248,7 @@ def declarations(draw) -> TopicDeclaration:
         if kind == "timestamp":
             field["format"] = draw(_formats)
         if kind in ("long", "double") and draw(st.booleans()):
-            field["minimum"] = draw(st.sampled_from([0, -5, 10]))
+            field["minimum"] = draw(st.sampled_from([0, -5, 10, 2.5]))
         fields.append(field)
     source = draw(st.sampled_from(["field", "field", "record"]))
     if source == "record":
@@ -288,7 +288,7 @@ _scalars = st.one_of(
 
 def _value(draw, kind: str, fmt: str):
     if kind == "string":
-        return draw(st.text(min_size=1, max_size=6))
+        return draw(st.text(max_size=6))  # "" for a required string: wrong_type
     if kind == "long":
         return draw(st.one_of(st.integers(-10, 10**6), st.sampled_from([2**63 - 1, -(2**63)])))
     if kind == "double":
