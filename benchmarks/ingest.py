@@ -12,8 +12,10 @@ Measures, on the same topic of the same embedded broker, in one process run:
       aggregations (per org every 10 minutes, and per session id every hour): each alone in
       tasks fed from memory, its cost per event being the time beyond the same tasks with no
       view (decoding and archiving), and the memory per open session of its state,
-  (g) the decoder alone (:func:`decode_batch` on the records in memory): microseconds per
-      valid message, the fast path's cost (``--decoder-only`` measures just this),
+  (g) the decoder alone on the records in memory, microseconds per valid message: the
+      hand-written :func:`decode_batch` against the decoder built from the generator's
+      declaration, side by side; and the declared decoder of a 20-field nested topic with
+      nulls and ISO-8601 times (``--decoder-only`` measures just this),
   (h) each aggregation type alone in one view (per org every 10 minutes): microseconds per
       event of the view's window state on batches decoded beforehand, a flush's segment tables
       included (where a sliding view builds its windows); and sliding windows (1 h every
@@ -362,25 +364,168 @@ def session_comparison(
     } | {"no view": base / total * 1e6}
 
 
-def decoder_cost(batches: dict[int, list[RecordBatch]], repeat: int) -> list[float]:
-    """(g): microseconds per valid message of :func:`decode_batch` alone, one figure per round
-    (every partition's batches decoded in order, the watermark carried as a task does)."""
-    from pipelines.events.decode import NO_WATERMARK, decode_batch
+def _generator_declaration():
+    import yaml
 
-    figures = []
+    from pipelines.events.declaration import TopicDeclaration
+
+    document = yaml.safe_load((PROJECT_ROOT / "data" / "topics.yaml").read_text())
+    (star,) = [t for t in document["topics"] if t["topic"] == "*"]
+    return TopicDeclaration(**star)
+
+
+def _decoding_seconds(decode, batches: dict[int, list[RecordBatch]]) -> tuple[float, int]:
+    """Seconds to decode every partition's batches in order (the watermark carried as a task
+    does), and the valid messages."""
+    from pipelines.events.decode import NO_WATERMARK
+
+    valid = 0
+    started = time.perf_counter()
+    for partition in sorted(batches):
+        watermark = NO_WATERMARK
+        for batch in batches[partition]:
+            out = decode(batch, watermark, max_message_bytes=64 * 1024, max_future_ms=6 * 3_600_000)
+            watermark = out.watermark
+            valid += len(out)
+    return time.perf_counter() - started, valid
+
+
+def decoder_cost(batches: dict[int, list[RecordBatch]], repeat: int) -> dict[str, list[float]]:
+    """(g): microseconds per valid message of the hand-written :func:`decode_batch` and of the
+    decoder built from the generator's declaration (data/topics.yaml) on the same batches,
+    interleaved, one figure per round each."""
+    from pipelines.events.declared import decoder_for
+    from pipelines.events.decode import decode_batch
+
+    declared = decoder_for(_generator_declaration())
+    figures: dict[str, list[float]] = {"hand-written": [], "declared": []}
     for _ in range(repeat):
-        valid = 0
-        started = time.perf_counter()
-        for partition in sorted(batches):
-            watermark = NO_WATERMARK
-            for batch in batches[partition]:
-                out = decode_batch(
-                    batch, watermark, max_message_bytes=64 * 1024, max_future_ms=6 * 3_600_000
-                )
-                watermark = out.watermark
-                valid += len(out)
-        figures.append((time.perf_counter() - started) / max(1, valid) * 1e6)
+        for label, decode in (("hand-written", decode_batch), ("declared", declared)):
+            seconds, valid = _decoding_seconds(decode, batches)
+            figures[label].append(seconds / max(1, valid) * 1e6)
     return figures
+
+
+NESTED = {  # (g): a 20-field nested topic with nulls and string timestamps
+    "topic": "payments",
+    "event_time": {"path": "created", "format": "iso8601"},
+    "fields": [
+        {"name": "merchant", "type": "string", "path": "merchant.name"},
+        {"name": "merchant_id", "type": "long", "path": "merchant.id"},
+        {"name": "category", "type": "string", "path": "merchant.category"},
+        {"name": "amount", "type": "double"},
+        {"name": "currency", "type": "string"},
+        {"name": "country", "type": "string", "path": "card.country"},
+        {"name": "brand", "type": "string", "path": "card.brand"},
+        {"name": "last4", "type": "string", "path": "card.last4"},
+        {"name": "refund_reason", "type": "string", "nullable": True},
+        {"name": "settled_at", "type": "timestamp", "format": "iso8601", "nullable": True},
+        {"name": "customer", "type": "string", "path": "customer.id"},
+        {"name": "segment", "type": "string", "path": "customer.segment", "nullable": True},
+        {"name": "os", "type": "string", "path": "device.os"},
+        {"name": "app_version", "type": "string", "path": "device.app_version"},
+        {"name": "items", "type": "long"},
+        {"name": "risk", "type": "double", "path": "risk.score"},
+        {"name": "flagged", "type": "boolean", "path": "risk.flagged"},
+        {"name": "channel", "type": "string"},
+        {"name": "tip", "type": "double", "nullable": True},
+        {"name": "region", "type": "string"},
+    ],
+}
+
+
+def _nested_batches(events: int) -> dict[int, list[RecordBatch]]:
+    """``events`` messages of :data:`NESTED` (a tenth of them refunds, a third with no
+    settlement, tip or segment), in batches of the worker's poll size, one partition."""
+    import random
+    from datetime import UTC, datetime, timedelta, timezone
+
+    import orjson
+
+    plus2 = timezone(timedelta(hours=2))  # a producer's clock at UTC+2
+    rng = random.Random(46)
+    start = datetime(2014, 7, 1, tzinfo=UTC)
+    values = []
+    for i in range(events):
+        created = start + timedelta(milliseconds=i * 37)
+        values.append(
+            orjson.dumps(
+                {
+                    "merchant": {
+                        "name": f"m-{rng.randrange(500)}",
+                        "id": rng.randrange(10**6),
+                        "category": rng.choice(["food", "travel", "games"]),
+                    },
+                    "amount": round(rng.uniform(1, 500), 2),
+                    "currency": rng.choice(["EUR", "USD", "GBP"]),
+                    "card": {
+                        "country": rng.choice(["FR", "US", "DE", "GB"]),
+                        "brand": rng.choice(["visa", "mc"]),
+                        "last4": f"{rng.randrange(10**4):04d}",
+                    },
+                    "refund_reason": "fraud" if rng.random() < 0.1 else None,
+                    "created": created.astimezone(plus2).isoformat(timespec="milliseconds"),
+                    "settled_at": None
+                    if rng.random() < 0.3
+                    else (created + timedelta(hours=2)).isoformat().replace("+00:00", "Z"),
+                    "customer": {
+                        "id": f"c-{rng.randrange(10**5)}",
+                        "segment": None if rng.random() < 0.3 else "retail",
+                    },
+                    "device": {"os": rng.choice(["ios", "android"]), "app_version": "5.1.0"},
+                    "items": rng.randrange(1, 9),
+                    "risk": {"score": rng.random(), "flagged": rng.random() < 0.05},
+                    "channel": "app",
+                    "tip": None if rng.random() < 0.3 else 1.5,
+                    "region": "eu",
+                }
+            )
+        )
+    batches = []
+    for lo in range(0, events, POLL_MAX_RECORDS):
+        part = values[lo : lo + POLL_MAX_RECORDS]
+        offsets = list(range(lo, lo + len(part)))
+        batches.append(RecordBatch(offsets, [0] * len(part), part, [None] * len(part)))
+    return {0: batches}
+
+
+def nested_decoder_cost(events: int, repeat: int) -> dict[str, list[float]]:
+    """(g): microseconds per valid message of the decoder built from :data:`NESTED`, beside
+    ``orjson.loads`` alone on the same messages (parsing, no types or columns)."""
+    import orjson
+
+    from pipelines.events.declaration import TopicDeclaration
+    from pipelines.events.declared import decoder_for
+
+    decode = decoder_for(TopicDeclaration(**NESTED))
+    batches = _nested_batches(events)
+    figures: dict[str, list[float]] = {"declared": [], "orjson.loads": []}
+    for _ in range(repeat):
+        seconds, valid = _decoding_seconds(decode, batches)
+        assert valid == events, f"{events - valid} of the nested messages were refused"
+        figures["declared"].append(seconds / valid * 1e6)
+        started = time.perf_counter()
+        for batch in batches[0]:
+            list(map(orjson.loads, batch.values))
+        figures["orjson.loads"].append((time.perf_counter() - started) / events * 1e6)
+    return figures
+
+
+def print_decoder_costs(generator: dict[str, list[float]], nested: dict[str, list[float]]) -> None:
+    def line(values: list[float]) -> str:
+        rounds = ", ".join(f"{v:.3f}" for v in values)
+        return f"{statistics.median(values):.3f} us (rounds {rounds})"
+
+    hand, declared = (statistics.median(generator[k]) for k in ("hand-written", "declared"))
+    print(
+        f"(g) the decoder alone, generator's topic, hand-written : {line(generator['hand-written'])}"
+    )
+    print(f"(g) the same, decoder built from its declaration       : {line(generator['declared'])}")
+    print(f"(g) declared / hand-written                            : {declared / hand:.2f}x")
+    print(f"(g) 20-field nested topic, nulls, ISO times, declared  : {line(nested['declared'])}")
+    print(
+        f"(g) the same messages, orjson.loads alone              : {line(nested['orjson.loads'])}"
+    )
 
 
 def session_memory(topic: str, batches: dict[int, list[RecordBatch]], views_file: Path) -> dict:
@@ -572,10 +717,8 @@ def main() -> int:
             work: dict[str, list[float]] = {c: [] for c in CLIENTS}
             memory: list[float] = []
             in_memory = read_all(info.bootstrap, topic, args.events)
-            decoder = decoder_cost(in_memory, args.repeat)
-            print(
-                f"(g) the decoder alone: {statistics.median(decoder):.3f} us per valid message "
-                f"(median of {args.repeat}; rounds {', '.join(f'{d:.3f}' for d in decoder)})"
+            print_decoder_costs(
+                decoder_cost(in_memory, args.repeat), nested_decoder_cost(args.events, args.repeat)
             )
             if args.decoder_only:
                 return 0

@@ -103,6 +103,11 @@ class FieldDeclaration(_Model):
         default=None, description="For a timestamp: how its value reads (default epoch_ms)."
     )
     doc: str = Field(default="", description="What the column means, for listings.")
+    minimum: int | float | None = Field(
+        default=None,
+        description="For a long or double: the smallest value it may take (a smaller one is "
+        "out_of_range).",
+    )
 
     @field_validator("name")
     @classmethod
@@ -117,6 +122,15 @@ class FieldDeclaration(_Model):
         if value is not None:
             parse_path(value)
         return value
+
+    @model_validator(mode="after")
+    def _supported(self) -> FieldDeclaration:
+        if self.format is TimeFormat.PATTERN:
+            raise ValueError(
+                f"{self.name}: format: pattern is for the event time only for now (its pattern "
+                "and zone are declared under event_time:)"
+            )
+        return self
 
     @property
     def steps(self) -> tuple[str | int, ...]:

@@ -119,6 +119,8 @@ class RecordBatch:
     timestamps: list[int]
     values: list[bytes | None]
     keys: list[bytes | None]
+    headers: list[Sequence[tuple[str, bytes | None]] | None] | None = None
+    """Each record's headers, where the reader was asked for them (None: not read)."""
 
     @classmethod
     def of(cls, records: Sequence[RawRecord]) -> RecordBatch:
@@ -158,6 +160,10 @@ class DecodedBatch:
     next_offset: int = -1
     codes: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     """Factorized grouping columns, shared by the views that group by them."""
+    nulls: dict[str, np.ndarray] = field(default_factory=dict)
+    """Per non-string column with a null in this batch, a mask (True: null; the column holds
+    0 there). String columns hold None. Only a declared topic's nullable fields (and fields
+    under ``on_type_error: null``) have nulls (:mod:`pipelines.events.declared`)."""
 
     def __len__(self) -> int:
         return len(self.offsets)

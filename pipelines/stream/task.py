@@ -29,6 +29,7 @@ import os
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from functools import partial
 
 import numpy as np
 import pyarrow as pa
@@ -37,6 +38,7 @@ from pipelines.archive import ArchiveBuffer, discard_uncommitted
 from pipelines.config import SluiceSettings
 from pipelines.control.crashes import CrashPlan
 from pipelines.control.store import TaskStatus
+from pipelines.events.declared import decoder_for
 from pipelines.events.decode import (
     CRASHED_TASK,
     NO_WATERMARK,
@@ -59,6 +61,27 @@ from pipelines.views.model import View
 __all__ = ["StreamTask"]
 
 log = logging.getLogger(__name__)
+
+
+Decoder = Callable[..., DecodedBatch]
+
+
+def _decoder(topic: str, partition: int, views: Sequence[View]) -> Decoder:
+    """The decoder of the topic's declaration, which the task's views share (a task reads
+    one topic). Views built without a declaration (a few tests construct View objects
+    directly; the loader always attaches one) decode with the hand-written decoder of the
+    generator's events, which that declaration describes."""
+    declarations = {
+        v.declaration.model_dump_json(): v.declaration
+        for v in views
+        if v.topic == topic and v.declaration is not None
+    }
+    if not declarations:
+        return decode_batch
+    if len(declarations) > 1:
+        raise ValueError(f"views of topic {topic!r} carry different declarations")
+    (declaration,) = declarations.values()
+    return partial(decoder_for(declaration), partition=partition)
 
 
 class StreamTask:
@@ -92,6 +115,7 @@ class StreamTask:
         self.sink = dead_letters
         self.settings = settings
         self.states = {v.name: view_state(v) for v in self.views}
+        self.decode = _decoder(topic, partition, views)
         self.watermark = NO_WATERMARK
         self.next_offset = 0
         self.consumed = 0
@@ -301,7 +325,7 @@ class StreamTask:
     def _fold(self, records: RecordBatch, end: int) -> None:
         """Decode ``records`` and fold them into every view; ``end`` is where the task is then."""
         started = time.perf_counter()
-        batch = decode_batch(
+        batch = self.decode(
             records,
             self.watermark,
             max_message_bytes=self.settings.max_message_bytes,

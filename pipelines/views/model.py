@@ -14,6 +14,7 @@ from functools import cached_property
 import pyarrow as pa
 
 from pipelines.aggregators import AggregationSpec, Aggregator, build
+from pipelines.events.declaration import TopicDeclaration
 from pipelines.expressions import Filter, parse_filter
 from pipelines.segments import HOUR_MS
 
@@ -80,6 +81,7 @@ class View:
     slide_ms: int = 0
     """Sliding (hopping) windows: a window of ``interval_ms`` starts every ``slide_ms``
     (0: tumbling windows, one per interval)."""
+    declaration: TopicDeclaration | None = None
 
     @property
     def is_sliding(self) -> bool:
