@@ -126,6 +126,11 @@ class SluiceSettings(SluiceBaseSettings):
     views_file: Path = Field(
         default=PROJECT_ROOT / "data" / "views.yaml", description="The view definitions (YAML)."
     )
+    topics_file: Path = Field(
+        default=PROJECT_ROOT / "data" / "topics.yaml",
+        description="Topic declarations (YAML, topics:): what each topic's messages hold. A "
+        "views file's own topics: come first; '*' declares any topic declared nowhere else.",
+    )
     topic: str = Field(default="events", description="Topic the generator writes to.")
     dead_letter_topic: str = Field(
         default="events.dlq", description="Where bad input goes, with its reason."

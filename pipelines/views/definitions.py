@@ -24,6 +24,7 @@ from pydantic import (
 )
 from pydantic.json_schema import SkipJsonSchema
 
+from pipelines.events.declaration import TopicDeclaration
 from pipelines.segments import HOUR_MS
 from pipelines.views.aggregation_info import Aggregations
 from pipelines.views.fields import (
@@ -285,14 +286,19 @@ VIEW_MODELS: dict[str, type[WindowViewDefinition] | type[SessionViewDefinition]]
 
 
 class ViewsFile(BaseModel):
-    """A views file: ``views:``, a list of view definitions (other top-level keys, e.g. YAML
-    anchors, are ignored)."""
+    """A views file: ``views:``, a list of view definitions, and optionally ``topics:``, the
+    declarations of their topics (other top-level keys, e.g. YAML anchors, are ignored)."""
 
     model_config = ConfigDict(
         title="Sluice views",
         json_schema_extra={"description": "View definitions for Sluice (SLUICE_VIEWS_FILE)."},
     )
 
+    topics: list[TopicDeclaration] = Field(
+        default_factory=list,
+        description="Declarations of the topics the views read (docs/events.md); a topic not "
+        "declared here takes SLUICE_TOPICS_FILE's.",
+    )
     views: list[ViewDefinition] = Field(min_length=1, description="The views, at least one.")
 
     def to_views(self) -> list[View]:

@@ -7,6 +7,7 @@ against the event schema and the aggregator registry by the models of
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -14,11 +15,13 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from pipelines.events.declaration import TopicDeclaration
 from pipelines.exceptions import UnknownAggregation, ViewDefinitionError
 from pipelines.views.definitions import ViewsFile
 from pipelines.views.fields import is_name, parse_duration
 from pipelines.views.model import View
 from pipelines.views.problems import Problem, describe
+from pipelines.views.topics import declaration_for, load_declarations, read_declarations
 
 __all__ = ["check_views", "load_views", "parse_duration", "parse_views", "read_views_document"]
 
@@ -54,17 +57,46 @@ def parse_views(document: Any, source: str = "views") -> list[View]:
 
 
 def check_views(document: Any) -> tuple[list[View], list[Problem]]:
-    """Every view of ``document`` and every problem of it (no views when there is one)."""
+    """Every view of ``document`` and every problem of it (no views when there is one); each
+    view carries its topic's declaration (:mod:`pipelines.views.topics`)."""
     raw = document.get("views") if isinstance(document, Mapping) else document
     if not isinstance(raw, list) or not raw:
         return [], [Problem("", "expected a non-empty list under 'views:'")]
+    own, problems = read_declarations(document)
     try:
         views = ViewsFile.model_validate({"views": raw}).to_views()
-        problems = []
     except ValidationError as exc:
-        views, problems = [], describe(exc, raw)
+        views = []
+        problems += describe(exc, raw)
     problems += _duplicates(raw)
-    return ([] if problems else views), problems
+    if problems:
+        return [], problems
+    return _declared(views, own)
+
+
+def _declared(
+    views: list[View], own: Mapping[str, TopicDeclaration]
+) -> tuple[list[View], list[Problem]]:
+    from pipelines.config import get_settings  # the topics file is a setting of the edge's
+
+    topics_file = get_settings().topics_file
+    try:
+        shared = {} if {v.topic for v in views} <= own.keys() else load_declarations(topics_file)
+    except ViewDefinitionError as exc:
+        return [], [Problem("", str(exc))]
+    declared, problems = [], []
+    for i, view in enumerate(views):
+        declaration = declaration_for(view.topic, own, shared)
+        if declaration is None:
+            problems.append(
+                Problem(
+                    f"views[{i}] ({view.name}).topic",
+                    f"topic {view.topic!r} is not declared: declare it under topics: in this "
+                    f"file or in {topics_file} (SLUICE_TOPICS_FILE)",
+                )
+            )
+        declared.append(dataclasses.replace(view, declaration=declaration))
+    return ([] if problems else declared), problems
 
 
 def _duplicates(raw: list[Any]) -> list[Problem]:
