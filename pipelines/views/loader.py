@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from pipelines.archive.declared import unsupported
 from pipelines.events.declaration import TopicDeclaration
 from pipelines.exceptions import UnknownAggregation, ViewDefinitionError
 from pipelines.views.definitions import ViewsFile
@@ -95,6 +96,11 @@ def _declared(
                     f"file or in {topics_file} (SLUICE_TOPICS_FILE)",
                 )
             )
+        else:
+            problems += [
+                Problem(f"views[{i}] ({view.name}).topic", f"topic {view.topic!r}: {why}")
+                for why in unsupported(declaration)
+            ]
         declared.append(dataclasses.replace(view, declaration=declaration))
     return ([] if problems else declared), problems
 
