@@ -14,11 +14,13 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from pipelines.events.declaration import TopicDeclaration
 from pipelines.exceptions import UnknownAggregation, ViewDefinitionError
 from pipelines.views.definitions import ViewsFile
-from pipelines.views.fields import is_name, parse_duration
+from pipelines.views.fields import DECLARATIONS, is_name, parse_duration
 from pipelines.views.model import View
 from pipelines.views.problems import Problem, describe
+from pipelines.views.topics import check_declarations, default_declarations
 
 __all__ = ["check_views", "load_views", "parse_duration", "parse_views", "read_views_document"]
 
@@ -36,15 +38,20 @@ def read_views_document(path: str | Path) -> Any:
         raise ViewDefinitionError(f"{path}: not valid YAML: {exc}") from exc
 
 
-def load_views(path: str | Path) -> list[View]:
-    return parse_views(read_views_document(path), source=str(Path(path)))
+def load_views(
+    path: str | Path, topics: Mapping[str, TopicDeclaration] | None = None
+) -> list[View]:
+    return parse_views(read_views_document(path), source=str(Path(path)), topics=topics)
 
 
-def parse_views(document: Any, source: str = "views") -> list[View]:
+def parse_views(
+    document: Any, source: str = "views", topics: Mapping[str, TopicDeclaration] | None = None
+) -> list[View]:
     """The views of ``document`` (``{"views": [...]}`` or the list itself); raises
     :class:`ViewDefinitionError` listing every mistake, one per line (:class:`UnknownAggregation`
-    when one of them is an unknown aggregation)."""
-    views, problems = check_views(document)
+    when one of them is an unknown aggregation). ``topics``: the declarations beside the
+    document's own (default: the settings' topics file)."""
+    views, problems = check_views(document, topics)
     if problems:
         lines = "\n".join(p.line(source) for p in problems)
         if any(p.unknown_aggregation for p in problems):
@@ -53,16 +60,26 @@ def parse_views(document: Any, source: str = "views") -> list[View]:
     return views
 
 
-def check_views(document: Any) -> tuple[list[View], list[Problem]]:
-    """Every view of ``document`` and every problem of it (no views when there is one)."""
+def check_views(
+    document: Any, topics: Mapping[str, TopicDeclaration] | None = None
+) -> tuple[list[View], list[Problem]]:
+    """Every view of ``document``, each with its topic's declaration, and every problem of it
+    and of its ``topics:`` (no views when there is one). ``topics``: the declarations beside
+    the document's own (default: the settings' topics file's)."""
     raw = document.get("views") if isinstance(document, Mapping) else document
     if not isinstance(raw, list) or not raw:
         return [], [Problem("", "expected a non-empty list under 'views:'")]
+    own, wrong = check_declarations(
+        document.get("topics") if isinstance(document, Mapping) else None
+    )
+    declarations = {**(default_declarations() if topics is None else topics), **own}
+    context = {DECLARATIONS: declarations}
     try:
-        views = ViewsFile.model_validate({"views": raw}).to_views()
+        views = ViewsFile.model_validate({"views": raw}, context=context).to_views(declarations)
         problems = []
     except ValidationError as exc:
         views, problems = [], describe(exc, raw)
+    problems = [Problem(where, message) for where, message in wrong] + problems
     problems += _duplicates(raw)
     return ([] if problems else views), problems
 

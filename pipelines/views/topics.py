@@ -1,0 +1,154 @@
+"""Which declaration each view's topic reads with: the views file's own, then the topics file's.
+
+A views file may declare topics under ``topics:`` beside ``views:``; the settings' topics file
+(``SLUICE_TOPICS_FILE``, ``data/topics.yaml``) declares the rest, and its ``topic: "*"`` any
+topic declared nowhere else. A topic declared nowhere is a mistake of the view that reads it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+from pydantic import ValidationError
+
+from pipelines.events.declaration import TimeFormat, TopicDeclaration
+from pipelines.exceptions import ViewDefinitionError
+
+if TYPE_CHECKING:
+    from pipelines.views.model import View
+
+__all__ = [
+    "ANY_TOPIC",
+    "check_declarations",
+    "declaration_for",
+    "declarations_beside",
+    "declarations_of",
+    "default_declarations",
+    "load_declarations",
+    "not_supported_yet",
+]
+
+ANY_TOPIC = "*"
+"""The topic name of the declaration of every topic declared nowhere else."""
+
+
+def not_supported_yet(declaration: TopicDeclaration) -> list[str]:
+    """What of ``declaration`` the product cannot yet decode end to end, one line per rule
+    (each is lifted when the part downstream of the decoder follows it)."""
+    found: list[str] = []
+    time = declaration.event_time
+    for i, field in enumerate(declaration.fields):
+        where = f"fields[{i}]"
+        if field.nullable and field.type != "string":
+            found.append(f"{where}: a nullable {field.type} column")
+        if len(field.steps) > 1:
+            found.append(f"{where}: a nested path")
+        if field.format not in (None, TimeFormat.EPOCH_MS):
+            found.append(f"{where}: format {field.format}")
+    if len(time.steps) > 1:
+        found.append("event_time: a nested path")
+    if time.format is not TimeFormat.EPOCH_MS:
+        found.append(f"event_time: format {time.format}")
+    if time.source == "record":
+        found.append("event_time: source record")
+    if declaration.record.columns():
+        found.append("record: record columns")
+    if declaration.on_type_error == "null":
+        found.append("on_type_error: null")
+    if declaration.id is None:
+        found.append("id: a topic without an id")
+    return [f"{what} is not supported yet (issue 46)" for what in found]
+
+
+def check_declarations(raw: Any) -> tuple[dict[str, TopicDeclaration], list[tuple[str, str]]]:
+    """The declarations of a ``topics:`` list and its problems as (path, message), paths such as
+    ``topics[0].fields[2].type``."""
+    if raw is None:
+        return {}, []
+    if not isinstance(raw, list):
+        return {}, [("topics", "expected a list of topic declarations")]
+    found: dict[str, TopicDeclaration] = {}
+    problems: list[tuple[str, str]] = []
+    for i, item in enumerate(raw):
+        try:
+            declaration = TopicDeclaration.model_validate(item)
+        except ValidationError as exc:
+            for detail in exc.errors():
+                path = "".join(
+                    f"[{part}]" if isinstance(part, int) else f".{part}" for part in detail["loc"]
+                )
+                problems.append((f"topics[{i}]{path}", detail["msg"]))
+            continue
+        problems += [(f"topics[{i}]", line) for line in not_supported_yet(declaration)]
+        if declaration.topic in found:
+            problems.append((f"topics[{i}].topic", f"topic {declaration.topic!r} declared twice"))
+        found[declaration.topic] = declaration
+    return found, problems
+
+
+def load_declarations(path: str | Path) -> dict[str, TopicDeclaration]:
+    """The declarations of a topics file (``topics:``), by topic; raises
+    :class:`ViewDefinitionError` listing every mistake."""
+    path = Path(path)
+    try:
+        document = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ViewDefinitionError(f"cannot read topic declarations {path}: {exc}") from exc
+    raw = document.get("topics") if isinstance(document, Mapping) else document
+    found, problems = check_declarations(raw)
+    if problems:
+        raise ViewDefinitionError("\n".join(f"{path}: {where}: {msg}" for where, msg in problems))
+    return found
+
+
+@lru_cache(maxsize=4)
+def _cached(path: str, mtime_ns: int) -> dict[str, TopicDeclaration]:
+    return load_declarations(path)
+
+
+def default_declarations() -> dict[str, TopicDeclaration]:
+    """The settings' topics file's declarations (read again when the file changes)."""
+    from pipelines.config import get_settings
+
+    path = Path(get_settings().topics_file)
+    try:
+        mtime = path.stat().st_mtime_ns
+    except OSError as exc:
+        raise ViewDefinitionError(f"cannot read topic declarations {path}: {exc}") from exc
+    return _cached(str(path), mtime)
+
+
+def declaration_for(topic: str, declarations: Mapping[str, TopicDeclaration]) -> TopicDeclaration:
+    """``topic``'s declaration: its own, else ``"*"``'s (renamed to ``topic``); raises
+    :class:`ViewDefinitionError` naming the topic and where to declare it."""
+    found = declarations.get(topic)
+    if found is not None:
+        return found
+    anything = declarations.get(ANY_TOPIC)
+    if anything is None:
+        raise ViewDefinitionError(
+            f"topic {topic!r} is declared nowhere: declare it under topics: in the views file "
+            "or in the topics file (SLUICE_TOPICS_FILE)"
+        )
+    return anything.model_copy(update={"topic": topic})
+
+
+def declarations_beside(document: Any, source: str = "views") -> dict[str, TopicDeclaration]:
+    """What a views document's views read with: its own ``topics:`` over the topics file's;
+    raises :class:`ViewDefinitionError` listing the mistakes of its ``topics:``."""
+    raw = document.get("topics") if isinstance(document, Mapping) else None
+    own, problems = check_declarations(raw)
+    if problems:
+        raise ViewDefinitionError("\n".join(f"{source}: {where}: {msg}" for where, msg in problems))
+    return {**default_declarations(), **own}
+
+
+def declarations_of(views: Iterable[View]) -> list[dict[str, Any]]:
+    """The declarations of ``views``' topics as JSON, once each: what a request carries so that
+    whoever parses the views needs no topics file of its own."""
+    found = {v.topic: v.declaration for v in views if v.declaration is not None}
+    return [d.model_dump(mode="json") for d in found.values()]
