@@ -36,32 +36,32 @@ ANY_TOPIC = "*"
 """The topic name of the declaration of every topic declared nowhere else."""
 
 
-def not_supported_yet(declaration: TopicDeclaration) -> list[str]:
-    """What of ``declaration`` the product cannot yet decode end to end, one line per rule
-    (each is lifted when the part downstream of the decoder follows it)."""
-    found: list[str] = []
+def not_supported_yet(declaration: TopicDeclaration) -> list[tuple[str, str]]:
+    """What of ``declaration`` the product cannot yet decode end to end, as (where, message),
+    one line per rule: each is lifted when the parts downstream of the decoder follow it."""
+    found: list[tuple[str, str]] = []
     time = declaration.event_time
     for i, field in enumerate(declaration.fields):
-        where = f"fields[{i}]"
+        at = f"fields[{i}]"
         if field.nullable and field.type != "string":
-            found.append(f"{where}: a nullable {field.type} column")
+            found.append((f"{at}.nullable", f"a nullable {field.type} column"))
         if len(field.steps) > 1:
-            found.append(f"{where}: a nested path")
+            found.append((f"{at}.path", "a nested path"))
         if field.format not in (None, TimeFormat.EPOCH_MS):
-            found.append(f"{where}: format {field.format}")
+            found.append((f"{at}.format", f"format {field.format}"))
     if len(time.steps) > 1:
-        found.append("event_time: a nested path")
+        found.append(("event_time.path", "a nested event time"))
     if time.format is not TimeFormat.EPOCH_MS:
-        found.append(f"event_time: format {time.format}")
+        found.append(("event_time.format", f"event time format {time.format}"))
     if time.source == "record":
-        found.append("event_time: source record")
+        found.append(("event_time.source", "the record's timestamp as event time"))
     if declaration.record.columns():
-        found.append("record: record columns")
+        found.append(("record", "record columns"))
     if declaration.on_type_error == "null":
-        found.append("on_type_error: null")
+        found.append(("on_type_error", "on_type_error: null"))
     if declaration.id is None:
-        found.append("id: a topic without an id")
-    return [f"{what} is not supported yet (issue 46)" for what in found]
+        found.append(("id", "a topic without an id"))
+    return [(at, f"{what} is not supported yet (issue 46)") for at, what in found]
 
 
 def check_declarations(raw: Any) -> tuple[dict[str, TopicDeclaration], list[tuple[str, str]]]:
@@ -83,7 +83,7 @@ def check_declarations(raw: Any) -> tuple[dict[str, TopicDeclaration], list[tupl
                 )
                 problems.append((f"topics[{i}]{path}", detail["msg"]))
             continue
-        problems += [(f"topics[{i}]", line) for line in not_supported_yet(declaration)]
+        problems += [(f"topics[{i}].{at}", line) for at, line in not_supported_yet(declaration)]
         if declaration.topic in found:
             problems.append((f"topics[{i}].topic", f"topic {declaration.topic!r} declared twice"))
         found[declaration.topic] = declaration

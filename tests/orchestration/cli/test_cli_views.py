@@ -136,6 +136,10 @@ def test_list_shows_the_views_in_force_with_state_and_source(env, capsys) -> Non
     assert per_org.split() == ["per_org", "window", "events", "5m", "Scheduled", "deployment"]
     visits = next(line for line in lines if "visits" in line)
     assert visits.split()[:7] == ["visits", "session", "events", "gap", "5m,", "max", "1h"]
+    topic = lines.index(next(line for line in lines if line.startswith("Topic ")))
+    assert lines[topic].split() == ["Topic", "events", "(json,", "id", "event_id)"]
+    columns = [line.split()[:2] for line in lines[topic + 4 :] if line.strip()]
+    assert columns[:3] == [["event_time", "timestamp"], ["event_id", "string"], ["org", "string"]]
 
 
 def test_schema_prints_the_shipped_schema_file(tmp_path) -> None:

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pipelines.config import PROJECT_ROOT as ROOT
 from pipelines.events.declaration import ColumnType, FieldDeclaration, TopicDeclaration
 from pipelines.expressions import Filter, FilterError, parse_filter
 from pipelines.views.topics import ANY_TOPIC, load_declarations
-from pipelines.config import PROJECT_ROOT as ROOT
 
 GENERATOR = load_declarations(ROOT / "data" / "topics.yaml")[ANY_TOPIC].columns()
 """The generator's declared columns, which these filters read."""

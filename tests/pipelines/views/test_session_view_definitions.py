@@ -77,7 +77,10 @@ def test_fingerprint_changes_with_every_session_rule():
         ),
         ({"interval": "10m"}, r"\(s\)\.interval: not for kind: session"),
         ({"grouping_cols": ["org"]}, r"\(s\)\.grouping_cols: not for kind: session"),
-        ({"session_key": "bytes_tx"}, r"session_key: 'bytes_tx' is not a string column \(string columns of topic"),
+        (
+            {"session_key": "bytes_tx"},
+            r"session_key: 'bytes_tx' is not a string column \(string columns of topic",
+        ),
         ({"session_key": "visit"}, r"session_key: 'visit' is not a string column"),
         ({"gap": "soon"}, r"\(s\)\.gap: bad duration 'soon'"),
         ({"gap": "1500ms"}, r"\(s\)\.gap: 1500 ms; use whole seconds"),
