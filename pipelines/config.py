@@ -128,8 +128,8 @@ class SluiceSettings(SluiceBaseSettings):
     )
     topics_file: Path = Field(
         default=PROJECT_ROOT / "data" / "topics.yaml",
-        description="Topic declarations (YAML, topics:): what each topic's messages hold. A "
-        "views file's own topics: come first; '*' declares any topic declared nowhere else.",
+        description="Topic declarations (YAML, topics:): each topic's columns, event time and "
+        'id, for the topics a views file does not declare itself; topic "*" declares the rest.',
     )
     topic: str = Field(default="events", description="Topic the generator writes to.")
     dead_letter_topic: str = Field(

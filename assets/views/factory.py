@@ -34,6 +34,7 @@ from pipelines.kinds import kind_of
 from pipelines.segments import hours_in_window
 from pipelines.tables import Tables, batch_hours
 from pipelines.views import View, format_duration, parse_views
+from pipelines.views.topics import declarations_of
 
 __all__ = ["build_corrected_assets", "build_realtime_asset", "build_view_assets"]
 
@@ -91,7 +92,8 @@ def build_realtime_asset(view: View, definition: Mapping[str, Any]) -> dg.Assets
         metadata=_view_metadata(view),
     )
     def _realtime(context: dg.AssetExecutionContext, control_store: ControlStoreResource):
-        parse_views([definition], source=f"view {view.name}")  # validate what is deployed
+        topics = None if view.declaration is None else {view.topic: view.declaration}
+        parse_views([definition], source=f"view {view.name}", topics=topics)  # what is deployed
         control = control_store.open()
         try:
             changed = control.deploy_view(view.name, view.fingerprint, definition)
@@ -207,6 +209,7 @@ def build_corrected_assets(
             hours=list(hours),
             storage_root=storage.location(),
             asset_keys={v.name: corrected_key(v.name).to_user_string() for v in selected},
+            topics=declarations_of(selected),
         )
         invocation = spark.run_correction(context, request)
         reported = invocation.get_results(implicit_materializations=False)  # only what it said

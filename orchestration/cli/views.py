@@ -2,7 +2,8 @@
 
 ``validate`` prints every mistake of a file at once, each with its path, and exits 2 if there
 is one; ``list`` shows the views in force (the file's, or a newer deployment's:
-:mod:`pipelines.views.resolve`) with their state and source; ``schema`` prints the JSON Schema
+:mod:`pipelines.views.resolve`) with their state and source, then the declaration of each topic
+they read (its columns and types, event time and id); ``schema`` prints the JSON Schema
 that editors validate ``views.yaml`` with (``data/views.schema.json`` is its output).
 """
 
@@ -19,6 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from orchestration.control_plane.runtime import Runtime
+from pipelines.events.declaration import EVENT_TIME, ColumnType, TopicDeclaration
 from pipelines.exceptions import ViewDefinitionError
 from pipelines.kinds import by_kind, kind_of
 from pipelines.views import (
@@ -29,7 +31,7 @@ from pipelines.views import (
     views_json_schema,
 )
 
-__all__ = ["register", "view_row"]
+__all__ = ["declaration_rows", "register", "view_row"]
 
 INVALID = 2
 """The exit code of a views file with mistakes (as for an invalid setting)."""
@@ -43,17 +45,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     validate = commands.add_parser(
         "validate",
         help="report every mistake of a views file (exit 2 if any)",
-        description="Check FILE against the event schema and the aggregator registry; print "
-        "each mistake with its path, or a one-line summary.",
+        description="Check FILE (its views and its topics:) against its topics' declarations "
+        "(SLUICE_TOPICS_FILE for the topics it does not declare) and the aggregator registry; "
+        "print each mistake with its path, or a one-line summary.",
     )
     validate.add_argument("file", metavar="FILE", help="a views file, e.g. data/views.yaml")
     validate.add_argument("--json", action="store_true", help="the result as JSON")
     validate.set_defaults(func=run_validate)
     listing = commands.add_parser(
         "list",
-        help="the views in force: kind, topic, window, state and source",
+        help="the views in force: kind, topic, window, state and source; each topic's columns",
         description="Every view from its newest change, the views file or a deployment "
-        "recorded in the control store (SLUICE_CONTROL_STORE_URL).",
+        "recorded in the control store (SLUICE_CONTROL_STORE_URL), then the declaration of "
+        "each topic they read: its columns with their types, its event time and its id.",
     )
     listing.add_argument(
         "--views", default=None, help="view definitions (default: SLUICE_VIEWS_FILE)"
@@ -100,8 +104,44 @@ def view_row(resolved: ResolvedView) -> dict[str, Any]:
     }
 
 
+def declaration_rows(declaration: TopicDeclaration) -> list[tuple[str, str, str]]:
+    """A topic's columns as ``list`` shows them: name, type, and where the value comes from."""
+    time = declaration.event_time
+    if time.source == "record":
+        origin = "the record's timestamp"
+    else:
+        pattern = f" {time.pattern!r}" if time.pattern else ""
+        origin = f"{time.path or EVENT_TIME} ({time.format}{pattern})"
+    rows = [(EVENT_TIME, ColumnType.TIMESTAMP.value, f"event time: {origin}")]
+    for column in declaration.fields:
+        notes = [f"path {column.path}"] if column.path else []
+        notes += ["nullable"] if column.nullable else []
+        notes += ["id"] if column.name == declaration.id else []
+        rows.append((column.name, column.type.value, ", ".join(notes)))
+    for name, kind in declaration.record.columns().items():
+        rows.append((name, kind.value, "from the record"))
+    return rows
+
+
+def _print_topics(console: Console, views: list[View]) -> None:
+    declarations = {v.topic: v.declaration for v in views if v.declaration is not None}
+    for topic, declaration in declarations.items():
+        ident = f"id {declaration.id}" if declaration.id else "no id: every record counts"
+        table = Table(
+            title=f"Topic {topic} ({declaration.encoding}, {ident})",
+            title_justify="left",
+            box=box.SIMPLE_HEAD,
+        )
+        for column in ("column", "type", "notes"):
+            table.add_column(column, overflow="fold")
+        for row in declaration_rows(declaration):
+            table.add_row(*row)
+        console.print(table)
+
+
 def run_list(args: argparse.Namespace) -> int:
-    rows = [view_row(r) for r in Runtime.from_env().resolved_views(args.views).values()]
+    resolved = Runtime.from_env().resolved_views(args.views).values()
+    rows = [view_row(r) for r in resolved]
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -112,7 +152,9 @@ def run_list(args: argparse.Namespace) -> int:
         cells = [*list(row.values())[:-1], _short(row["source"])]
         table.add_row(*cells, style="dim" if row["state"] == "Disabled" else None)
     # Into a file or a pipe rich would wrap at 80 columns; a view's row stays one line there.
-    Console(width=None if sys.stdout.isatty() else 160).print(table)
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    console.print(table)
+    _print_topics(console, [r.view for r in resolved])
     return 0
 
 

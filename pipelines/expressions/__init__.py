@@ -1,6 +1,6 @@
 """The filter language of ``where:`` (on a view or one aggregation): parsed, never evaluated.
 
-May import: ``pipelines.events.schema`` and ``pipelines.exceptions`` only; the aggregators and
+May import: ``pipelines.events.declaration`` (the column types) and ``pipelines.exceptions`` only; the aggregators and
 the views compile filters here.
 """
 

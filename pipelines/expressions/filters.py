@@ -22,13 +22,14 @@ rule holds everywhere: a comparison with a null is not true (valid events have n
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from pipelines.events.schema import EVENT_FIELDS
+from pipelines.events.declaration import ColumnType
 from pipelines.exceptions import ViewDefinitionError
 
 if TYPE_CHECKING:
@@ -128,7 +129,8 @@ def _tokens(text: str) -> list[_Token]:
 
 
 class _Parser:
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, columns: Mapping[str, ColumnType] | None) -> None:
+        self.columns = columns
         self.tokens = _tokens(text)
         self.i = 0
         self.depth = 0
@@ -193,7 +195,7 @@ class _Parser:
         token = self.take()
         is_field = token.kind == "word" and token.value not in _KEYWORDS
         self.expect("an event field", is_field, token)
-        field = _field(token)
+        field = _field(token, self.columns)
         nxt = self.take()
         if nxt.kind == "op":
             return _Compare(field, nxt.value, self.literal(field))
@@ -222,7 +224,14 @@ class _Parser:
 
     def literal(self, field: str) -> Any:
         token = self.take()
-        numeric = EVENT_FIELDS[field].numeric
+        if self.columns is None:  # untyped: the literal as written
+            if token.kind in ("number", "text"):
+                return token.value
+            self.expect("a number or a quoted string", False, token)
+        declared = self.columns[field]
+        if declared is ColumnType.BOOLEAN:
+            raise FilterError(f"comparing the boolean {field} is not supported yet (issue 46)")
+        numeric = declared is not ColumnType.STRING  # long, double, timestamp (epoch ms)
         if token.kind == "number" and numeric:
             return token.value
         if token.kind == "text" and not numeric:
@@ -238,11 +247,11 @@ class _Parser:
         raise AssertionError  # expect raised
 
 
-def _field(token: _Token) -> str:
+def _field(token: _Token, columns: Mapping[str, ColumnType] | None) -> str:
     name = token.value
-    if name not in EVENT_FIELDS:
+    if columns is not None and name not in columns:
         raise FilterError(
-            f"unknown field {name!r} at {token.at + 1} (event fields: {', '.join(EVENT_FIELDS)})"
+            f"unknown field {name!r} at {token.at + 1} (event fields: {', '.join(columns)})"
         )
     return name
 
@@ -254,13 +263,17 @@ def _shown(token: _Token) -> str:
     return f"'{token.value}'"
 
 
-def parse_filter(text: Any) -> Filter:
-    """The filter ``text`` means, or a :class:`FilterError` saying what is wrong and where."""
+def parse_filter(text: Any, columns: Mapping[str, ColumnType] | None = None) -> Filter:
+    """The filter ``text`` means, or a :class:`FilterError` saying what is wrong and where.
+
+    ``columns`` are the declared columns of the view's topic (name -> type): a field must be
+    one of them and a literal must fit its type. Without them (an aggregator's own ``where:``,
+    already checked with its view's declaration) the literals are taken as written."""
     if not isinstance(text, str) or not text.strip():
         raise FilterError(f"expected a filter such as \"event_type = 'error'\", got {text!r}")
     if len(text) > MAX_LENGTH:
         raise FilterError(f"{len(text)} characters; a filter has at most {MAX_LENGTH}")
-    return Filter(text, _Parser(text).parse())
+    return Filter(text, _Parser(text, columns).parse())
 
 
 # --- the three compilations -------------------------------------------------------------------

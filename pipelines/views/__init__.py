@@ -2,7 +2,8 @@
 
 ``definitions`` holds the pydantic models of a views file (a union on ``kind``), ``fields``
 their value types, ``problems`` the wording and paths of their errors, ``loader`` reads YAML
-through them, and ``schema`` prints their JSON Schema for editors.
+through them, ``topics`` gives each view its topic's declaration, and ``schema`` prints their
+JSON Schema for editors.
 
 May import: ``pipelines.aggregators``, ``pipelines.events``, ``pipelines.segments``.
 """
@@ -30,6 +31,7 @@ from pipelines.views.resolve import (
     views_in_force,
 )
 from pipelines.views.schema import views_json_schema
+from pipelines.views.topics import declaration_for, load_declarations
 
 __all__ = [
     "SESSION_COLUMNS",
@@ -40,7 +42,9 @@ __all__ = [
     "SessionSpec",
     "View",
     "check_views",
+    "declaration_for",
     "format_duration",
+    "load_declarations",
     "load_views",
     "parse_duration",
     "parse_views",

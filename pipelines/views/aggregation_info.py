@@ -8,19 +8,19 @@ here. An unknown name is its own error type, so the loader can raise ``UnknownAg
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
 
 from pipelines.aggregators import AggregationSpec, InputKind, get
-from pipelines.events.schema import EVENT_FIELDS
+from pipelines.events.declaration import ColumnType
 from pipelines.exceptions import UnknownAggregation
 from pipelines.views.fields import (
-    EVENT_COLUMNS,
-    NUMERIC_COLUMNS,
     DefinitionModel,
     OutputName,
     WhereText,
+    declared_columns,
+    listing,
     problem,
 )
 
@@ -34,6 +34,21 @@ PARAM_RANGES: dict[str, tuple[int, int]] = {
 }
 """Integer parameters of the registry's aggregations and their bounds, inclusive."""
 
+NUMERIC_TYPES = (ColumnType.LONG, ColumnType.DOUBLE)
+"""What an aggregation of numeric input takes."""
+ORDERING_TYPES = (*NUMERIC_TYPES, ColumnType.TIMESTAMP)
+"""What a numeric column parameter takes (``max_by``'s ``by``): the event time orders too."""
+_COL_KINDS = {ColumnType.LONG: "int", ColumnType.TIMESTAMP: "int"}
+""":attr:`AggregationSpec.col_kind` of a column type (its own name otherwise)."""
+
+
+def _type_refusal(
+    name: str, col: str, declared: tuple[str, dict[str, ColumnType]], takes: tuple[ColumnType, ...]
+) -> str:
+    topic, columns = declared
+    kinds = f"{', '.join(takes[:-1])} or {takes[-1]}"
+    return f"{col!r} is a {columns[col]} column of topic {topic}; {name} takes {kinds}"
+
 
 def _known_aggregation(name: Any) -> Any:
     try:
@@ -43,7 +58,9 @@ def _known_aggregation(name: Any) -> Any:
     return str(name)
 
 
-def _check_params(name: str | None, params: Any) -> dict[str, Any]:
+def _check_params(
+    name: str | None, params: Any, declared: tuple[str, dict[str, ColumnType]] | None
+) -> dict[str, Any]:
     """``params`` against the aggregation's ``params_schema``, then the known bounds (only
     the shape when the aggregation is unknown)."""
     params = params or {}
@@ -61,17 +78,15 @@ def _check_params(name: str | None, params: Any) -> dict[str, Any]:
             raise problem(f"expected {expected.__name__}, got {value!r}", field=key)
     for key, kind in get(name).column_params.items():
         col = params.get(key)
-        if col is None:
+        if col is None or declared is None:
             continue
-        if col not in EVENT_FIELDS:
+        topic, columns = declared
+        if col not in columns:
+            shown = listing(topic, columns, lambda c: True)
+            raise problem(f"unknown column {col!r} ({shown})", field=key)
+        if kind == InputKind.NUMERIC and columns[col] not in ORDERING_TYPES:
             raise problem(
-                f"unknown column {col!r} (event columns: {', '.join(EVENT_FIELDS)})", field=key
-            )
-        if kind == InputKind.NUMERIC and not EVENT_FIELDS[col].numeric:
-            raise problem(
-                f"{name} needs a numeric column, {col!r} is a string "
-                f"(numeric: {', '.join(NUMERIC_COLUMNS)})",
-                field=key,
+                _type_refusal(f"{name}'s {key}", col, declared, ORDERING_TYPES), field=key
             )
     missing = [key for key in get(name).required_params if key not in params]
     if missing:
@@ -97,11 +112,11 @@ class AggregationDefinition(DefinitionModel):
     aggregation: Annotated[str, BeforeValidator(_known_aggregation)] = Field(
         description="An aggregation of the registry (see the README's aggregation table)."
     )
-    col_name: Literal[EVENT_COLUMNS] | None = Field(  # type: ignore[valid-type]
+    col_name: str | None = Field(
         default=None,
         validate_default=True,
-        description="The event column aggregated; count takes none, sum/min/max/mean/"
-        "quantiles a numeric one.",
+        description="The declared column aggregated; count takes none, sum/mean/quantiles a "
+        "long or double one.",
     )
     aggregated_col_name: OutputName = Field(description="The output column's name.")
     params: dict[str, Any] | None = Field(
@@ -124,22 +139,23 @@ class AggregationDefinition(DefinitionModel):
             if name is not None and needs != InputKind.NONE:
                 raise problem(f"{name} needs a column")
             return col
-        if not isinstance(col, str) or col not in EVENT_FIELDS:
-            listing = (
-                "" if needs == InputKind.NONE else f" (event columns: {', '.join(EVENT_FIELDS)})"
-            )
-            raise problem(f"unknown column {col!r}{listing}")
-        if needs == InputKind.NUMERIC and not EVENT_FIELDS[col].numeric:
-            raise problem(
-                f"{name} needs a numeric column, {col!r} is a string "
-                f"(numeric: {', '.join(NUMERIC_COLUMNS)})"
-            )
+        declared = declared_columns(info)
+        if not isinstance(col, str):
+            raise problem(f"unknown column {col!r}")
+        if declared is None:
+            return col
+        topic, columns = declared
+        if col not in columns:
+            shown = "" if needs == InputKind.NONE else f" ({listing(topic, columns, bool)})"
+            raise problem(f"unknown column {col!r}{shown}")
+        if needs == InputKind.NUMERIC and columns[col] not in NUMERIC_TYPES:
+            raise problem(_type_refusal(str(name), col, declared, NUMERIC_TYPES))
         return col
 
     @field_validator("params", mode="before")
     @classmethod
     def _params_fit(cls, params: Any, info: ValidationInfo) -> Any:
-        return _check_params(info.data.get("aggregation"), params)
+        return _check_params(info.data.get("aggregation"), params, declared_columns(info))
 
     @model_validator(mode="after")
     def _where_needed(self) -> AggregationDefinition:
@@ -147,10 +163,12 @@ class AggregationDefinition(DefinitionModel):
             raise problem(f"{self.aggregation} needs a where: (the events it counts or sums)")
         return self
 
-    def to_spec(self) -> AggregationSpec:
+    def to_spec(self, columns: Mapping[str, ColumnType] | None = None) -> AggregationSpec:
+        """The spec; ``columns``, the topic's declared ones, give its column's kind."""
         kind = None
-        if get(self.aggregation).input_kind != InputKind.NONE and self.col_name is not None:
-            kind = EVENT_FIELDS[self.col_name].kind.value
+        declared = None if columns is None or self.col_name is None else columns.get(self.col_name)
+        if get(self.aggregation).input_kind != InputKind.NONE and declared is not None:
+            kind = _COL_KINDS.get(declared, declared.value)
         return AggregationSpec(
             self.aggregation,
             self.col_name,

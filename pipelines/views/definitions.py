@@ -40,6 +40,7 @@ from pipelines.views.fields import (
     ViewName,
     WhereText,
     problem,
+    start_view,
 )
 from pipelines.views.model import (
     SESSION,
@@ -49,6 +50,7 @@ from pipelines.views.model import (
     View,
     format_duration,
 )
+from pipelines.views.topics import declaration_for
 
 __all__ = [
     "VIEW_MODELS",
@@ -84,8 +86,15 @@ def _check_output_names(view: View) -> None:
 class _ViewDefinition(DefinitionModel):
     """What both kinds of view check once their fields are valid."""
 
-    def to_view(self) -> View:
+    def to_view(self, declaration: TopicDeclaration | None = None) -> View:
+        """The view, reading its topic with ``declaration`` (None: only while checking)."""
         raise NotImplementedError
+
+    @model_validator(mode="before")
+    @classmethod
+    def _own_topic(cls, data: Any, info: ValidationInfo) -> Any:
+        start_view(info)
+        return data
 
     @model_validator(mode="after")
     def _distinct_outputs(self) -> _ViewDefinition:
@@ -153,7 +162,8 @@ class WindowViewDefinition(_ViewDefinition):
             )
         return slide
 
-    def to_view(self) -> View:
+    def to_view(self, declaration: TopicDeclaration | None = None) -> View:
+        columns = None if declaration is None else declaration.columns()
         return View(
             name=self.name,
             topic=self.topic,
@@ -161,10 +171,11 @@ class WindowViewDefinition(_ViewDefinition):
             interval_ms=self.interval,
             slide_ms=0 if self.slide in (None, self.interval) else self.slide,
             allowed_lateness_ms=self.allowed_lateness,
-            aggregations=tuple(a.to_spec() for a in self.aggregation_info),
+            aggregations=tuple(a.to_spec(columns) for a in self.aggregation_info),
             description=self.description,
             disabled=self.disabled,
             where=self.where,
+            declaration=declaration,
         )
 
 
@@ -240,14 +251,15 @@ class SessionViewDefinition(_ViewDefinition):
             )
         return value
 
-    def to_view(self) -> View:
+    def to_view(self, declaration: TopicDeclaration | None = None) -> View:
+        columns = None if declaration is None else declaration.columns()
         return View(
             name=self.name,
             topic=self.topic,
             grouping_cols=(),
             interval_ms=0,
             allowed_lateness_ms=self.allowed_lateness,
-            aggregations=tuple(a.to_spec() for a in self.aggregation_info),
+            aggregations=tuple(a.to_spec(columns) for a in self.aggregation_info),
             description=self.description,
             disabled=self.disabled,
             where=self.where,
@@ -258,6 +270,7 @@ class SessionViewDefinition(_ViewDefinition):
                 tuple(self.kept_fields),
                 self.max_kept_events,
             ),
+            declaration=declaration,
         )
 
 
@@ -286,23 +299,26 @@ VIEW_MODELS: dict[str, type[WindowViewDefinition] | type[SessionViewDefinition]]
 
 
 class ViewsFile(BaseModel):
-    """A views file: ``views:``, a list of view definitions, and optionally ``topics:``, the
-    declarations of their topics (other top-level keys, e.g. YAML anchors, are ignored)."""
+    """A views file: ``views:``, a list of view definitions, and ``topics:``, the declarations of
+    the topics they read that the topics file does not declare (other top-level keys, e.g. YAML
+    anchors, are ignored)."""
 
     model_config = ConfigDict(
         title="Sluice views",
         json_schema_extra={"description": "View definitions for Sluice (SLUICE_VIEWS_FILE)."},
     )
 
+    views: list[ViewDefinition] = Field(min_length=1, description="The views, at least one.")
     topics: list[TopicDeclaration] = Field(
         default_factory=list,
-        description="Declarations of the topics the views read (docs/events.md); a topic not "
-        "declared here takes SLUICE_TOPICS_FILE's.",
+        description="Declarations of the topics the views read (docs/events.md); a topic "
+        "declared here wins over the topics file's (SLUICE_TOPICS_FILE).",
     )
-    views: list[ViewDefinition] = Field(min_length=1, description="The views, at least one.")
 
-    def to_views(self) -> list[View]:
-        return [v.to_view() for v in self.views]
+    def to_views(self, declarations: Mapping[str, TopicDeclaration]) -> list[View]:
+        """The views, each with its topic's declaration (:func:`~pipelines.views.topics
+        .declaration_for`)."""
+        return [v.to_view(declaration_for(v.topic, declarations)) for v in self.views]
 
 
 def allowed_keys(model: type[BaseModel]) -> list[str]:

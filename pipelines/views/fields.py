@@ -10,24 +10,29 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    WithJsonSchema,
+)
 from pydantic_core import PydanticCustomError
 
-from pipelines.events.schema import EVENT_FIELDS
+from pipelines.events.declaration import EVENT_TIME, ColumnType, TopicDeclaration
 from pipelines.exceptions import ViewDefinitionError
 from pipelines.expressions import FilterError, parse_filter
 from pipelines.segments import HOUR_MS
 from pipelines.views.model import MAX_KEPT_EVENTS_CAP as MAX_KEPT
+from pipelines.views.topics import declaration_for
 
 __all__ = [
+    "DECLARATIONS",
     "DURATION_PATTERN",
-    "EVENT_COLUMNS",
-    "GROUP_COLUMNS",
     "NAME_PATTERN",
-    "NUMERIC_COLUMNS",
-    "STRING_COLUMNS",
     "ColumnList",
     "DefinitionModel",
     "DurationMs",
@@ -42,7 +47,9 @@ __all__ = [
     "ViewName",
     "WhereText",
     "check_duration",
+    "declared_columns",
     "is_name",
+    "listing",
     "parse_duration",
     "problem",
 ]
@@ -57,11 +64,33 @@ _NAME = re.compile(NAME_PATTERN)
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": HOUR_MS, "d": 86_400_000}
 DURATION_HINT = "use a number and a unit, e.g. 30s, 10m, 1h, 1d"
 
-EVENT_COLUMNS = tuple(EVENT_FIELDS)
-GROUP_COLUMNS = tuple(c for c in EVENT_FIELDS if c != "event_time")
-"""Columns a view may group by or keep: every event field but the event time."""
-STRING_COLUMNS = tuple(c for c, f in EVENT_FIELDS.items() if not f.numeric)
-NUMERIC_COLUMNS = tuple(c for c, f in EVENT_FIELDS.items() if f.numeric)
+DECLARATIONS = "declarations"
+"""The validation context's key of the declarations by topic (the views file's and the topics
+file's, :mod:`pipelines.views.topics`); the view's topic validator puts its view's under
+:data:`_VIEW_TOPIC`, which the checks of the fields after ``topic`` read."""
+_VIEW_TOPIC = "view_topic"
+
+
+def declared_columns(info: ValidationInfo) -> tuple[str, dict[str, ColumnType]] | None:
+    """The topic and declared columns of the view being checked (None when its topic is not
+    valid, or no declarations were given: then its columns are not checked)."""
+    context = info.context
+    if not isinstance(context, dict):
+        return None
+    declaration: TopicDeclaration | None = context.get(_VIEW_TOPIC)
+    return None if declaration is None else (declaration.topic, declaration.columns())
+
+
+def start_view(info: ValidationInfo) -> None:
+    """Forget the previous view's topic: each view's columns are its own topic's."""
+    if isinstance(info.context, dict):
+        info.context[_VIEW_TOPIC] = None
+
+
+def listing(topic: str, columns: dict[str, ColumnType], wanted: Callable[[str], bool]) -> str:
+    """``columns of topic t: a, b, c``: the names ``wanted`` keeps."""
+    names = [c for c in columns if wanted(c)]
+    return f"columns of topic {topic}: {', '.join(names) or 'none'}"
 
 
 class DefinitionModel(BaseModel):
@@ -107,18 +136,18 @@ def _name(what: str) -> Callable[[Any], Any]:
     return check
 
 
-def _columns(unknown_note: str) -> Callable[[Any], Any]:
-    """A list of distinct event columns other than the event time."""
+def _columns(unknown_note: str) -> Callable[[Any, ValidationInfo], Any]:
+    """A list of distinct declared columns of the view's topic other than the event time."""
 
-    def check(value: Any) -> Any:
+    def check(value: Any, info: ValidationInfo) -> Any:
         if not isinstance(value, list) or not all(isinstance(c, str) for c in value):
             raise problem("expected a list of column names")
+        declared = declared_columns(info)
         for col in value:
-            if col not in GROUP_COLUMNS:
-                raise problem(
-                    f"unknown column {col!r} (event columns: {', '.join(GROUP_COLUMNS)}"
-                    f"{unknown_note})"
-                )
+            if declared is not None and (col not in declared[1] or col == EVENT_TIME):
+                topic, columns = declared
+                shown = listing(topic, columns, lambda c: c != EVENT_TIME)
+                raise problem(f"unknown column {col!r} ({shown}{unknown_note})")
         if len(set(value)) != len(value):
             raise problem(f"{value} repeats a column")
         return tuple(value)
@@ -139,8 +168,7 @@ ViewName = Annotated[
 ]
 OutputName = Annotated[str, Field(pattern=NAME_PATTERN), BeforeValidator(_name(""))]
 
-GroupColumn = Literal[GROUP_COLUMNS]  # type: ignore[valid-type]
-ColumnList = tuple[GroupColumn, ...]
+ColumnList = tuple[str, ...]
 _UNIQUE = Field(json_schema_extra={"uniqueItems": True})
 GroupColumns = Annotated[ColumnList, _UNIQUE, BeforeValidator(_columns(""))]
 KeptColumns = Annotated[
@@ -148,17 +176,29 @@ KeptColumns = Annotated[
 ]
 
 
-def _topic(value: Any) -> Any:
+def _topic(value: Any, info: ValidationInfo) -> Any:
+    """A topic name, declared: the fields after it are checked against its columns."""
     if not isinstance(value, str) or not value:
         raise problem("a topic name is required")
+    context = info.context
+    if isinstance(context, dict) and context.get(DECLARATIONS) is not None:
+        try:
+            context[_VIEW_TOPIC] = declaration_for(value, context[DECLARATIONS])
+        except ViewDefinitionError as exc:
+            raise problem(str(exc)) from None
     return value
 
 
-def _session_key(value: Any) -> Any:
-    if value not in STRING_COLUMNS:
-        raise problem(
-            f"{value!r} is not a string event column (use one of: {', '.join(STRING_COLUMNS)})"
-        )
+def _session_key(value: Any, info: ValidationInfo) -> Any:
+    declared = declared_columns(info)
+    if declared is None:
+        if not isinstance(value, str):
+            raise problem(f"{value!r} is not a column name")
+        return value
+    topic, columns = declared
+    if not isinstance(value, str) or columns.get(value) is not ColumnType.STRING:
+        strings = listing(topic, columns, lambda c: columns[c] is ColumnType.STRING)
+        raise problem(f"{value!r} is not a string column (string {strings})")
     return value
 
 
@@ -178,16 +218,18 @@ def _switch(value: Any) -> Any:
 
 
 Topic = Annotated[str, Field(min_length=1), BeforeValidator(_topic)]
-SessionKey = Annotated[Literal[STRING_COLUMNS], BeforeValidator(_session_key)]  # type: ignore[valid-type]
+SessionKey = Annotated[str, BeforeValidator(_session_key)]
 KeptEventsCap = Annotated[int, Field(ge=1, le=MAX_KEPT), BeforeValidator(_kept_events_cap)]
 Text = Annotated[str, BeforeValidator(_text)]
 Switch = Annotated[bool, BeforeValidator(_switch)]
 
 
-def _where(value: Any) -> Any:
-    """A filter that parses, with the parser's message (what and at which character)."""
+def _where(value: Any, info: ValidationInfo) -> Any:
+    """A filter that parses over the topic's declared columns, with the parser's message (what
+    and at which character)."""
+    declared = declared_columns(info)
     try:
-        parse_filter(value)
+        parse_filter(value, None if declared is None else declared[1])
     except FilterError as exc:
         raise problem(str(exc)) from None
     return value

@@ -7,7 +7,6 @@ against the event schema and the aggregator registry by the models of
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -15,14 +14,13 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from pipelines.archive.declared import unsupported
 from pipelines.events.declaration import TopicDeclaration
 from pipelines.exceptions import UnknownAggregation, ViewDefinitionError
 from pipelines.views.definitions import ViewsFile
-from pipelines.views.fields import is_name, parse_duration
+from pipelines.views.fields import DECLARATIONS, is_name, parse_duration
 from pipelines.views.model import View
 from pipelines.views.problems import Problem, describe
-from pipelines.views.topics import declaration_for, load_declarations, read_declarations
+from pipelines.views.topics import check_declarations, default_declarations
 
 __all__ = ["check_views", "load_views", "parse_duration", "parse_views", "read_views_document"]
 
@@ -40,15 +38,20 @@ def read_views_document(path: str | Path) -> Any:
         raise ViewDefinitionError(f"{path}: not valid YAML: {exc}") from exc
 
 
-def load_views(path: str | Path) -> list[View]:
-    return parse_views(read_views_document(path), source=str(Path(path)))
+def load_views(
+    path: str | Path, topics: Mapping[str, TopicDeclaration] | None = None
+) -> list[View]:
+    return parse_views(read_views_document(path), source=str(Path(path)), topics=topics)
 
 
-def parse_views(document: Any, source: str = "views") -> list[View]:
+def parse_views(
+    document: Any, source: str = "views", topics: Mapping[str, TopicDeclaration] | None = None
+) -> list[View]:
     """The views of ``document`` (``{"views": [...]}`` or the list itself); raises
     :class:`ViewDefinitionError` listing every mistake, one per line (:class:`UnknownAggregation`
-    when one of them is an unknown aggregation)."""
-    views, problems = check_views(document)
+    when one of them is an unknown aggregation). ``topics``: the declarations beside the
+    document's own (default: the settings' topics file)."""
+    views, problems = check_views(document, topics)
     if problems:
         lines = "\n".join(p.line(source) for p in problems)
         if any(p.unknown_aggregation for p in problems):
@@ -57,52 +60,28 @@ def parse_views(document: Any, source: str = "views") -> list[View]:
     return views
 
 
-def check_views(document: Any) -> tuple[list[View], list[Problem]]:
-    """Every view of ``document`` and every problem of it (no views when there is one); each
-    view carries its topic's declaration (:mod:`pipelines.views.topics`)."""
+def check_views(
+    document: Any, topics: Mapping[str, TopicDeclaration] | None = None
+) -> tuple[list[View], list[Problem]]:
+    """Every view of ``document``, each with its topic's declaration, and every problem of it
+    and of its ``topics:`` (no views when there is one). ``topics``: the declarations beside
+    the document's own (default: the settings' topics file's)."""
     raw = document.get("views") if isinstance(document, Mapping) else document
     if not isinstance(raw, list) or not raw:
         return [], [Problem("", "expected a non-empty list under 'views:'")]
-    own, problems = read_declarations(document)
+    own, wrong = check_declarations(
+        document.get("topics") if isinstance(document, Mapping) else None
+    )
+    declarations = {**(default_declarations() if topics is None else topics), **own}
+    context = {DECLARATIONS: declarations}
     try:
-        views = ViewsFile.model_validate({"views": raw}).to_views()
+        views = ViewsFile.model_validate({"views": raw}, context=context).to_views(declarations)
+        problems = []
     except ValidationError as exc:
-        views = []
-        problems += describe(exc, raw)
+        views, problems = [], describe(exc, raw)
+    problems = [Problem(where, message) for where, message in wrong] + problems
     problems += _duplicates(raw)
-    if problems:
-        return [], problems
-    return _declared(views, own)
-
-
-def _declared(
-    views: list[View], own: Mapping[str, TopicDeclaration]
-) -> tuple[list[View], list[Problem]]:
-    from pipelines.config import get_settings  # the topics file is a setting of the edge's
-
-    topics_file = get_settings().topics_file
-    try:
-        shared = {} if {v.topic for v in views} <= own.keys() else load_declarations(topics_file)
-    except ViewDefinitionError as exc:
-        return [], [Problem("", str(exc))]
-    declared, problems = [], []
-    for i, view in enumerate(views):
-        declaration = declaration_for(view.topic, own, shared)
-        if declaration is None:
-            problems.append(
-                Problem(
-                    f"views[{i}] ({view.name}).topic",
-                    f"topic {view.topic!r} is not declared: declare it under topics: in this "
-                    f"file or in {topics_file} (SLUICE_TOPICS_FILE)",
-                )
-            )
-        else:
-            problems += [
-                Problem(f"views[{i}] ({view.name}).topic", f"topic {view.topic!r}: {why}")
-                for why in unsupported(declaration)
-            ]
-        declared.append(dataclasses.replace(view, declaration=declaration))
-    return ([] if problems else declared), problems
+    return ([] if problems else views), problems
 
 
 def _duplicates(raw: list[Any]) -> list[Problem]:

@@ -8,7 +8,7 @@ aggregator registry) and the Spark correction (through the same registry's Spark
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import pyarrow as pa
@@ -81,7 +81,9 @@ class View:
     slide_ms: int = 0
     """Sliding (hopping) windows: a window of ``interval_ms`` starts every ``slide_ms``
     (0: tumbling windows, one per interval)."""
-    declaration: TopicDeclaration | None = None
+    declaration: TopicDeclaration | None = field(default=None, compare=False)
+    """How the view's topic's messages read (its columns, event time, id); every loader fills
+    it (:mod:`pipelines.views.topics`)."""
 
     @property
     def is_sliding(self) -> bool:
@@ -106,7 +108,10 @@ class View:
 
     @cached_property
     def filter(self) -> Filter | None:
-        return None if self.where is None else parse_filter(self.where)
+        if self.where is None:
+            return None
+        columns = None if self.declaration is None else self.declaration.columns()
+        return parse_filter(self.where, columns)
 
     @property
     def kind(self) -> str:

@@ -20,8 +20,10 @@ from typing import Any
 
 import yaml
 
-from pipelines.views.loader import load_views, parse_views
+from pipelines.events.declaration import TopicDeclaration
+from pipelines.views.loader import parse_views, read_views_document
 from pipelines.views.model import View
+from pipelines.views.topics import declarations_beside
 
 __all__ = [
     "DEPLOYMENT",
@@ -57,8 +59,11 @@ def resolve_views(
     file_changed_at: float,
     file_source: str,
     deployments: Iterable[Mapping[str, Any]],
+    topics: Mapping[str, TopicDeclaration] | None = None,
 ) -> dict[str, ResolvedView]:
-    """Every view by name, each from its newest change (ties go to the deployment)."""
+    """Every view by name, each from its newest change (ties go to the deployment). A deployed
+    definition reads its topic with ``topics`` (the views file's declarations and the topics
+    file's; default: the topics file's)."""
     resolved = {
         v.name: ResolvedView(
             v, "Disabled" if v.disabled else "Enabled", f"file {file_source}", file_changed_at
@@ -71,7 +76,9 @@ def resolve_views(
         current = resolved.get(name)
         if current is not None and current.changed_at > changed_at:
             continue
-        (view,) = parse_views([deployed["definition"]], source=f"deployed view {name}")
+        (view,) = parse_views(
+            [deployed["definition"]], source=f"deployed view {name}", topics=topics
+        )
         resolved[name] = ResolvedView(view, deployed["state"], DEPLOYMENT, changed_at)
     return dict(sorted(resolved.items()))
 
@@ -81,7 +88,10 @@ def resolve_views_file(
 ) -> dict[str, ResolvedView]:
     """:func:`resolve_views` of the views file at ``path`` (its mtime as its change time)."""
     path = Path(path)
-    return resolve_views(load_views(path), path.stat().st_mtime, str(path), deployments)
+    document = read_views_document(path)
+    topics = declarations_beside(document, str(path))
+    views = parse_views(document, source=str(path), topics=topics)
+    return resolve_views(views, path.stat().st_mtime, str(path), deployments, topics)
 
 
 def file_definitions(path: str | Path) -> dict[str, dict[str, Any]]:

@@ -2,8 +2,9 @@
 
 It is the models' own schema (:class:`~pipelines.views.definitions.ViewsFile`) plus what only
 the aggregator registry knows at the time it is printed: the aggregation names, and for each
-aggregation the column it needs and the parameters it takes. ``data/views.schema.json`` is this
-output (``sluice views schema``); a test keeps it current.
+aggregation whether it needs a column (the topic's declaration says which) and the parameters
+it takes. ``data/views.schema.json`` is this output (``sluice views schema``); a test keeps it
+current.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from typing import Any
 from pipelines.aggregators import InputKind, get, names
 from pipelines.views.aggregation_info import PARAM_RANGES
 from pipelines.views.definitions import ViewsFile
-from pipelines.views.fields import EVENT_COLUMNS, NUMERIC_COLUMNS
 
 __all__ = ["SCHEMA_DIALECT", "views_json_schema"]
 
@@ -37,21 +37,16 @@ def _rules_of(name: str) -> dict[str, Any]:
     """``if aggregation is name then`` its column and parameters."""
     cls = get(name)
     params = _params_schema(cls.params_schema)
-    for key, kind in cls.column_params.items():
-        columns = NUMERIC_COLUMNS if kind == InputKind.NUMERIC else EVENT_COLUMNS
-        params["properties"][key] = {"enum": list(columns)}
+    for key in cls.column_params:
+        params["properties"][key] = {"type": "string"}  # a column of the topic's declaration
     if cls.required_params:
         params["required"] = list(cls.required_params)
     then: dict[str, Any] = {"properties": {"params": params}}
     required = ["params"] if cls.required_params else []
     if cls.needs_where:
         required.append("where")
-    if cls.input_kind == InputKind.NUMERIC:
+    if cls.input_kind in (InputKind.NUMERIC, InputKind.ANY):
         required.append("col_name")
-        then["properties"]["col_name"] = {"enum": list(NUMERIC_COLUMNS)}
-    elif cls.input_kind == InputKind.ANY:
-        required.append("col_name")
-        then["properties"]["col_name"] = {"enum": list(EVENT_COLUMNS)}
     if required:
         then["required"] = sorted(required)
     return {

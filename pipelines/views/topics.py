@@ -1,86 +1,135 @@
-"""Which declaration each view's topic has (:mod:`pipelines.events.declaration`).
+"""Which declaration each view's topic reads with: the views file's own, then the topics file's.
 
-A views file may declare its topics under ``topics:``; the topics file (``SLUICE_TOPICS_FILE``,
-``data/topics.yaml`` by default) declares the rest. A view's topic takes the views file's
-declaration, else the topics file's declaration of that topic, else the topics file's ``"*"``
-(the declaration of any topic declared nowhere else).
+A views file may declare topics under ``topics:`` beside ``views:``; the settings' topics file
+(``SLUICE_TOPICS_FILE``, ``data/topics.yaml``) declares the rest, and its ``topic: "*"`` any
+topic declared nowhere else. A topic declared nowhere is a mistake of the view that reads it.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import ValidationError
 
+from pipelines.archive.declared import unsupported
 from pipelines.events.declaration import TopicDeclaration
 from pipelines.exceptions import ViewDefinitionError
-from pipelines.views.problems import Problem
 
-__all__ = ["ANY_TOPIC", "declaration_for", "load_declarations", "read_declarations"]
+if TYPE_CHECKING:
+    from pipelines.views.model import View
+
+__all__ = [
+    "ANY_TOPIC",
+    "check_declarations",
+    "declaration_for",
+    "declarations_beside",
+    "declarations_of",
+    "default_declarations",
+    "load_declarations",
+    "not_supported_yet",
+]
 
 ANY_TOPIC = "*"
-"""The topic of the declaration that holds for any topic declared nowhere else."""
+"""The topic name of the declaration of every topic declared nowhere else."""
 
 
-def read_declarations(
-    document: Any, where: str = "topics"
-) -> tuple[dict[str, TopicDeclaration], list[Problem]]:
-    """The declarations under ``topics:`` of ``document`` (none without the key), by topic,
-    and every problem of them, each with its path (``topics[0].fields[2].type``)."""
-    raw = document.get("topics") if isinstance(document, Mapping) else None
+def not_supported_yet(declaration: TopicDeclaration) -> list[tuple[str, str]]:
+    """What of ``declaration`` the product cannot yet carry end to end, as (where, message):
+    the decoder reads every declaration, but the raw archive and the correction hold one shape
+    of event yet (:func:`pipelines.archive.declared.unsupported`, one rule per line, each
+    lifted when the archive follows the declaration)."""
+    return [("fields", why) for why in unsupported(declaration)]
+
+
+def check_declarations(raw: Any) -> tuple[dict[str, TopicDeclaration], list[tuple[str, str]]]:
+    """The declarations of a ``topics:`` list and its problems as (path, message), paths such as
+    ``topics[0].fields[2].type``."""
     if raw is None:
         return {}, []
     if not isinstance(raw, list):
-        return {}, [Problem(where, "expected a list of topic declarations")]
+        return {}, [("topics", "expected a list of topic declarations")]
     found: dict[str, TopicDeclaration] = {}
-    problems: list[Problem] = []
+    problems: list[tuple[str, str]] = []
     for i, item in enumerate(raw):
         try:
             declaration = TopicDeclaration.model_validate(item)
         except ValidationError as exc:
-            for error in exc.errors():
-                path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error["loc"])
-                problems.append(Problem(f"{where}[{i}]{path}", error["msg"]))
+            for detail in exc.errors():
+                path = "".join(
+                    f"[{part}]" if isinstance(part, int) else f".{part}" for part in detail["loc"]
+                )
+                problems.append((f"topics[{i}]{path}", detail["msg"]))
             continue
+        problems += [(f"topics[{i}].{at}", line) for at, line in not_supported_yet(declaration)]
         if declaration.topic in found:
-            problems.append(Problem(f"{where}[{i}].topic", f"{declaration.topic!r} declared twice"))
+            problems.append((f"topics[{i}].topic", f"topic {declaration.topic!r} declared twice"))
         found[declaration.topic] = declaration
     return found, problems
 
 
 def load_declarations(path: str | Path) -> dict[str, TopicDeclaration]:
-    """The declarations of a topics file, read again when it changes."""
+    """The declarations of a topics file (``topics:``), by topic; raises
+    :class:`ViewDefinitionError` listing every mistake."""
     path = Path(path)
-    try:
-        stamp = path.stat().st_mtime_ns
-    except OSError as exc:
-        raise ViewDefinitionError(f"cannot read topic declarations {path}: {exc}") from exc
-    return _load(path, stamp)
-
-
-@functools.lru_cache(maxsize=8)
-def _load(path: Path, stamp: int) -> dict[str, TopicDeclaration]:
     try:
         document = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as exc:
         raise ViewDefinitionError(f"cannot read topic declarations {path}: {exc}") from exc
-    found, problems = read_declarations(document)
+    raw = document.get("topics") if isinstance(document, Mapping) else document
+    found, problems = check_declarations(raw)
     if problems:
-        raise ViewDefinitionError("\n".join(p.line(str(path)) for p in problems))
+        raise ViewDefinitionError("\n".join(f"{path}: {where}: {msg}" for where, msg in problems))
     return found
 
 
-def declaration_for(
-    topic: str,
-    own: Mapping[str, TopicDeclaration],
-    shared: Mapping[str, TopicDeclaration],
-) -> TopicDeclaration | None:
-    """The views file's declaration of ``topic``, else the topics file's, else its ``"*"``."""
-    for declarations in (own, shared):
-        if topic in declarations:
-            return declarations[topic]
-    return shared.get(ANY_TOPIC)
+@lru_cache(maxsize=4)
+def _cached(path: str, mtime_ns: int) -> dict[str, TopicDeclaration]:
+    return load_declarations(path)
+
+
+def default_declarations() -> dict[str, TopicDeclaration]:
+    """The settings' topics file's declarations (read again when the file changes)."""
+    from pipelines.config import get_settings
+
+    path = Path(get_settings().topics_file)
+    try:
+        mtime = path.stat().st_mtime_ns
+    except OSError as exc:
+        raise ViewDefinitionError(f"cannot read topic declarations {path}: {exc}") from exc
+    return _cached(str(path), mtime)
+
+
+def declaration_for(topic: str, declarations: Mapping[str, TopicDeclaration]) -> TopicDeclaration:
+    """``topic``'s declaration: its own, else ``"*"``'s (renamed to ``topic``); raises
+    :class:`ViewDefinitionError` naming the topic and where to declare it."""
+    found = declarations.get(topic)
+    if found is not None:
+        return found
+    anything = declarations.get(ANY_TOPIC)
+    if anything is None:
+        raise ViewDefinitionError(
+            f"topic {topic!r} is declared nowhere: declare it under topics: in the views file "
+            "or in the topics file (SLUICE_TOPICS_FILE)"
+        )
+    return anything.model_copy(update={"topic": topic})
+
+
+def declarations_beside(document: Any, source: str = "views") -> dict[str, TopicDeclaration]:
+    """What a views document's views read with: its own ``topics:`` over the topics file's;
+    raises :class:`ViewDefinitionError` listing the mistakes of its ``topics:``."""
+    raw = document.get("topics") if isinstance(document, Mapping) else None
+    own, problems = check_declarations(raw)
+    if problems:
+        raise ViewDefinitionError("\n".join(f"{source}: {where}: {msg}" for where, msg in problems))
+    return {**default_declarations(), **own}
+
+
+def declarations_of(views: Iterable[View]) -> list[dict[str, Any]]:
+    """The declarations of ``views``' topics as JSON, once each: what a request carries so that
+    whoever parses the views needs no topics file of its own."""
+    found = {v.topic: v.declaration for v in views if v.declaration is not None}
+    return [d.model_dump(mode="json") for d in found.values()]

@@ -23,7 +23,7 @@ import logging
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from dagster_pipes import (
@@ -35,6 +35,7 @@ from dagster_pipes import (
     PipesParamsLoader,
 )
 
+from pipelines.events.declaration import TopicDeclaration
 from pipelines.exceptions import SluiceError
 
 __all__ = ["SEGMENT_RULES_CHECK", "CorrectionRequest", "ServerLost", "main", "run_correction"]
@@ -47,20 +48,32 @@ SEGMENT_RULES_CHECK = "segment_rules"
 
 @dataclass(frozen=True)
 class CorrectionRequest:
-    """What one launch corrects: views by definition, the hours, the storage root, and the
-    asset key (Pipes' slash-separated form) each view reports under."""
+    """What one launch corrects: views by definition, the hours, the storage root, the asset
+    key (Pipes' slash-separated form) each view reports under, and the declarations of the
+    views' topics (so a job on another machine reads no local topics file)."""
 
     definitions: list[dict[str, Any]]
     hours: list[int]
     storage_root: str
     asset_keys: dict[str, str]
+    topics: list[dict[str, Any]] = field(default_factory=list)
+    """Each topic's declaration (:class:`~pipelines.events.declaration.TopicDeclaration` as
+    JSON); none: the job's own topics file declares them."""
+
+    @property
+    def declarations(self) -> dict[str, TopicDeclaration] | None:
+        """The topics' declarations by topic, None when the request carries none."""
+        if not self.topics:
+            return None
+        found = (TopicDeclaration.model_validate(t) for t in self.topics)
+        return {d.topic: d for d in found}
 
     def extras(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_extras(cls, extras: Mapping[str, Any]) -> CorrectionRequest:
-        missing = {f.name for f in fields(cls)} - set(extras)
+        missing = {f.name for f in fields(cls) if f.name != "topics"} - set(extras)
         if missing:
             raise ValueError(f"the correction request lacks {sorted(missing)}")
         return cls(
@@ -68,6 +81,7 @@ class CorrectionRequest:
             hours=[int(h) for h in extras["hours"]],
             storage_root=str(extras["storage_root"]),
             asset_keys=dict(extras["asset_keys"]),
+            topics=list(extras.get("topics") or []),
         )
 
 
@@ -120,7 +134,9 @@ def run_correction(pipes: PipesContext, spark: Any = None) -> None:
     from quality.exceptions import SchemaViolation
 
     request = CorrectionRequest.from_extras(pipes.extras)
-    views = parse_views(request.definitions, source="the correction request")
+    views = parse_views(
+        request.definitions, source="the correction request", topics=request.declarations
+    )
     settings = get_settings()
     spark_settings = SparkSettings()
     started = time.monotonic()

@@ -68,8 +68,8 @@ def test_validate_prints_every_mistake_and_exits_2(env, capsys) -> None:
     assert main(["views", "validate", str(path)]) == 2
     out = capsys.readouterr()
     assert out.out.splitlines() == [
-        f"{path}: views[0] (per_org).grouping_cols: unknown column 'orgz' (event columns: "
-        "event_id, org, client, bytes_tx, session_id, event_type)",
+        f"{path}: views[0] (per_org).grouping_cols: unknown column 'orgz' (columns of topic "
+        "events: event_id, org, client, bytes_tx, session_id, event_type)",
         f"{path}: views[0] (per_org).interval: 420s does not divide an hour",
         f"{path}: views[1] (visits).max_kept_events: 0 must be an integer in [1, 1000]",
     ]
@@ -136,6 +136,10 @@ def test_list_shows_the_views_in_force_with_state_and_source(env, capsys) -> Non
     assert per_org.split() == ["per_org", "window", "events", "5m", "Scheduled", "deployment"]
     visits = next(line for line in lines if "visits" in line)
     assert visits.split()[:7] == ["visits", "session", "events", "gap", "5m,", "max", "1h"]
+    topic = lines.index(next(line for line in lines if line.startswith("Topic ")))
+    assert lines[topic].split() == ["Topic", "events", "(json,", "id", "event_id)"]
+    columns = [line.split()[:2] for line in lines[topic + 4 :] if line.strip()]
+    assert columns[:3] == [["event_time", "timestamp"], ["event_id", "string"], ["org", "string"]]
 
 
 def test_schema_prints_the_shipped_schema_file(tmp_path) -> None:

@@ -77,8 +77,11 @@ def test_fingerprint_changes_with_every_session_rule():
         ),
         ({"interval": "10m"}, r"\(s\)\.interval: not for kind: session"),
         ({"grouping_cols": ["org"]}, r"\(s\)\.grouping_cols: not for kind: session"),
-        ({"session_key": "bytes_tx"}, r"session_key: 'bytes_tx' is not a string event column"),
-        ({"session_key": "visit"}, r"session_key: 'visit' is not a string event column"),
+        (
+            {"session_key": "bytes_tx"},
+            r"session_key: 'bytes_tx' is not a string column \(string columns of topic",
+        ),
+        ({"session_key": "visit"}, r"session_key: 'visit' is not a string column"),
         ({"gap": "soon"}, r"\(s\)\.gap: bad duration 'soon'"),
         ({"gap": "1500ms"}, r"\(s\)\.gap: 1500 ms; use whole seconds"),
         ({"gap": "1h", "max_duration": "30m"}, r"max_duration: 30m is shorter than the gap 1h"),

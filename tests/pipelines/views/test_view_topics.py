@@ -1,107 +1,178 @@
-"""Each loaded view carries its topic's declaration: the views file's own, else the topics
-file's declaration of that topic, else the topics file's "*"; a declaration the archive cannot
-hold yet is refused at load, not at the first flush."""
+"""Each view reads its topic with a declaration: the views file's own, then the topics file's,
+then the topics file's "*"; validation names the topic's declared columns and types."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 import yaml
 
+from orchestration.control_plane.spark.correction_job import CorrectionRequest
 from pipelines.config import get_settings
-from pipelines.events.declaration import TimeFormat
+from pipelines.events.declaration import TopicDeclaration
 from pipelines.exceptions import ViewDefinitionError
-from pipelines.views import check_views, parse_views
+from pipelines.views import check_views, load_views, parse_views, resolve_views
+from pipelines.views.topics import declarations_of
 
-VIEW = {
-    "name": "n",
+PAYMENTS = {
     "topic": "payments",
+    "id": "payment_id",
+    "fields": [
+        {"name": "payment_id", "type": "string"},
+        {"name": "merchant", "type": "string"},
+        {"name": "amount", "type": "double"},
+        {"name": "cents", "type": "long"},
+        {"name": "refunded", "type": "boolean"},
+    ],
+}
+REVENUE = {
+    "name": "revenue",
+    "topic": "payments",
+    "grouping_cols": ["merchant"],
+    "interval": "1h",
+    "where": "amount > 0.5 and merchant != 'x'",
+    "aggregation_info": [
+        {"aggregation": "sum", "col_name": "amount", "aggregated_col_name": "revenue"},
+        {"aggregation": "max", "col_name": "cents", "aggregated_col_name": "top"},
+    ],
+}
+GENERATOR_VIEW = {
+    "name": "per_org",
+    "topic": "events",
     "grouping_cols": ["org"],
-    "interval": "5m",
-    "aggregation_info": [{"aggregation": "count", "aggregated_col_name": "events"}],
+    "interval": "10m",
+    "aggregation_info": [{"aggregation": "count", "aggregated_col_name": "n"}],
 }
 
 
-def nested(topic: str = "payments") -> dict:
-    """The archive's columns, read from nested objects, with an ISO-8601 event time."""
-    return {
-        "topic": topic,
-        "id": "event_id",
-        "event_time": {"path": "created.at", "format": "iso8601"},
-        "fields": [
-            {"name": "event_id", "type": "string", "path": "id"},
-            {"name": "org", "type": "string", "path": "merchant.org"},
-            {"name": "client", "type": "string", "path": "card.client"},
-            {"name": "bytes_tx", "type": "long", "path": "amount.cents"},
-            {"name": "session_id", "type": "string", "path": "checkout"},
-            {"name": "event_type", "type": "string", "path": "kind"},
-        ],
-    }
+@pytest.fixture(autouse=True)
+def any_declaration_is_carried(monkeypatch) -> None:
+    """These tests check the validation a declaration drives, for any columns and types; what
+    the archive cannot carry yet is refused at load (``test_view_topics_archive.py``) and would
+    mask it."""
+    monkeypatch.setattr("pipelines.views.topics.not_supported_yet", lambda declaration: [])
 
 
 @pytest.fixture
-def topics_file(tmp_path, monkeypatch):
-    def write(declarations: list[dict]):
-        path = tmp_path / "topics.yaml"
-        path.write_text(yaml.safe_dump({"topics": declarations}))
-        monkeypatch.setenv("SLUICE_TOPICS_FILE", str(path))
-        get_settings.cache_clear()
+def topics_file(tmp_path: Path, monkeypatch):
+    """A topics file of the test's own (SLUICE_TOPICS_FILE), written by the returned function."""
+    path = tmp_path / "topics.yaml"
+    monkeypatch.setenv("SLUICE_TOPICS_FILE", str(path))
+    get_settings.cache_clear()
+
+    def write(*declarations: dict) -> Path:
+        path.write_text(yaml.safe_dump({"topics": list(declarations)}))
         return path
 
     yield write
     get_settings.cache_clear()
 
 
-def test_a_view_takes_its_files_own_declaration() -> None:
-    (view,) = parse_views({"topics": [nested()], "views": [VIEW]})
+def _messages(document: dict) -> list[str]:
+    return [p.line("views.yaml") for p in check_views(document)[1]]
+
+
+def test_a_topic_declared_in_the_views_file_wins_over_the_topics_file(topics_file) -> None:
+    topics_file({**PAYMENTS, "fields": [{"name": "payment_id", "type": "string"}]})
+    (view,) = parse_views({"views": [REVENUE], "topics": [PAYMENTS]})
     assert view.declaration is not None and view.declaration.topic == "payments"
-    assert view.declaration.event_time.format is TimeFormat.ISO8601
+    assert view.declaration.columns()["amount"] == "double"
+    assert view.aggregations[1].col_kind == "int"
 
 
-def test_without_one_the_shipped_topics_file_declares_any_topic() -> None:
-    (view,) = parse_views({"views": [VIEW]})
-    assert view.declaration is not None and view.declaration.topic == "*"
-    assert "bytes_tx" in view.declaration.columns()
+def test_the_topics_file_declares_a_topic_by_name_before_its_star(topics_file) -> None:
+    star = {**PAYMENTS, "topic": "*", "fields": [{"name": "payment_id", "type": "string"}]}
+    topics_file(star, PAYMENTS)
+    (view,) = parse_views({"views": [REVENUE]})
+    assert view.declaration == TopicDeclaration.model_validate(PAYMENTS)
 
 
-def test_the_topics_files_named_declaration_comes_before_its_star(topics_file) -> None:
-    star = {**nested("*"), "event_time": {"path": "t", "format": "epoch_s"}}
-    topics_file([nested(), star])
-    (view,) = parse_views({"views": [VIEW]})
-    assert view.declaration.topic == "payments"
-    (other,) = parse_views({"views": [{**VIEW, "topic": "clicks"}]})
-    assert other.declaration.topic == "*"
+def test_star_declares_a_topic_declared_nowhere_else_under_its_own_name(topics_file) -> None:
+    topics_file({**PAYMENTS, "topic": "*"})
+    (view,) = parse_views({"views": [REVENUE]})
+    assert view.declaration is not None and view.declaration.topic == "payments"
 
 
-def test_a_topic_declared_nowhere_is_a_problem_naming_where_to_declare_it(topics_file) -> None:
-    path = topics_file([nested("clicks")])
-    views, problems = check_views({"views": [VIEW]})
-    assert views == []
-    (problem,) = problems
-    assert problem.where == "views[0] (n).topic"
-    assert "'payments' is not declared" in problem.message and str(path) in problem.message
+def test_a_topic_declared_nowhere_is_a_problem_saying_where_to_declare_it(topics_file) -> None:
+    topics_file({**PAYMENTS, "topic": "cards"})
+    assert _messages({"views": [REVENUE]}) == [
+        "views.yaml: views[0] (revenue).topic: topic 'payments' is declared nowhere: declare it "
+        "under topics: in the views file or in the topics file (SLUICE_TOPICS_FILE)"
+    ]
 
 
-def test_a_bad_declaration_is_reported_with_its_path() -> None:
-    bad = nested()
-    bad["fields"][1]["type"] = "decimal"
-    with pytest.raises(ViewDefinitionError, match=r"topics\[0\]\.fields\[1\]\.type"):
-        parse_views({"topics": [bad], "views": [VIEW]})
+def test_the_shipped_views_read_the_generators_declaration() -> None:
+    views = load_views(Path(__file__).parents[3] / "data" / "views.yaml")
+    assert {v.declaration.id for v in views if v.declaration} == {"event_id"}
+    assert all(v.declaration is not None for v in views)
 
 
-@pytest.mark.parametrize(
-    ("change", "says"),
-    [
-        (lambda d: d["fields"].append({"name": "amount", "type": "double"}), "columns other"),
-        (lambda d: d["fields"][3].update(type="double"), "columns other"),
-        (lambda d: d["fields"][2].update(nullable=True), "nullable columns"),
-        (lambda d: d.update(on_type_error="null"), "on_type_error: null"),
-        (lambda d: d.update(id=None), "an id other than"),
-        (lambda d: d.update(record={"key": "kafka_key"}), "record columns"),
-    ],
-)
-def test_what_the_archive_cannot_hold_yet_is_refused_at_load(change, says) -> None:
-    declaration = nested()
-    change(declaration)
-    views, problems = check_views({"topics": [declaration], "views": [VIEW]})
-    assert views == []
-    assert any(says in p.message and "not supported yet" in p.message for p in problems)
+def test_an_unknown_column_names_the_topics_columns() -> None:
+    view = {**REVENUE, "grouping_cols": ["org"]}
+    assert _messages({"views": [view], "topics": [PAYMENTS]}) == [
+        "views.yaml: views[0] (revenue).grouping_cols: unknown column 'org' (columns of topic "
+        "payments: payment_id, merchant, amount, cents, refunded)"
+    ]
+
+
+def test_a_type_refusal_names_the_declared_type() -> None:
+    view = {
+        **REVENUE,
+        "aggregation_info": [
+            {"aggregation": "sum", "col_name": "merchant", "aggregated_col_name": "s"},
+            {"aggregation": "mean", "col_name": "refunded", "aggregated_col_name": "m"},
+        ],
+    }
+    assert _messages({"views": [view], "topics": [PAYMENTS]}) == [
+        "views.yaml: views[0] (revenue).aggregation_info[0].col_name: 'merchant' is a string "
+        "column of topic payments; sum takes long or double",
+        "views.yaml: views[0] (revenue).aggregation_info[1].col_name: 'refunded' is a boolean "
+        "column of topic payments; mean takes long or double",
+    ]
+
+
+def test_filters_and_session_keys_follow_the_declaration() -> None:
+    session = {
+        "name": "visits",
+        "kind": "session",
+        "topic": "payments",
+        "session_key": "amount",
+        "kept_fields": ["cents", "org"],
+        "aggregation_info": [{"aggregation": "count", "aggregated_col_name": "n"}],
+    }
+    window = {**REVENUE, "where": "merchant > 3"}
+    assert _messages({"views": [window, session], "topics": [PAYMENTS]}) == [
+        "views.yaml: views[0] (revenue).where: merchant is a string: compare it with a quoted "
+        "string, not 3 (at 12)",
+        "views.yaml: views[1] (visits).session_key: 'amount' is not a string column (string "
+        "columns of topic payments: payment_id, merchant)",
+        "views.yaml: views[1] (visits).kept_fields: unknown column 'org' (columns of topic "
+        "payments: payment_id, merchant, amount, cents, refunded; the event time is always kept)",
+    ]
+    (view,) = parse_views({"views": [REVENUE], "topics": [PAYMENTS]})
+    assert view.filter is not None and view.filter.fields == {"amount", "merchant"}
+
+
+def test_the_topics_of_a_views_file_are_validated_with_their_paths() -> None:
+    wrong = {**PAYMENTS, "fields": [*PAYMENTS["fields"], {"name": "n", "type": "int"}]}
+    (line,) = _messages({"views": [GENERATOR_VIEW], "topics": [wrong]})
+    assert line.startswith("views.yaml: topics[0].fields[5].type: Input should be 'string'")
+
+
+def test_a_deployed_view_reads_its_topic_with_the_views_files_declarations() -> None:
+    deployed = [{"name": "revenue", "deployed_at": 1.0, "state": "Running", "definition": REVENUE}]
+    topics = {"payments": TopicDeclaration.model_validate(PAYMENTS)}
+    view = resolve_views([], 0.0, "none", deployed, topics)["revenue"].view
+    assert view.declaration == topics["payments"]
+    with pytest.raises(ViewDefinitionError, match="unknown column 'merchant'"):
+        resolve_views([], 0.0, "none", deployed)  # the generator's "*" has no merchant
+
+
+def test_the_correction_request_carries_its_views_declarations(topics_file) -> None:
+    topics_file()  # no "*": the job must not need the topics file
+    views = parse_views({"views": [REVENUE], "topics": [PAYMENTS]})
+    request = CorrectionRequest([REVENUE], [0], "root", {}, declarations_of(views))
+    received = CorrectionRequest.from_extras(request.extras())
+    (view,) = parse_views(received.definitions, topics=received.declarations)
+    assert view.declaration == TopicDeclaration.model_validate(PAYMENTS)

@@ -1,0 +1,59 @@
+"""A declaration the archive cannot hold yet is refused at load, not at the first flush; one
+that reads the archive's columns from any JSON shape and time format is accepted."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipelines.events.declaration import TimeFormat
+from pipelines.views import check_views, parse_views
+
+VIEW = {
+    "name": "n",
+    "topic": "payments",
+    "grouping_cols": ["org"],
+    "interval": "5m",
+    "aggregation_info": [{"aggregation": "count", "aggregated_col_name": "events"}],
+}
+
+
+def nested(topic: str = "payments") -> dict:
+    """The archive's columns, read from nested objects, with an ISO-8601 event time."""
+    return {
+        "topic": topic,
+        "id": "event_id",
+        "event_time": {"path": "created.at", "format": "iso8601"},
+        "fields": [
+            {"name": "event_id", "type": "string", "path": "id"},
+            {"name": "org", "type": "string", "path": "merchant.org"},
+            {"name": "client", "type": "string", "path": "card.client"},
+            {"name": "bytes_tx", "type": "long", "path": "amount.cents"},
+            {"name": "session_id", "type": "string", "path": "checkout"},
+            {"name": "event_type", "type": "string", "path": "kind"},
+        ],
+    }
+
+
+def test_a_declaration_of_the_archives_columns_read_from_nested_json_is_accepted() -> None:
+    (view,) = parse_views({"topics": [nested()], "views": [VIEW]})
+    assert view.declaration is not None and view.declaration.topic == "payments"
+    assert view.declaration.event_time.format is TimeFormat.ISO8601
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        (lambda d: d["fields"].append({"name": "amount", "type": "double"}), "columns other"),
+        (lambda d: d["fields"][3].update(type="double"), "columns other"),
+        (lambda d: d["fields"][2].update(nullable=True), "nullable columns"),
+        (lambda d: d.update(on_type_error="null"), "on_type_error: null"),
+        (lambda d: d.update(id=None), "an id other than"),
+        (lambda d: d.update(record={"key": "kafka_key"}), "record columns"),
+    ],
+)
+def test_what_the_archive_cannot_hold_yet_is_refused_at_load(change, says) -> None:
+    declaration = nested()
+    change(declaration)
+    views, problems = check_views({"topics": [declaration], "views": [VIEW]})
+    assert views == []
+    assert any(says in p.message and "not supported yet" in p.message for p in problems)
