@@ -50,9 +50,13 @@ def run_infer(args: argparse.Namespace) -> int:
         if not args.file.is_file():
             raise SluiceError(f"no such file: {args.file}")
         name = args.name or args.file.stem
+        messages: list[bytes | None] = []
         with args.file.open("rb") as handle:
-            lines = [line for line in (raw.strip() for raw in handle) if line]
-        messages: list[bytes | None] = lines[: args.sample]
+            for raw in handle:
+                if len(messages) >= args.sample:
+                    break
+                if raw.strip():
+                    messages.append(raw.strip())
     else:
         name = args.name or args.topic
         kafka = KafkaSettings()
