@@ -16,6 +16,14 @@ EXAMPLES: dict[str, list[str]] = {
         "sluice generate --trace nyc_taxi --duration 6h --speedup 720",
         "sluice generate --events 100000 --no-pace --json",
     ],
+    "replay": [
+        "sluice replay payments.jsonl --topic payments --key-field merchant",
+        "sluice replay payments.csv --topic payments --speedup 60 --time-field created_at",
+    ],
+    "schema infer": [
+        "sluice schema infer --topic payments --sample 5000 > topics.yaml",
+        "sluice schema infer --file payments.jsonl --format json",
+    ],
     "stream": ["sluice stream --agents 2 --views data/views.yaml"],
     "agent": ['sluice agent --id "$(hostname)"'],
     "worker": ["sluice worker --id w0 --tasks events:0,events:1"],

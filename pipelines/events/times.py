@@ -26,7 +26,15 @@ import numpy as np
 
 from pipelines.events.declaration import TimeFormat
 
-__all__ = ["INTEGER_FORMATS", "UNIT_MS", "column_to_ms", "to_ms"]
+__all__ = [
+    "EPOCH_FORMATS",
+    "INTEGER_FORMATS",
+    "UNIT_MS",
+    "column_to_ms",
+    "epoch_format_of",
+    "read_time_ms",
+    "to_ms",
+]
 
 UNIT_MS = {
     TimeFormat.EPOCH_S: 1000,
@@ -234,3 +242,48 @@ def column_to_ms(
         bad = np.array([p is None for p in parsed])
         return np.array([0 if p is None else p for p in parsed], dtype=np.int64), bad
     return np.array(parsed, dtype=np.int64), None
+
+
+EPOCH_FORMATS = tuple(UNIT_MS)
+"""The epoch formats, finest last."""
+
+# Instants from 1990 to 2100 in each unit: a number outside every range is not an epoch time.
+_EPOCH_RANGES = {
+    TimeFormat.EPOCH_S: (631_152_000, 4_102_444_800),
+    TimeFormat.EPOCH_MS: (631_152_000_000, 4_102_444_800_000),
+    TimeFormat.EPOCH_US: (631_152_000_000_000, 4_102_444_800_000_000),
+    TimeFormat.EPOCH_NS: (631_152_000_000_000_000, 4_102_444_800_000_000_000),
+}
+
+
+def epoch_format_of(value: float) -> TimeFormat | None:
+    """The epoch unit a number's magnitude fits (an instant from 1990 to 2100), or None: what
+    inference proposes for a numeric time field."""
+    for fmt, (low, high) in _EPOCH_RANGES.items():
+        if low <= value < high:
+            return fmt
+    return None
+
+
+def read_time_ms(
+    value: object, fmt: TimeFormat | None, pattern: str | None = None, zone: str = "UTC"
+) -> int:
+    """``value`` as epoch ms UTC, as inference and the file replay read a time: ``fmt`` None
+    reads a number by its magnitude and a string as ISO-8601, and an epoch time may come as a
+    string (a CSV cell). Raises ValueError (or TypeError) where :func:`to_ms` reads nothing."""
+    if isinstance(value, bool) or value is None:
+        raise TypeError(f"not a time: {value!r}")
+    if fmt is None:
+        if isinstance(value, int | float):
+            fmt = epoch_format_of(value)
+            if fmt is None:
+                raise ValueError(f"{value!r} is no epoch time from 1990 to 2100")
+        else:
+            fmt = TimeFormat.ISO8601
+    if fmt in UNIT_MS and isinstance(value, str):
+        number = float(value)
+        value = int(number) if number.is_integer() and fmt in INTEGER_FORMATS else number
+    found = to_ms(value, fmt, pattern, zone)
+    if found is None:
+        raise ValueError(f"{value!r} does not read as {fmt.value}")
+    return found

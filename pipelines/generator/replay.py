@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from pipelines.generator.pacing import wait_until_due
 from pipelines.generator.synth import GeneratorOptions, GeneratorReport, Message, synthesize
 from pipelines.generator.trace import Trace
 
@@ -27,10 +28,7 @@ def replay(
     next_progress = started + progress_every_s
     for message in synthesize(trace, options):
         if pace:
-            due = started + message.sim_time_s / options.speedup
-            delay = due - time.monotonic()
-            if delay > 0.002:
-                time.sleep(delay)
+            wait_until_due(started, message.sim_time_s, options.speedup)
         send(message)
         report.produced += 1
         if message.kind == "duplicate":

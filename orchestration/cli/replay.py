@@ -1,0 +1,170 @@
+"""`sluice replay FILE --topic T`: produce a file of one's own events to a topic."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+from rich.console import Console
+
+from pipelines.config import KafkaSettings, get_settings
+from pipelines.events.declaration import TimeFormat, TopicDeclaration
+from pipelines.exceptions import SluiceError
+from pipelines.generator.file_replay import (
+    BadRow,
+    FileReplayReport,
+    TimeField,
+    format_of,
+    read_rows,
+    replay_file,
+)
+from pipelines.kafka import ensure_topics, resolve_bootstrap
+from pipelines.kafka.writer import open_writer
+
+__all__ = ["register"]
+
+TOPICS_FILE = Path("data/topics.yaml")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "replay",
+        help="produce a JSON Lines, CSV or Parquet file of events to a topic",
+        description="Each row goes to the topic as a JSON object, paced by its event time at "
+        "--speedup (or as fast as the broker takes them). Bad rows are reported with their "
+        "line and skipped; Ctrl-C stops after flushing what was sent.",
+    )
+    parser.add_argument("file", type=Path, help="a .jsonl, .csv or .parquet file")
+    parser.add_argument("--topic", required=True, help="the topic to produce to")
+    parser.add_argument(
+        "--format",
+        choices=("jsonl", "csv", "parquet"),
+        default=None,
+        help="the file's format (default: by its extension)",
+    )
+    pace = parser.add_mutually_exclusive_group()
+    pace.add_argument(
+        "--speedup",
+        type=float,
+        default=None,
+        help="event seconds per wall second (needs --time-field)",
+    )
+    pace.add_argument(
+        "--as-fast-as-possible",
+        action="store_true",
+        help="no pacing (the default without --speedup)",
+    )
+    parser.add_argument(
+        "--time-field",
+        default=None,
+        help="path of the event time, e.g. ts or meta.created_at (default: the declaration's)",
+    )
+    parser.add_argument(
+        "--time-format",
+        choices=[f.value for f in TimeFormat],
+        default=None,
+        help="default: the declaration's, else numbers by magnitude, strings as ISO-8601",
+    )
+    parser.add_argument(
+        "--time-pattern", default=None, help="strptime pattern (--time-format pattern)"
+    )
+    parser.add_argument("--key-field", default=None, help="path of the message key")
+    parser.add_argument(
+        "--views",
+        type=Path,
+        default=None,
+        help="a views or topics file declaring the topic (types CSV cells); "
+        "default: SLUICE_TOPICS_FILE or data/topics.yaml",
+    )
+    parser.set_defaults(func=run)
+
+
+def declared(path: Path | None, topic: str) -> TopicDeclaration | None:
+    """The declaration of ``topic`` by name in ``path`` (a views or topics file), if any.
+
+    Read as the model accepts it, not as the loader does: replay only types a file's cells,
+    so what the archive cannot hold yet (:func:`pipelines.views.topics.not_supported_yet`)
+    does not stop it."""
+    path = path or Path(os.environ.get("SLUICE_TOPICS_FILE") or TOPICS_FILE)
+    if not path.is_file():
+        return None
+    try:
+        entries = (yaml.safe_load(path.read_text()) or {}).get("topics") or []
+        for entry in entries:
+            if isinstance(entry, dict) and entry.get("topic") == topic:
+                return TopicDeclaration.model_validate(entry)
+    except (yaml.YAMLError, AttributeError) as exc:
+        raise SluiceError(f"{path}: not a topics file: {exc}") from exc
+    except ValidationError as exc:
+        raise SluiceError(f"{path}: topic {topic}: {exc.errors()[0]['msg']}") from exc
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    console = Console(stderr=True)
+    if not args.file.is_file():
+        raise SluiceError(f"no such file: {args.file}")
+    try:
+        file_format = format_of(args.file, args.format)
+    except ValueError as exc:
+        raise SluiceError(str(exc)) from exc
+    declaration = declared(args.views, args.topic)
+    time_field = None
+    path, fmt, pattern, zone = args.time_field, args.time_format, args.time_pattern, "UTC"
+    if declaration is not None and declaration.event_time.source == "field":
+        et = declaration.event_time
+        path = path or et.path or "event_time"
+        if args.time_field is None:
+            fmt, pattern, zone = fmt or et.format.value, pattern or et.pattern, et.zone
+    if path is not None:
+        time_field = TimeField(path, TimeFormat(fmt) if fmt else None, pattern, zone)
+    if args.speedup is not None:
+        if args.speedup <= 0:
+            raise SluiceError("--speedup must be above 0")
+        if time_field is None:
+            raise SluiceError("--speedup paces by event time: give --time-field")
+    kafka = KafkaSettings()
+    settings = get_settings()
+    bootstrap = resolve_bootstrap(settings, kafka)
+    ensure_topics(bootstrap, {args.topic: settings.partitions}, kafka)
+    out = open_writer(bootstrap, kafka)
+
+    def send(key: bytes | None, value: bytes) -> None:
+        out.send(args.topic, key, value)
+
+    def on_bad(row: BadRow) -> None:
+        console.print(
+            f"[yellow]skipped[/] {args.file}:{row.line}: {row.reason}",
+            highlight=False,
+            soft_wrap=True,
+        )
+
+    def progress(report: FileReplayReport) -> None:
+        console.print(
+            f"[dim]replay[/] {report.produced:>10,} msgs  "
+            f"{report.produced / report.wall_s:>8,.0f}/s  {len(report.bad):,} skipped",
+            highlight=False,
+        )
+
+    try:
+        report = replay_file(
+            read_rows(args.file, file_format, declaration),
+            send,
+            key_field=args.key_field,
+            time_field=time_field,
+            speedup=args.speedup,
+            on_bad=on_bad,
+            progress=progress,
+        )
+    finally:
+        out.flush()
+        out.close()
+    console.print(
+        f"produced {report.produced:,} messages to {args.topic} in {report.wall_s:.1f}s"
+        f"{' (interrupted)' if report.stopped else ''}; {len(report.bad):,} bad rows skipped",
+        highlight=False,
+    )
+    return 130 if report.stopped else 0
