@@ -6,15 +6,13 @@ from __future__ import annotations
 import os
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 
 import pytest
 
 from orchestration.control_plane.fleet.agent import Agent
 from orchestration.control_plane.runtime import Runtime
-from pipelines.config import PROJECT_ROOT, KafkaSettings, SluiceSettings
-from pipelines.kafka import ensure_topics
+from tests.fixtures.agent_runtime import agent_runtime
 
 pytestmark = pytest.mark.broker
 
@@ -38,21 +36,7 @@ class SlowPublisher:
 
 @pytest.fixture
 def runtime(broker, tmp_path) -> Iterator[Runtime]:
-    topic = f"stop-{uuid.uuid4().hex[:8]}"
-    ensure_topics(broker.bootstrap, {topic: 1, f"{topic}.dlq": 1})
-    views_file = tmp_path / "views.yaml"
-    views_file.write_text(
-        (PROJECT_ROOT / "data" / "views.yaml")
-        .read_text()
-        .replace("topic: events", f"topic: {topic}")
-    )
-    settings = SluiceSettings(
-        state_dir=tmp_path / "state",
-        views_file=str(views_file),
-        topic=topic,
-        dead_letter_topic=f"{topic}.dlq",
-    )
-    runtime = Runtime(settings, KafkaSettings(KAFKA_BOOTSTRAP_SERVERS=broker.bootstrap))
+    runtime = agent_runtime(broker, tmp_path, "stop", 1)
     yield runtime
     runtime.control.close()
 

@@ -10,7 +10,6 @@ the first one).
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,8 +18,7 @@ import yaml
 
 from orchestration.control_plane.fleet.agent import Agent
 from orchestration.control_plane.runtime import Runtime
-from pipelines.config import PROJECT_ROOT, KafkaSettings, SluiceSettings
-from pipelines.kafka import ensure_topics
+from tests.fixtures.agent_runtime import agent_runtime
 
 pytestmark = pytest.mark.broker
 
@@ -29,21 +27,7 @@ PARTITIONS = 2
 
 @pytest.fixture
 def runtime(broker, tmp_path) -> Iterator[Runtime]:
-    topic = f"reload-{uuid.uuid4().hex[:8]}"
-    ensure_topics(broker.bootstrap, {topic: PARTITIONS, f"{topic}.dlq": 1})
-    views_file = tmp_path / "views.yaml"
-    views_file.write_text(
-        (PROJECT_ROOT / "data" / "views.yaml")
-        .read_text()
-        .replace("topic: events", f"topic: {topic}")
-    )
-    settings = SluiceSettings(
-        state_dir=tmp_path / "state",
-        views_file=str(views_file),
-        topic=topic,
-        dead_letter_topic=f"{topic}.dlq",
-    )
-    runtime = Runtime(settings, KafkaSettings(KAFKA_BOOTSTRAP_SERVERS=broker.bootstrap))
+    runtime = agent_runtime(broker, tmp_path, "reload", PARTITIONS)
     yield runtime
     runtime.control.close()
 
