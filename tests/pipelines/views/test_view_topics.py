@@ -176,3 +176,16 @@ def test_the_correction_request_carries_its_views_declarations(topics_file) -> N
     received = CorrectionRequest.from_extras(request.extras())
     (view,) = parse_views(received.definitions, topics=received.declarations)
     assert view.declaration == TopicDeclaration.model_validate(PAYMENTS)
+
+
+def test_the_json_schema_describes_a_views_files_topics() -> None:
+    import jsonschema
+
+    from pipelines.views import views_json_schema
+
+    validator = jsonschema.Draft202012Validator(views_json_schema())
+    good = {"views": [REVENUE], "topics": [PAYMENTS]}
+    assert list(validator.iter_errors(good)) == []
+    wrong = {**PAYMENTS, "fields": [{"name": "n", "type": "int"}]}
+    (error,) = validator.iter_errors({"views": [REVENUE], "topics": [wrong]})
+    assert list(error.absolute_path) == ["topics", 0, "fields", 0, "type"]
