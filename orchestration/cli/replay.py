@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
 import yaml
@@ -25,8 +24,6 @@ from pipelines.kafka import ensure_topics, resolve_bootstrap
 from pipelines.kafka.writer import open_writer
 
 __all__ = ["register"]
-
-TOPICS_FILE = Path("data/topics.yaml")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -88,7 +85,7 @@ def declared(path: Path | None, topic: str) -> TopicDeclaration | None:
     Read as the model accepts it, not as the loader does: replay only types a file's cells,
     so what the archive cannot hold yet (:func:`pipelines.views.topics.not_supported_yet`)
     does not stop it."""
-    path = path or Path(os.environ.get("SLUICE_TOPICS_FILE") or TOPICS_FILE)
+    path = path or get_settings().topics_file
     if not path.is_file():
         return None
     try:
