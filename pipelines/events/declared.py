@@ -37,7 +37,6 @@ from typing import Any
 
 import msgspec
 import numpy as np
-import orjson
 
 from pipelines.events import decode as _decode
 from pipelines.events.declaration import (
@@ -47,22 +46,17 @@ from pipelines.events.declaration import (
 )
 from pipelines.events.decode import (
     DECODER_ERROR,
-    EMPTY,
     FUTURE_EVENT_TIME,
-    MALFORMED_JSON,
     MAX_JSON_DEPTH,
     MISSING_FIELD,
     NO_WATERMARK,
-    NOT_AN_OBJECT,
     OUT_OF_RANGE,
-    OVERSIZE,
-    TOO_DEEP,
     WRONG_TYPE,
     DeadLetter,
     DecodedBatch,
     RawRecord,
     RecordBatch,
-    json_depth,
+    parse_object,
 )
 from pipelines.events.schema import EVENT_TIME_MAX_MS, EVENT_TIME_MIN_MS
 
@@ -127,20 +121,9 @@ class DeclaredDecoder:
     def _check(
         self, value: bytes | None, max_message_bytes: int, stamp: int
     ) -> tuple[str, str] | dict[str, Any]:
-        if value is None:
-            return EMPTY, "message has no value"
-        if len(value) > max_message_bytes:
-            return OVERSIZE, f"{len(value)} bytes > max_message_bytes {max_message_bytes}"
-        if value.count(b"{") + value.count(b"[") > MAX_JSON_DEPTH:
-            depth = json_depth(value)
-            if depth > MAX_JSON_DEPTH:
-                return TOO_DEEP, f"nested {depth} levels deep > {MAX_JSON_DEPTH}"
-        try:
-            event = orjson.loads(value)
-        except orjson.JSONDecodeError as exc:
-            return MALFORMED_JSON, str(exc)
-        if type(event) is not dict:
-            return NOT_AN_OBJECT, f"expected a JSON object, got {type(event).__name__}"
+        event = parse_object(value, max_message_bytes)
+        if type(event) is tuple:
+            return event
         found = {c.name: follow(event, c) for c in self.checks}
         for c in self.checks:
             got = found[c.name]

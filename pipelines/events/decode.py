@@ -56,6 +56,7 @@ __all__ = [
     "RawRecord",
     "RecordBatch",
     "decode_batch",
+    "parse_object",
 ]
 
 NO_WATERMARK = -(2**62)
@@ -250,7 +251,10 @@ def _classify(value: bytes | None, max_message_bytes: int) -> tuple[str, str] | 
         return DECODER_ERROR, f"{type(exc).__name__}: {exc}"[:500]
 
 
-def _check(value: bytes | None, max_message_bytes: int) -> tuple[str, str] | _Event:
+def parse_object(value: bytes | None, max_message_bytes: int) -> tuple[str, str] | dict[str, Any]:
+    """A message's JSON object, or why it is none: the checks that need no schema, in the
+    order every classifier applies them (empty, oversize, too deep, malformed, not an
+    object)."""
     if value is None:
         return EMPTY, "message has no value"
     if len(value) > max_message_bytes:
@@ -265,6 +269,13 @@ def _check(value: bytes | None, max_message_bytes: int) -> tuple[str, str] | _Ev
         return MALFORMED_JSON, str(exc)
     if type(event) is not dict:
         return NOT_AN_OBJECT, f"expected a JSON object, got {type(event).__name__}"
+    return event
+
+
+def _check(value: bytes | None, max_message_bytes: int) -> tuple[str, str] | _Event:
+    event = parse_object(value, max_message_bytes)
+    if type(event) is tuple:
+        return event
     for name in EVENT_FIELDS:
         if name not in event:
             return MISSING_FIELD, f"missing field {name!r}"
