@@ -47,7 +47,7 @@ def _type_refusal(
 ) -> str:
     topic, columns = declared
     kinds = f"{', '.join(takes[:-1])} or {takes[-1]}"
-    return f"{col!r} is a {columns[col]} column of topic {topic}; {name} takes {kinds}"
+    return f"{col!r} is a {columns[col]} column of topic {topic!r}; {name} takes {kinds}"
 
 
 def _known_aggregation(name: Any) -> Any:

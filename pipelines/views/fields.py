@@ -90,7 +90,7 @@ def start_view(info: ValidationInfo) -> None:
 def listing(topic: str, columns: dict[str, ColumnType], wanted: Callable[[str], bool]) -> str:
     """``columns of topic t: a, b, c``: the names ``wanted`` keeps."""
     names = [c for c in columns if wanted(c)]
-    return f"columns of topic {topic}: {', '.join(names) or 'none'}"
+    return f"columns of topic {topic!r}: {', '.join(names) or 'none'}"
 
 
 class DefinitionModel(BaseModel):

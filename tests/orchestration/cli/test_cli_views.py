@@ -69,7 +69,7 @@ def test_validate_prints_every_mistake_and_exits_2(env, capsys) -> None:
     out = capsys.readouterr()
     assert out.out.splitlines() == [
         f"{path}: views[0] (per_org).grouping_cols: unknown column 'orgz' (columns of topic "
-        "events: event_id, org, client, bytes_tx, session_id, event_type)",
+        "'events': event_id, org, client, bytes_tx, session_id, event_type)",
         f"{path}: views[0] (per_org).interval: 420s does not divide an hour",
         f"{path}: views[1] (visits).max_kept_events: 0 must be an integer in [1, 1000]",
     ]

@@ -61,7 +61,7 @@ def test_durations():
                     {"aggregation": "sum", "col_name": "org", "aggregated_col_name": "s"}
                 ]
             },
-            r"col_name: 'org' is a string column of topic \w+; sum takes long or double",
+            r"col_name: 'org' is a string column of topic '\w+'; sum takes long or double",
         ),
         ({"grouping_cols": ["orgz"]}, r"grouping_cols: unknown column 'orgz'"),
         ({"interval": "7m"}, r"interval: 420s does not divide an hour"),

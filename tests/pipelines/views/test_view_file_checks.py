@@ -9,7 +9,7 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from pipelines.aggregators import names
@@ -57,7 +57,7 @@ def test_three_mistakes_in_two_views_are_all_reported_with_their_paths(tmp_path)
     with pytest.raises(ViewDefinitionError) as caught:
         load_views(path)
     assert str(caught.value).splitlines() == [
-        f"{path}: views[0] (a).grouping_cols: unknown column 'orgz' (columns of topic events: "
+        f"{path}: views[0] (a).grouping_cols: unknown column 'orgz' (columns of topic 'events': "
         "event_id, org, client, bytes_tx, session_id, event_type)",
         f"{path}: views[0] (a).interval: 420s does not divide an hour",
         f"{path}: views[1] (b).gap: bad duration 'soon'; use a number and a unit, e.g. 30s, "
@@ -253,6 +253,7 @@ _KEYS = sorted({*WINDOW, *SESSION, "gap", "max_duration", "kept_fields", "sessio
 
 
 @settings(max_examples=300, deadline=None)
+@example(base=WINDOW, changes={"topic": "\x1e"}, aggregation={})
 @given(
     base=st.sampled_from([WINDOW, SESSION]),
     changes=st.dictionaries(st.sampled_from(_KEYS), _YAML_VALUES, max_size=3),
@@ -322,7 +323,7 @@ def test_filter_and_aggregation_mistakes_are_reported_together_with_their_paths(
         "views.yaml: views[1] (s).aggregation_info[1].where: expected an event field at 25, "
         "found the end",
         "views.yaml: views[1] (s).aggregation_info[2].params.by: 'org' is a string column of "
-        "topic events; max_by's by takes long, double or timestamp",
+        "topic 'events'; max_by's by takes long, double or timestamp",
         "views.yaml: views[1] (s).aggregation_info[3].params: ratio needs params denominator",
         "views.yaml: views[1] (s).aggregation_info[4].params: split_points must increase "
         "strictly: [5, 1]",

@@ -112,7 +112,7 @@ def test_an_unknown_column_names_the_topics_columns() -> None:
     view = {**REVENUE, "grouping_cols": ["org"]}
     assert _messages({"views": [view], "topics": [PAYMENTS]}) == [
         "views.yaml: views[0] (revenue).grouping_cols: unknown column 'org' (columns of topic "
-        "payments: payment_id, merchant, amount, cents, refunded)"
+        "'payments': payment_id, merchant, amount, cents, refunded)"
     ]
 
 
@@ -126,9 +126,9 @@ def test_a_type_refusal_names_the_declared_type() -> None:
     }
     assert _messages({"views": [view], "topics": [PAYMENTS]}) == [
         "views.yaml: views[0] (revenue).aggregation_info[0].col_name: 'merchant' is a string "
-        "column of topic payments; sum takes long or double",
+        "column of topic 'payments'; sum takes long or double",
         "views.yaml: views[0] (revenue).aggregation_info[1].col_name: 'refunded' is a boolean "
-        "column of topic payments; mean takes long or double",
+        "column of topic 'payments'; mean takes long or double",
     ]
 
 
@@ -146,9 +146,9 @@ def test_filters_and_session_keys_follow_the_declaration() -> None:
         "views.yaml: views[0] (revenue).where: merchant is a string: compare it with a quoted "
         "string, not 3 (at 12)",
         "views.yaml: views[1] (visits).session_key: 'amount' is not a string column (string "
-        "columns of topic payments: payment_id, merchant)",
+        "columns of topic 'payments': payment_id, merchant)",
         "views.yaml: views[1] (visits).kept_fields: unknown column 'org' (columns of topic "
-        "payments: payment_id, merchant, amount, cents, refunded; the event time is always kept)",
+        "'payments': payment_id, merchant, amount, cents, refunded; the event time is always kept)",
     ]
     (view,) = parse_views({"views": [REVENUE], "topics": [PAYMENTS]})
     assert view.filter is not None and view.filter.fields == {"amount", "merchant"}
