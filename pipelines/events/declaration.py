@@ -20,6 +20,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = [
+    "ARCHIVE_COLUMNS",
     "EVENT_TIME",
     "ColumnType",
     "EventTime",
@@ -32,6 +33,10 @@ __all__ = [
 
 EVENT_TIME = "event_time"
 """The column every decoded event has: its event time, epoch milliseconds UTC."""
+
+ARCHIVE_COLUMNS = ("topic", "partition", "offset", "kafka_timestamp")
+"""Where each archived record sat in Kafka: the archive's own columns, which no declared
+column may be named (declare the record's partition or offset under ``record:``)."""
 
 
 class ColumnType(StrEnum):
@@ -224,6 +229,12 @@ class TopicDeclaration(_Model):
         repeated = sorted({n for n in names if names.count(n) > 1})
         if repeated:
             raise ValueError(f"columns declared twice: {', '.join(repeated)}")
+        taken = sorted(n for n in names if n in ARCHIVE_COLUMNS or n.startswith("__"))
+        if taken:
+            raise ValueError(
+                f"{', '.join(taken)}: the archive's own column names ({', '.join(ARCHIVE_COLUMNS)}"
+                " and names starting with __) cannot be declared; name the column otherwise"
+            )
         if EVENT_TIME in names:
             raise ValueError(
                 f"{EVENT_TIME!r} is the decoded event time: declare where it comes from under "
@@ -239,6 +250,16 @@ class TopicDeclaration(_Model):
         found.update({f.name: f.type for f in self.fields})
         found.update(self.record.columns())
         return found
+
+    def nullable_columns(self) -> frozenset[str]:
+        """Columns that may hold null: nullable fields, every field under ``on_type_error:
+        null``, the record's key and headers."""
+        soft = self.on_type_error == "null"
+        found = {f.name for f in self.fields if f.nullable or soft}
+        if self.record.key is not None:
+            found.add(self.record.key)
+        found.update(self.record.headers)
+        return frozenset(found)
 
     def column_names(self) -> list[str]:
         return list(self.columns())
