@@ -69,6 +69,17 @@ def rule_check(rule: Rule):
     raise AssertionError(rule.kind)
 
 
+def _nullable_dtype(t: pa.DataType) -> Any | None:
+    """The pandas extension dtype that holds ``t``'s values with nulls (numpy's int and bool
+    cannot: ``to_pandas`` turns such a column into floats or objects), None if numpy's can."""
+    if pa.types.is_boolean(t):
+        return pd.BooleanDtype()
+    if pa.types.is_integer(t):
+        sign = "Int" if pa.types.is_signed_integer(t) else "UInt"
+        return pd.api.types.pandas_dtype(f"{sign}{t.bit_width}")
+    return None
+
+
 def _pandas_dtype(t: pa.DataType) -> Any:
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         return str  # object columns whose values are all str
@@ -84,12 +95,14 @@ def pandas_schema(spec: FrameSpec) -> pdp.DataFrameSchema:
     """The pandera schema of ``spec`` for frames as ``pyarrow.Table.to_pandas`` makes them."""
     import pandera.pandas as pdp
 
-    columns = {
-        c.name: pdp.Column(
-            _pandas_dtype(c.type), [rule_check(r) for r in c.rules], nullable=c.nullable
-        )
-        for c in spec.columns
-    }
+    columns = {}
+    for c in spec.columns:
+        checks = [rule_check(r) for r in c.rules]
+        extension = _nullable_dtype(c.type) if c.nullable else None
+        if extension is None:
+            columns[c.name] = pdp.Column(_pandas_dtype(c.type), checks, nullable=c.nullable)
+        else:  # a nullable int or bool column: the nullable dtype, whatever pandas made of it
+            columns[c.name] = pdp.Column(extension, checks, nullable=True, coerce=True)
     checks = []
     if spec.width is not None:
         checks.append(pdp.Check(partial(_width, width=spec.width), error=spec.width.label))
@@ -158,9 +171,19 @@ def describe_pandas_failures(spec: FrameSpec, cases: pd.DataFrame) -> list[str]:
     return problems
 
 
-def to_pandas(data: pa.Table | pd.DataFrame) -> pd.DataFrame:
+def to_pandas(data: pa.Table | pd.DataFrame, spec: FrameSpec | None = None) -> pd.DataFrame:
+    """``data`` as pandas; the nullable int and bool columns of ``spec`` with nulls in their
+    nullable dtype (not as floats or objects, which lose large integers' exactness)."""
     if isinstance(data, pa.Table):
-        return data.to_pandas()
+        frame = data.to_pandas()
+        for c in spec.columns if spec is not None else ():
+            extension = _nullable_dtype(c.type) if c.nullable else None
+            if extension is None or c.name not in data.column_names:
+                continue
+            column = data.column(c.name)
+            if column.null_count and column.type == c.type:
+                frame[c.name] = extension.__from_arrow__(column)
+        return frame
     if isinstance(data, pd.DataFrame):
         # pandera's uniqueness report needs a unique index; positions name rows in messages
         return data if data.index.is_unique else data.reset_index(drop=True)
@@ -172,7 +195,7 @@ def validate_frame(spec: FrameSpec, data: pa.Table | pd.DataFrame) -> pd.DataFra
     listing every problem at once (lazy validation)."""
     from pandera.errors import SchemaErrors
 
-    frame = to_pandas(data)
+    frame = to_pandas(data, spec)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)  # pandera's own concat of cases
