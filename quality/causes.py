@@ -18,6 +18,7 @@ offset ranges start before the hour's last offset (events that came early), up t
 
 from __future__ import annotations
 
+import io
 import logging
 import threading
 from collections import OrderedDict
@@ -27,6 +28,7 @@ from datetime import UTC, datetime
 
 import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from pipelines.aggregators import Aggregator, Reconciled
 from pipelines.events.declaration import EVENT_TIME
@@ -122,7 +124,7 @@ class HourArchive:
     """The id (if declared), event_time, partition, offset, prior_watermark and the columns
     read (grouping, filters)."""
     dead_letters: int
-    id: str | None = None
+    id_col: str | None = None
     """The topic's declared id column: what tells two deliveries of one event (None: none
     does, every delivery is an event of its own)."""
 
@@ -166,8 +168,19 @@ class ArchiveReader:
                 log.warning("archive file %s vanished while reading (a task discarded it)", key)
                 self._tables[cache_key] = None
             else:
-                self._tables[cache_key] = read_parquet(data, columns)
+                self._tables[cache_key] = _read_columns(data, columns)
         return self._tables[cache_key]
+
+
+def _read_columns(data: bytes, columns: Sequence[str]) -> pa.Table:
+    """``columns`` of a Parquet file; one the file lacks (declared after it was written) is
+    null in every row, as the archive's other readers read it."""
+    present = set(pq.read_schema(io.BytesIO(data)).names)
+    table = read_parquet(data, [c for c in columns if c in present])
+    for name in columns:
+        if name not in present:
+            table = table.append_column(name, pa.nulls(table.num_rows))
+    return table.select(list(columns))
 
 
 _PRIOR_WATERMARK = """
@@ -277,7 +290,7 @@ def read_hour_archive(
     hour_ms: int,
     grouping_cols: Sequence[str],
     ranges: Sequence[RangeRecord] | None = None,
-    id: str | None = None,
+    id_col: str | None = None,
 ) -> HourArchive:
     """The rows of ``hour_ms`` and the early rows that can raise its watermark.
 
@@ -289,9 +302,9 @@ def read_hour_archive(
     files are immutable: their names are their offset ranges).
     """
     reader = store if isinstance(store, ArchiveReader) else ArchiveReader(store)
-    own = [*([id] if id is not None else []), EVENT_TIME, "partition", "offset"]
+    own = [*([id_col] if id_col is not None else []), EVENT_TIME, "partition", "offset"]
     columns = [*own, *sorted(set(grouping_cols) - set(own))]
-    cache_key = (topic, hour_ms, tuple(columns), id)
+    cache_key = (topic, hour_ms, tuple(columns), id_col)
     if cache_key in reader.hours:
         reader.hours.move_to_end(cache_key)
         return reader.hours[cache_key]
@@ -302,7 +315,9 @@ def read_hour_archive(
     shared_key = (reader.store.root, *cache_key, tuple(files), tuple(letters))
     found = _shared_get(shared_key)
     if found is None:
-        found, complete = _read_hour_archive(reader, topic, hour_ms, columns, files, letters, id)
+        found, complete = _read_hour_archive(
+            reader, topic, hour_ms, columns, files, letters, id_col
+        )
         if complete:  # a file that vanished while read leaves this pass's hour short
             _shared_put(shared_key, found)
     reader.hours[cache_key] = found
@@ -334,12 +349,12 @@ def _read_hour_archive(
     columns: list[str],
     files: Sequence[tuple[str, int, int, int]],
     letter_files: Sequence[str],
-    id: str | None,
+    id_col: str | None,
 ) -> tuple[HourArchive, bool]:
     """The hour's rows watermarked, and whether every file could be read."""
     tables = [t for key, *_ in files if (t := reader.read(key, columns)) is not None]
     if tables:
-        rows = pa.concat_tables(tables)
+        rows = pa.concat_tables(tables, promote_options="permissive")  # nulls of older files
     else:
         rows = pa.table({c: pa.array([], pa.int64()) for c in columns})
     letters, letters_read = _dead_letter_offsets(reader, letter_files)
@@ -355,7 +370,7 @@ def _read_hour_archive(
     finally:
         con.unregister("archive")
         con.unregister("letters")
-    return HourArchive(topic, hour_ms, with_watermark, dead, id), complete
+    return HourArchive(topic, hour_ms, with_watermark, dead, id_col), complete
 
 
 _local = threading.local()
@@ -370,24 +385,22 @@ def _connect() -> duckdb.DuckDBPyConnection:
     return con
 
 
-def _distinct(id: str | None, where: str = "") -> str:
+def _distinct(id_col: str | None, where: str = "") -> str:
     """SQL counting the distinct events among a group's deliveries (``where``: of those that
     pass it): its distinct ids, and each delivery whose id is null; without an id, every
     delivery."""
     also = f" AND {where}" if where else ""
-    if id is None:
+    if id_col is None:
         return f"count(*) FILTER (WHERE {where})" if where else "count(*)"
     own = f" FILTER (WHERE {where})" if where else ""
-    return f'count(DISTINCT "{id}"){own} + count(*) FILTER (WHERE "{id}" IS NULL{also})'
+    return f'count(DISTINCT "{id_col}"){own} + count(*) FILTER (WHERE "{id_col}" IS NULL{also})'
 
 
-def _once_per_id(id: str | None) -> str:
+def _once_per_id(id_col: str | None) -> str:
     """A QUALIFY keeping one delivery per id (every delivery without an id, or a null one)."""
-    if id is None:
+    if id_col is None:
         return ""
-    return (
-        f'QUALIFY "{id}" IS NULL OR row_number() OVER (PARTITION BY "{id}" ORDER BY "offset") = 1'
-    )
+    return f'QUALIFY "{id_col}" IS NULL OR row_number() OVER (PARTITION BY "{id_col}" ORDER BY "offset") = 1'
 
 
 def _window_key(window_start_ms: int) -> str:
@@ -405,7 +418,8 @@ def _with_following(archive: HourArchive, view: View, following: HourArchive | N
         return archive.rows
     if len(parts) == 1:
         return parts[0]
-    return pa.concat_tables([parts[0], parts[1].select(parts[0].column_names)])
+    following_rows = parts[1].select(parts[0].column_names)
+    return pa.concat_tables([parts[0], following_rows], promote_options="permissive")
 
 
 def view_causes(
@@ -443,14 +457,14 @@ def view_causes(
             )
             SELECT window_start{select_groups},
                    count(*) AS deliveries,
-                   {_distinct(archive.id)} AS distinct_events,
+                   {_distinct(archive.id_col)} AS distinct_events,
                    count(*) FILTER (
                        WHERE pane + $step + $lateness <= prior_watermark
                    ) AS late,
                    -- the hour's totals count each event once: in its last window (its own
                    -- hour's, as a tumbling window is)
                    count(*) FILTER (WHERE window_start = pane) AS own_deliveries,
-                   {_distinct(archive.id, "window_start = pane")} AS own_distinct,
+                   {_distinct(archive.id_col, "window_start = pane")} AS own_distinct,
                    count(*) FILTER (
                        WHERE window_start = pane AND pane + $step + $lateness <= prior_watermark
                    ) AS own_late
@@ -499,7 +513,7 @@ def window_values(
                 SELECT * FROM archive
                 QUALIFY row_number() OVER (PARTITION BY "partition", "offset") = 1
             ), once AS (
-                SELECT * FROM read_once {_once_per_id(archive.id)}
+                SELECT * FROM read_once {_once_per_id(archive.id_col)}
             ), panes AS (
                 SELECT *, event_time - event_time % $step AS pane FROM once {where}
             ), windowed AS (

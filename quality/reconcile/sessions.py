@@ -76,13 +76,13 @@ class SessionCauses:
     def __init__(self, view: View, rows: pa.Table) -> None:
         assert view.session is not None
         self.view = view
-        id = id_column([view])
-        order = [EVENT_TIME, *([id] if id is not None else []), "partition", "offset"]
+        id_col = id_column([view])
+        order = [EVENT_TIME, *([id_col] if id_col is not None else []), "partition", "offset"]
         ordered = rows.sort_by([(c, "ascending") for c in order])
         size = ordered.num_rows
         duplicate = np.zeros(size, dtype=bool)
-        if id is not None:
-            column = ordered.column(id)
+        if id_col is not None:
+            column = ordered.column(id_col)
             ids = _codes(column)[0]
             duplicate[:] = True
             duplicate[np.unique(ids, return_index=True)[1]] = False  # a repeat of an earlier id
@@ -166,24 +166,24 @@ def archive_rows(
     """Archived rows of the hours that sessions starting in ``hour_ms`` can span."""
     spec = view.session
     assert spec is not None
-    id = id_column([view])
+    id_col = id_column([view])
     first = hour_ms - (-(-spec.gap_ms // HOUR_MS)) * HOUR_MS
     last = hour_ms + HOUR_MS + spec.max_duration_ms + spec.gap_ms
     tables = []
     for hour in range(first, last, HOUR_MS):
-        archive = read_hour_archive(store, view.topic, hour, [spec.key], ranges, id)
+        archive = read_hour_archive(store, view.topic, hour, [spec.key], ranges, id_col)
         rows = archive.rows
         if rows.num_rows:
-            times = rows.column("event_time").to_numpy()
+            times = rows.column(EVENT_TIME).to_numpy()
             tables.append(rows.filter(pa.array((times >= hour) & (times < hour + HOUR_MS))))
     tables = [t.select(tables[0].schema.names) for t in tables]
     if not tables:
-        strings = {spec.key, *([id] if id is not None else [])}
+        strings = {spec.key, *([id_col] if id_col is not None else [])}
         names = [*strings, EVENT_TIME, "partition", "offset", "prior_watermark"]
         return pa.table(
             {n: pa.array([], pa.string() if n in strings else pa.int64()) for n in names}
         )
-    return pa.concat_tables(tables)
+    return pa.concat_tables(tables, promote_options="permissive")  # nulls of older files
 
 
 def _span_ms(table: pa.Table, column: str) -> np.ndarray:

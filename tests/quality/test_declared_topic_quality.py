@@ -244,7 +244,9 @@ def test_causes_count_duplicates_by_the_declared_id_only(
     store = _archived(tmp_path, declaration, rows)
     view = _views(declaration)[0]
     assert id_column([view]) == declaration.id
-    archive = read_hour_archive(store, "payments", HOUR, archive_columns([view]), id=declaration.id)
+    archive = read_hour_archive(
+        store, "payments", HOUR, archive_columns([view]), id_col=declaration.id
+    )
     total, per_key = view_causes(archive, view)
     expected = 0 if declaration.id is None else _repeats(rows, "payment_id")
     assert declaration.id is None or expected > 0
@@ -291,3 +293,19 @@ def test_metric_and_group_rules_follow_the_declaration() -> None:
     )[0]
     column = segment_spec(grouped, SegmentKind.QUERY).column("refund_reason")
     assert column is not None and column.nullable and column.rules == ()
+
+
+def test_an_older_file_without_a_column_declared_since_reads_it_as_null(tmp_path: Path) -> None:
+    rows = _rows(120)
+    store = _archived(tmp_path, WITH_ID, rows)
+    older = [r for r in rows if r["partition"] == 0]  # written before payment_id was declared
+    key = archive_events_key(HOUR, "payments", 0, 0, len(rows))
+    pq.write_table(_table(older, PAYMENTS), Path(store.root) / key)
+    view = _views(WITH_ID)[0]
+    archive = read_hour_archive(
+        store, "payments", HOUR, archive_columns([view]), id_col="payment_id"
+    )
+    total, _ = view_causes(archive, view)
+    newer = [r for r in rows if r["partition"] == 1]
+    assert total.events == len(rows)
+    assert total.duplicates == _repeats(newer, "payment_id") > 0  # a null id repeats nothing
