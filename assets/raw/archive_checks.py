@@ -101,6 +101,12 @@ def read_archive_hour(
     keys = [k for k in store.list(_hour_prefix(key_of, hour_ms)) if k.endswith(".parquet")]
     if topic is not None:
         keys = [k for k in keys if _topic_of(k) == topic]
+    return _read_files(store, hour_ms, keys)
+
+
+def _read_files(
+    store: ObjectStore, hour_ms: int, keys: Sequence[str]
+) -> tuple[pa.Table | None, list[str]]:
     tables: dict[str, pa.Table] = {}
     for key in keys:
         try:
@@ -120,14 +126,20 @@ def read_archive_hour(
         ) from None
 
 
-def _hour_topics(store: ObjectStore, hour_ms: int) -> tuple[list[str], list[str]]:
-    """The topics of the hour's event files, in name order, and the files whose names are no
+def _hour_topics(store: ObjectStore, hour_ms: int) -> tuple[dict[str, list[str]], list[str]]:
+    """The hour's event files by topic, in topic order, and the files whose names are no
     range's (their topic cannot be told)."""
-    keys = [
-        k for k in store.list(_hour_prefix(archive_events_key, hour_ms)) if k.endswith(".parquet")
-    ]
-    topics = {_topic_of(k) for k in keys}
-    return sorted(t for t in topics if t is not None), [k for k in keys if _topic_of(k) is None]
+    prefix = _hour_prefix(archive_events_key, hour_ms)
+    by_topic: dict[str, list[str]] = {}
+    unnamed = []
+    for key in store.list(prefix):
+        if key.endswith(".parquet"):
+            topic = _topic_of(key)
+            if topic is None:
+                unnamed.append(key)
+            else:
+                by_topic.setdefault(topic, []).append(key)
+    return dict(sorted(by_topic.items())), unnamed
 
 
 def _with_declared_columns(table: pa.Table, declaration: TopicDeclaration) -> pa.Table:
@@ -143,15 +155,17 @@ def _validate_events(
     store: ObjectStore,
     hour_ms: int,
     topic: str,
+    keys: Sequence[str],
     declarations: Mapping[str, TopicDeclaration],
 ) -> tuple[int, int, str | None]:
-    """(files, rows, violation message or None) of one topic's events of one hour."""
+    """(files, rows, violation message or None) of one topic's events of one hour, in
+    ``keys``."""
     try:
         declaration = declaration_for(topic, declarations)
     except ViewDefinitionError as exc:
         return 0, 0, f"topic {topic!r}: no declaration to check its events against: {exc}"
     try:
-        table, keys = read_archive_hour(store, hour_ms, topic=topic)
+        table, read = _read_files(store, hour_ms, keys)
     except SchemaViolation as exc:
         return 0, 0, f"topic {topic!r}: {exc}"
     if table is None:
@@ -159,8 +173,8 @@ def _validate_events(
     try:
         validate_archive_events(_with_declared_columns(table, declaration), declaration)
     except SchemaViolation as exc:
-        return len(keys), table.num_rows, str(exc)
-    return len(keys), table.num_rows, None
+        return len(read), table.num_rows, str(exc)
+    return len(read), table.num_rows, None
 
 
 def _validate_dead_letters(store: ObjectStore, hour_ms: int) -> tuple[int, int, str | None]:
@@ -191,8 +205,8 @@ def check_archive_hour(
         f"{key}: not an archive range's file name (topic-partition-first-end), not checked"
         for key in unnamed
     ]
-    for topic in topics:
-        files, rows, problem = _validate_events(store, hour_ms, topic, declarations)
+    for topic, keys in topics.items():
+        files, rows, problem = _validate_events(store, hour_ms, topic, keys, declarations)
         event_files, events = event_files + files, events + rows
         if problem:
             problems.append(problem)
