@@ -294,7 +294,7 @@ def read_hour_archive(
 ) -> HourArchive:
     """The rows of ``hour_ms`` and the early rows that can raise its watermark.
 
-    ``grouping_cols``: the event columns to read (:func:`archive_columns`); ``id``: the
+    ``grouping_cols``: the event columns to read (:func:`archive_columns`); ``id_col``: the
     topic's declared id (:func:`id_column`), read too. ``ranges`` are the topic's range
     records (read once by a caller covering many hours);
     pass an :class:`ArchiveReader` as ``store`` to share file reads between hours. An hour
@@ -400,7 +400,8 @@ def _once_per_id(id_col: str | None) -> str:
     """A QUALIFY keeping one delivery per id (every delivery without an id, or a null one)."""
     if id_col is None:
         return ""
-    return f'QUALIFY "{id_col}" IS NULL OR row_number() OVER (PARTITION BY "{id_col}" ORDER BY "offset") = 1'
+    first = f'row_number() OVER (PARTITION BY "{id_col}" ORDER BY "offset") = 1'
+    return f'QUALIFY "{id_col}" IS NULL OR {first}'
 
 
 def _window_key(window_start_ms: int) -> str:
