@@ -25,6 +25,7 @@ from pipelines.storage import LocalObjectStore
 from pipelines.views import View, parse_views
 from quality.causes import archive_columns, id_column, read_hour_archive, view_causes
 from quality.exceptions import SchemaViolation
+from quality.expectations import build_suite
 from quality.reconcile import SessionCauses
 from quality.reconcile.sessions import archive_rows
 from quality.schemas import SegmentKind, segment_spec, validate_archive_events
@@ -309,3 +310,10 @@ def test_an_older_file_without_a_column_declared_since_reads_it_as_null(tmp_path
     newer = [r for r in rows if r["partition"] == 1]
     assert total.events == len(rows)
     assert total.duplicates == _repeats(newer, "payment_id") > 0  # a null id repeats nothing
+
+
+def test_the_expectation_suite_holds_the_declared_minimum_only() -> None:
+    suite = build_suite(_views(PAYMENTS)[0], HOUR, HOUR + HOUR_MS)
+    ranges = [e.description for e in suite.expectations if e.description.endswith(">= 0")]
+    assert "amount_min >= 0" in ranges and "items_total >= 0" in ranges
+    assert not any("fee_max" in (e.description or "") for e in suite.expectations)
