@@ -78,7 +78,7 @@ defs = dg.Definitions(
         *build_expectation_checks(VIEWS),
         *build_lag_checks(VIEWS, SETTINGS.realtime_lag_sla_s),
         build_nothing_lost_check(),
-        build_archive_schema_check(),
+        build_archive_schema_check(VIEWS),
     ],
     jobs=[
         correction_job,

@@ -1,10 +1,13 @@
 """Why realtime differs from the correction, counted from the raw archive.
 
 The stream counts every delivery of an event and drops events whose window had closed when
-they came (window end + allowed lateness <= the task's watermark); the correction counts each
-``event_id`` once and keeps late events. Replaying the watermark over the archive, offset by
-offset per partition, tells for each window and group how many deliveries, distinct events
-and late drops it had, so a reconciliation can say which differences those explain.
+they came (window end + allowed lateness <= the task's watermark); the correction counts
+each event once and keeps late events. An event is one id of the topic's declared ``id``
+(a delivery of an id already delivered is a duplicate; a null id identifies nothing, so its
+event is never one); a topic without an id has no duplicates: every archived record counts
+on both sides. Replaying the watermark over the archive, offset by offset per partition,
+tells for each window and group how many deliveries, distinct events and late drops it had,
+so a reconciliation can say which differences those explain.
 
 The watermark before an event is the largest event time at an earlier offset of its
 partition. Only events at or after the hour can make an event of the hour late, so the
@@ -15,6 +18,7 @@ offset ranges start before the hour's last offset (events that came early), up t
 
 from __future__ import annotations
 
+import io
 import logging
 import threading
 from collections import OrderedDict
@@ -24,12 +28,15 @@ from datetime import UTC, datetime
 
 import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from pipelines.aggregators import Aggregator, Reconciled
+from pipelines.events.declaration import EVENT_TIME
 from pipelines.segments import (
     HOUR_MS,
     RangeRecord,
     archive_events_key,
+    parse_range_name,
     read_parquet,
     read_range_records,
 )
@@ -43,6 +50,7 @@ __all__ = [
     "GroupCauses",
     "HourArchive",
     "archive_columns",
+    "id_column",
     "read_hour_archive",
     "view_causes",
     "window_values",
@@ -61,7 +69,7 @@ class Causes:
     events: int = 0
     """Valid events archived (every delivery)."""
     duplicates: int = 0
-    """Deliveries of an ``event_id`` already delivered: the stream counts them, batch does not."""
+    """Deliveries of an id already delivered: the stream counts them, batch does not."""
     late_dropped: int = 0
     """Events the stream dropped because their window had closed (beyond allowed lateness)."""
     dead_letters: int = 0
@@ -113,8 +121,12 @@ class HourArchive:
     topic: str
     hour_ms: int
     rows: pa.Table
-    """event_id, event_time, partition, offset, prior_watermark and the grouping columns."""
+    """The id (if declared), event_time, partition, offset, prior_watermark and the columns
+    read (grouping, filters)."""
     dead_letters: int
+    id_col: str | None = None
+    """The topic's declared id column: what tells two deliveries of one event (None: none
+    does, every delivery is an event of its own)."""
 
 
 def _hour_files(reader: ArchiveReader, hour_ms: int, topic: str) -> list[tuple[str, int, int, int]]:
@@ -122,10 +134,9 @@ def _hour_files(reader: ArchiveReader, hour_ms: int, topic: str) -> list[tuple[s
     prefix = archive_events_key(hour_ms, topic, 0, 0, 0).rpartition("/")[0] + "/"
     files = []
     for key in reader.list(prefix):
-        name = key.rpartition("/")[2].removesuffix(".parquet")
-        file_topic, partition, first, end = name.rsplit("-", 3)
-        if file_topic == topic:
-            files.append((key, int(partition), int(first), int(end)))
+        parsed = parse_range_name(key)
+        if parsed is not None and parsed[0] == topic:
+            files.append((key, *parsed[1:4]))
     return files
 
 
@@ -140,8 +151,8 @@ class ArchiveReader:
         self.store = store
         self._tables: dict[tuple[str, tuple[str, ...]], pa.Table | None] = {}
         self._listings: dict[str, list[str]] = {}
-        self.hours: OrderedDict[tuple[str, int, tuple[str, ...]], HourArchive] = OrderedDict()
-        """The newest hours read, by (topic, hour, columns)."""
+        self.hours: OrderedDict[tuple, HourArchive] = OrderedDict()
+        """The newest hours read, by (topic, hour, columns, id)."""
 
     def list(self, prefix: str) -> list[str]:
         if prefix not in self._listings:
@@ -157,8 +168,19 @@ class ArchiveReader:
                 log.warning("archive file %s vanished while reading (a task discarded it)", key)
                 self._tables[cache_key] = None
             else:
-                self._tables[cache_key] = read_parquet(data, columns)
+                self._tables[cache_key] = _read_columns(data, columns)
         return self._tables[cache_key]
+
+
+def _read_columns(data: bytes, columns: Sequence[str]) -> pa.Table:
+    """``columns`` of a Parquet file; one the file lacks (declared after it was written) is
+    null in every row, as the archive's other readers read it."""
+    present = set(pq.read_schema(io.BytesIO(data)).names)
+    table = read_parquet(data, [c for c in columns if c in present])
+    for name in columns:
+        if name not in present:
+            table = table.append_column(name, pa.nulls(table.num_rows))
+    return table.select(list(columns))
 
 
 _PRIOR_WATERMARK = """
@@ -215,9 +237,17 @@ def _dead_letter_offsets(reader: ArchiveReader, keys: Sequence[str]) -> tuple[pa
     return pa.concat_tables(parts), read
 
 
+def id_column(views: Sequence[View]) -> str | None:
+    """The declared id of ``views``' topic (one topic, one declaration): None without one."""
+    ids = {v.declaration.id for v in views if v.declaration is not None}
+    if len(ids) > 1:
+        raise ValueError(f"views of one topic declare different ids: {sorted(map(str, ids))}")
+    return next(iter(ids), None)
+
+
 def archive_columns(views: Sequence[View]) -> list[str]:
-    """The event columns the causes of ``views`` read beside the archive's own: their
-    grouping columns and the fields of their ``where:`` filters."""
+    """The event columns the causes of ``views`` read beside the archive's own and the id:
+    their grouping columns and the fields of their ``where:`` filters."""
     columns = {c for v in views for c in v.grouping_cols}
     columns |= {f for v in views if v.filter is not None for f in v.filter.fields}
     columns |= {  # quantiles are judged by rank among the window's own values
@@ -227,7 +257,7 @@ def archive_columns(views: Sequence[View]) -> list[str]:
         if a.description.reconciled is Reconciled.QUANTILE_RANK
         for c in a.columns_read()
     }
-    return sorted(columns - {"event_id", "event_time"})
+    return sorted(columns - {id_column(views), EVENT_TIME})
 
 
 SHARED_ROWS = 4_000_000
@@ -260,17 +290,21 @@ def read_hour_archive(
     hour_ms: int,
     grouping_cols: Sequence[str],
     ranges: Sequence[RangeRecord] | None = None,
+    id_col: str | None = None,
 ) -> HourArchive:
     """The rows of ``hour_ms`` and the early rows that can raise its watermark.
 
-    ``ranges`` are the topic's range records (read once by a caller covering many hours);
+    ``grouping_cols``: the event columns to read (:func:`archive_columns`); ``id_col``: the
+    topic's declared id (:func:`id_column`), read too. ``ranges`` are the topic's range
+    records (read once by a caller covering many hours);
     pass an :class:`ArchiveReader` as ``store`` to share file reads between hours. An hour
     read from the same files by an earlier pass of this process is not read again (the
     files are immutable: their names are their offset ranges).
     """
     reader = store if isinstance(store, ArchiveReader) else ArchiveReader(store)
-    columns = ["event_id", "event_time", "partition", "offset", *sorted(set(grouping_cols))]
-    cache_key = (topic, hour_ms, tuple(columns))
+    own = [*([id_col] if id_col is not None else []), EVENT_TIME, "partition", "offset"]
+    columns = [*own, *sorted(set(grouping_cols) - set(own))]
+    cache_key = (topic, hour_ms, tuple(columns), id_col)
     if cache_key in reader.hours:
         reader.hours.move_to_end(cache_key)
         return reader.hours[cache_key]
@@ -281,7 +315,9 @@ def read_hour_archive(
     shared_key = (reader.store.root, *cache_key, tuple(files), tuple(letters))
     found = _shared_get(shared_key)
     if found is None:
-        found, complete = _read_hour_archive(reader, topic, hour_ms, columns, files, letters)
+        found, complete = _read_hour_archive(
+            reader, topic, hour_ms, columns, files, letters, id_col
+        )
         if complete:  # a file that vanished while read leaves this pass's hour short
             _shared_put(shared_key, found)
     reader.hours[cache_key] = found
@@ -313,11 +349,12 @@ def _read_hour_archive(
     columns: list[str],
     files: Sequence[tuple[str, int, int, int]],
     letter_files: Sequence[str],
+    id_col: str | None,
 ) -> tuple[HourArchive, bool]:
     """The hour's rows watermarked, and whether every file could be read."""
     tables = [t for key, *_ in files if (t := reader.read(key, columns)) is not None]
     if tables:
-        rows = pa.concat_tables(tables)
+        rows = pa.concat_tables(tables, promote_options="permissive")  # nulls of older files
     else:
         rows = pa.table({c: pa.array([], pa.int64()) for c in columns})
     letters, letters_read = _dead_letter_offsets(reader, letter_files)
@@ -333,7 +370,7 @@ def _read_hour_archive(
     finally:
         con.unregister("archive")
         con.unregister("letters")
-    return HourArchive(topic, hour_ms, with_watermark, dead), complete
+    return HourArchive(topic, hour_ms, with_watermark, dead, id_col), complete
 
 
 _local = threading.local()
@@ -346,6 +383,25 @@ def _connect() -> duckdb.DuckDBPyConnection:
         # The tables are small (an hour of one topic); threads cost more than they save.
         con = _local.con = duckdb.connect(config={"threads": 1})
     return con
+
+
+def _distinct(id_col: str | None, where: str = "") -> str:
+    """SQL counting the distinct events among a group's deliveries (``where``: of those that
+    pass it): its distinct ids, and each delivery whose id is null; without an id, every
+    delivery."""
+    also = f" AND {where}" if where else ""
+    if id_col is None:
+        return f"count(*) FILTER (WHERE {where})" if where else "count(*)"
+    own = f" FILTER (WHERE {where})" if where else ""
+    return f'count(DISTINCT "{id_col}"){own} + count(*) FILTER (WHERE "{id_col}" IS NULL{also})'
+
+
+def _once_per_id(id_col: str | None) -> str:
+    """A QUALIFY keeping one delivery per id (every delivery without an id, or a null one)."""
+    if id_col is None:
+        return ""
+    first = f'row_number() OVER (PARTITION BY "{id_col}" ORDER BY "offset") = 1'
+    return f'QUALIFY "{id_col}" IS NULL OR {first}'
 
 
 def _window_key(window_start_ms: int) -> str:
@@ -363,7 +419,8 @@ def _with_following(archive: HourArchive, view: View, following: HourArchive | N
         return archive.rows
     if len(parts) == 1:
         return parts[0]
-    return pa.concat_tables([parts[0], parts[1].select(parts[0].column_names)])
+    following_rows = parts[1].select(parts[0].column_names)
+    return pa.concat_tables([parts[0], following_rows], promote_options="permissive")
 
 
 def view_causes(
@@ -401,14 +458,14 @@ def view_causes(
             )
             SELECT window_start{select_groups},
                    count(*) AS deliveries,
-                   count(DISTINCT event_id) AS distinct_events,
+                   {_distinct(archive.id_col)} AS distinct_events,
                    count(*) FILTER (
                        WHERE pane + $step + $lateness <= prior_watermark
                    ) AS late,
                    -- the hour's totals count each event once: in its last window (its own
                    -- hour's, as a tumbling window is)
                    count(*) FILTER (WHERE window_start = pane) AS own_deliveries,
-                   count(DISTINCT event_id) FILTER (WHERE window_start = pane) AS own_distinct,
+                   {_distinct(archive.id_col, "window_start = pane")} AS own_distinct,
                    count(*) FILTER (
                        WHERE window_start = pane AND pane + $step + $lateness <= prior_watermark
                    ) AS own_late
@@ -453,9 +510,11 @@ def window_values(
         con.register("archive", rows)
         result = con.execute(
             f"""
-            WITH once AS (
+            WITH read_once AS (  -- a row both hours' reads hold counts once
                 SELECT * FROM archive
-                QUALIFY row_number() OVER (PARTITION BY event_id ORDER BY "offset") = 1
+                QUALIFY row_number() OVER (PARTITION BY "partition", "offset") = 1
+            ), once AS (
+                SELECT * FROM read_once {_once_per_id(archive.id_col)}
             ), panes AS (
                 SELECT *, event_time - event_time % $step AS pane FROM once {where}
             ), windowed AS (

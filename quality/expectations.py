@@ -252,7 +252,7 @@ def _metric_expectations(E, view: View) -> list:
     expectations = []
     for agg in view.aggregators:
         for f in agg.output_fields():
-            expectation = _range_expectation(E, f.name, output_rules(agg, f))
+            expectation = _range_expectation(E, f.name, output_rules(agg, f, view.declaration))
             if expectation is not None:
                 expectations.append(expectation)
         expectations += [

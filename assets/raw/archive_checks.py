@@ -1,16 +1,19 @@
 """The asset check ``archive_matches_schema`` on ``raw_archive``: do the archived files of the
 run's hours match the archive schemas?
 
-Per hour of the run's partition range it reads the hour's event files and dead-letter files,
-each kind as one table (so a Kafka position archived twice, in two files, is caught) and
-validates them with :mod:`quality.schemas`. Files, rows and violations per hour become
+An hour's directory holds the files of every topic (each file's name starts with its topic).
+Per hour of the run's partition range the check reads each topic's event files as one table
+and validates it against that topic's declaration (:func:`quality.schemas.archive_events_spec`;
+a column the declaration gained after a file was written reads as null, as every reader of
+the archive reads it), and the hour's dead-letter files as one table (so a Kafka position
+archived twice, in two files, is caught). Files, rows and violations per hour become
 metadata. The check is blocking by default: a correction computed from an archive that
 breaks its schema would overshadow the realtime values with wrong ones.
 :func:`evaluate_archive_schema` is the body, callable without Dagster.
 """
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,13 +23,19 @@ import pyarrow as pa
 from assets.constants import RAW_ARCHIVE_KEY
 from assets.run_window import not_partitioned, run_hours
 from orchestration.resources import StorageResource
+from pipelines.archive.schema import archive_schema
+from pipelines.events.declaration import TopicDeclaration
+from pipelines.exceptions import ViewDefinitionError
 from pipelines.segments import (
     archive_dead_letters_key,
     archive_events_key,
     hour_label,
+    parse_range_name,
     read_parquet,
 )
 from pipelines.storage import ObjectStore
+from pipelines.views.model import View
+from pipelines.views.topics import declaration_for, default_declarations
 from quality.exceptions import SchemaViolation
 from quality.schemas import validate_archive_events, validate_dead_letters
 
@@ -37,6 +46,7 @@ __all__ = [
     "check_archive_hour",
     "evaluate_archive_schema",
     "read_archive_hour",
+    "topic_declarations",
 ]
 
 log = logging.getLogger(__name__)
@@ -56,6 +66,8 @@ class HourSchemaReport:
     dead_letter_files: int = 0
     dead_letters: int = 0
     violations: tuple[str, ...] = ()
+    topics: tuple[str, ...] = ()
+    """The topics with event files in the hour."""
 
     @property
     def label(self) -> str:
@@ -71,16 +83,30 @@ def _hour_prefix(key_of: Callable[..., str], hour_ms: int) -> str:
     return key_of(hour_ms, "t", 0, 0, 0).rpartition("/")[0] + "/"
 
 
+def _topic_of(key: str) -> str | None:
+    parsed = parse_range_name(key)
+    return None if parsed is None else parsed[0]
+
+
 def read_archive_hour(
-    store: ObjectStore, hour_ms: int, dead_letters: bool = False
+    store: ObjectStore, hour_ms: int, dead_letters: bool = False, topic: str | None = None
 ) -> tuple[pa.Table | None, list[str]]:
-    """The hour's archived events (or dead letters) as one table, and the files read.
+    """The hour's archived events (or dead letters) as one table, and the files read: of
+    ``topic`` only, if given (the events of different topics have different columns).
 
     None when the hour has no such file. Files whose layouts cannot be combined raise
     :class:`SchemaViolation` naming the files.
     """
     key_of = archive_dead_letters_key if dead_letters else archive_events_key
     keys = [k for k in store.list(_hour_prefix(key_of, hour_ms)) if k.endswith(".parquet")]
+    if topic is not None:
+        keys = [k for k in keys if _topic_of(k) == topic]
+    return _read_files(store, hour_ms, keys)
+
+
+def _read_files(
+    store: ObjectStore, hour_ms: int, keys: Sequence[str]
+) -> tuple[pa.Table | None, list[str]]:
     tables: dict[str, pa.Table] = {}
     for key in keys:
         try:
@@ -100,37 +126,118 @@ def read_archive_hour(
         ) from None
 
 
-def _validate_hour_part(
-    store: ObjectStore, hour_ms: int, dead_letters: bool
+def _hour_topics(store: ObjectStore, hour_ms: int) -> tuple[dict[str, list[str]], list[str]]:
+    """The hour's event files by topic, in topic order, and the files whose names are no
+    range's (their topic cannot be told)."""
+    prefix = _hour_prefix(archive_events_key, hour_ms)
+    by_topic: dict[str, list[str]] = {}
+    unnamed = []
+    for key in store.list(prefix):
+        if key.endswith(".parquet"):
+            topic = _topic_of(key)
+            if topic is None:
+                unnamed.append(key)
+            else:
+                by_topic.setdefault(topic, []).append(key)
+    return dict(sorted(by_topic.items())), unnamed
+
+
+def _with_declared_columns(table: pa.Table, declaration: TopicDeclaration) -> pa.Table:
+    """``table`` with each declared column it lacks as nulls: files written before the column
+    was declared read so everywhere (a required column's nulls then break its schema)."""
+    for field in archive_schema(declaration):
+        if field.name not in table.column_names:
+            table = table.append_column(field.name, pa.nulls(table.num_rows, field.type))
+    return table
+
+
+def _validate_events(
+    store: ObjectStore,
+    hour_ms: int,
+    topic: str,
+    keys: Sequence[str],
+    declarations: Mapping[str, TopicDeclaration],
 ) -> tuple[int, int, str | None]:
-    """(files, rows, violation message or None) of one kind of one hour."""
-    validate = validate_dead_letters if dead_letters else validate_archive_events
+    """(files, rows, violation message or None) of one topic's events of one hour, in
+    ``keys``."""
     try:
-        table, keys = read_archive_hour(store, hour_ms, dead_letters)
+        declaration = declaration_for(topic, declarations)
+    except ViewDefinitionError as exc:
+        return 0, 0, f"topic {topic!r}: no declaration to check its events against: {exc}"
+    try:
+        table, read = _read_files(store, hour_ms, keys)
+    except SchemaViolation as exc:
+        return 0, 0, f"topic {topic!r}: {exc}"
+    if table is None:
+        return 0, 0, None
+    try:
+        validate_archive_events(_with_declared_columns(table, declaration), declaration)
+    except SchemaViolation as exc:
+        return len(read), table.num_rows, str(exc)
+    return len(read), table.num_rows, None
+
+
+def _validate_dead_letters(store: ObjectStore, hour_ms: int) -> tuple[int, int, str | None]:
+    """(files, rows, violation message or None) of the hour's dead letters (every topic's:
+    they share one layout)."""
+    try:
+        table, keys = read_archive_hour(store, hour_ms, dead_letters=True)
     except SchemaViolation as exc:
         return 0, 0, str(exc)
     if table is None:
         return 0, 0, None
     try:
-        validate(table)
+        validate_dead_letters(table)
     except SchemaViolation as exc:
         return len(keys), table.num_rows, str(exc)
     return len(keys), table.num_rows, None
 
 
-def check_archive_hour(store: ObjectStore, hour_ms: int) -> HourSchemaReport:
-    """Validate one hour's archived events and dead letters."""
-    event_files, events, event_problem = _validate_hour_part(store, hour_ms, False)
-    dead_files, dead, dead_problem = _validate_hour_part(store, hour_ms, True)
-    problems = tuple(p for p in (event_problem, dead_problem) if p)
+def check_archive_hour(
+    store: ObjectStore, hour_ms: int, declarations: Mapping[str, TopicDeclaration]
+) -> HourSchemaReport:
+    """Validate one hour's archived events, each topic's against its declaration (from
+    ``declarations``, by topic, with :func:`~pipelines.views.topics.declaration_for`'s
+    ``"*"`` for topics not named), and its dead letters."""
+    topics, unnamed = _hour_topics(store, hour_ms)
+    event_files = events = 0
+    problems = [
+        f"{key}: not an archive range's file name (topic-partition-first-end), not checked"
+        for key in unnamed
+    ]
+    for topic, keys in topics.items():
+        files, rows, problem = _validate_events(store, hour_ms, topic, keys, declarations)
+        event_files, events = event_files + files, events + rows
+        if problem:
+            problems.append(problem)
+    dead_files, dead, dead_problem = _validate_dead_letters(store, hour_ms)
+    if dead_problem:
+        problems.append(dead_problem)
     for problem in problems:
         log.warning("archive hour %s: %s", hour_label(hour_ms), problem)
-    return HourSchemaReport(hour_ms, event_files, events, dead_files, dead, problems)
+    return HourSchemaReport(
+        hour_ms, event_files, events, dead_files, dead, tuple(problems), tuple(topics)
+    )
 
 
-def evaluate_archive_schema(store: ObjectStore, hours: Sequence[int]) -> dg.AssetCheckResult:
-    """The check's result for ``hours`` (epoch-ms hour starts): counts and violations."""
-    reports = [check_archive_hour(store, hour) for hour in hours]
+def topic_declarations(views: Sequence[View]) -> dict[str, TopicDeclaration]:
+    """What each archived topic's events are checked against: the views' own declarations,
+    over the topics file's (for a topic no view reads, and ``"*"``)."""
+    try:
+        found = dict(default_declarations())
+    except ViewDefinitionError as exc:  # the views' declarations may still cover every topic
+        log.warning("archive schema check: %s", exc)
+        found = {}
+    found.update({v.topic: v.declaration for v in views if v.declaration is not None})
+    return found
+
+
+def evaluate_archive_schema(
+    store: ObjectStore, hours: Sequence[int], declarations: Mapping[str, TopicDeclaration]
+) -> dg.AssetCheckResult:
+    """The check's result for ``hours`` (epoch-ms hour starts): counts and violations, each
+    topic's events checked against its declaration in ``declarations``."""
+    reports = [check_archive_hour(store, hour, declarations) for hour in hours]
     failed = [r for r in reports if not r.passed]
     metadata: dict[str, Any] = {
         "hours": f"{reports[0].label} .. {reports[-1].label}" if reports else "",
@@ -145,6 +252,7 @@ def evaluate_archive_schema(store: ObjectStore, hours: Sequence[int]) -> dg.Asse
                     "events": r.events,
                     "dead_letters": r.dead_letters,
                     "files": r.event_files + r.dead_letter_files,
+                    "topics": list(r.topics),
                 }
                 for r in reports
             }
@@ -169,15 +277,19 @@ def evaluate_archive_schema(store: ObjectStore, hours: Sequence[int]) -> dg.Asse
     )
 
 
-def build_archive_schema_check(blocking: bool = True) -> dg.AssetChecksDefinition:
-    """``archive_matches_schema`` on ``raw_archive``, for the hours its run materialized."""
+def build_archive_schema_check(
+    views: Sequence[View] = (), blocking: bool = True
+) -> dg.AssetChecksDefinition:
+    """``archive_matches_schema`` on ``raw_archive``, for the hours its run materialized; each
+    topic's events are checked against its declaration (:func:`topic_declarations`)."""
 
     @dg.asset_check(
         asset=RAW_ARCHIVE_KEY,
         name=ARCHIVE_SCHEMA_CHECK,
         blocking=blocking,
         description="Archived events and dead letters of the run's hours match their schemas: "
-        "types, non-null, ranges, known dead-letter reasons, unique (topic, partition, offset).",
+        "each topic's declared types, nullability and ranges, known dead-letter reasons, "
+        "unique (topic, partition, offset).",
     )
     def _check(
         context: dg.AssetCheckExecutionContext, storage: StorageResource
@@ -185,6 +297,6 @@ def build_archive_schema_check(blocking: bool = True) -> dg.AssetChecksDefinitio
         hours = run_hours(context)
         if hours is None:
             return not_partitioned("no hours to check")
-        return evaluate_archive_schema(storage.open(), hours)
+        return evaluate_archive_schema(storage.open(), hours, topic_declarations(views))
 
     return _check

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import date
 
 from pipelines.segments.time import hour_label
@@ -20,6 +21,7 @@ __all__ = [
     "checkpoint_prefix",
     "legacy_checkpoint_key",
     "parse_checkpoint_key",
+    "parse_range_name",
     "parse_task_checkpoint_key",
     "parse_task_label",
     "realtime_key",
@@ -126,6 +128,19 @@ def legacy_checkpoint_key(topic: str, partition: int) -> str:
 
 def _range_name(topic: str, partition: int, first: int, end: int, bucket: int, factor: int) -> str:
     return f"{topic}-{partition}-{first}-{end}{bucket_suffix(bucket, factor)}"
+
+
+_RANGE_NAME = re.compile(r"^(.+)-(\d+)-(\d+)-(\d+)(?:-b(\d+)of(\d+))?$")
+
+
+def parse_range_name(key: str) -> tuple[str, int, int, int, int, int] | None:
+    """(topic, partition, first, end, bucket, factor) of an archive file's key, else None."""
+    name = key.rpartition("/")[2].removesuffix(".parquet")
+    match = _RANGE_NAME.match(name)
+    if match is None:
+        return None
+    topic, partition, first, end, bucket, factor = match.groups()
+    return topic, int(partition), int(first), int(end), int(bucket or 0), int(factor or 1)
 
 
 def archive_events_key(

@@ -14,7 +14,7 @@ from pipelines.serving import corrected_segments
 from pipelines.storage import ObjectStore
 from pipelines.tables import Tables
 from pipelines.views.model import View
-from quality.causes import ArchiveReader, archive_columns, read_hour_archive
+from quality.causes import ArchiveReader, archive_columns, id_column, read_hour_archive
 from quality.compare import Tolerance
 from quality.reconcile.kinds import HourReads, reconciler_of
 from quality.reconcile.reads import corrected_by_hour
@@ -64,6 +64,7 @@ def reconcile(
         topic: archive_columns([v for v in archive_views or topic_views if v.topic == topic])
         for topic, topic_views in by_topic.items()
     }
+    ids = {topic: id_column(topic_views) for topic, topic_views in by_topic.items()}
     reader = ArchiveReader(store)
     corrected = {  # one scan of each view's table for the pass, not two per hour
         view.name: set(
@@ -82,11 +83,13 @@ def reconcile(
     }
     for hour in hours:
         for topic, topic_views in by_topic.items():
-            archive = read_hour_archive(reader, topic, hour, columns[topic], ranges[topic])
+            archive = read_hour_archive(
+                reader, topic, hour, columns[topic], ranges[topic], ids[topic]
+            )
             following = None
             if any(v.is_sliding for v in topic_views):  # their windows reach the next hour
                 following = read_hour_archive(
-                    reader, topic, hour + HOUR_MS, columns[topic], ranges[topic]
+                    reader, topic, hour + HOUR_MS, columns[topic], ranges[topic], ids[topic]
                 )
             for view in topic_views:
                 reads = HourReads(

@@ -9,7 +9,9 @@ Causes come from the archive: for each session, the deliveries of its key during
 activity without a pause of ``gap``, since a cause there shifts every maximum-duration cut
 after it), how many of them repeated an
 event id (duplicates: the stream counts them, the correction does not) and how many the stream
-dropped as late (behind their partition's watermark by more than the allowed lateness). A late
+dropped as late (behind their partition's watermark by more than the allowed lateness).
+Events are told apart by the topic's declared id; a topic without one has no duplicates (each
+archived record is an event of its own, ordered by time, then partition and offset). A late
 event the stream dropped can split a session in two or shorten it, and a duplicate can bridge
 a gap, so a session that differs, is missing or is extra is *explained* when its span had a
 duplicate or a late drop. The stream folds an event into its session only once the watermark
@@ -27,6 +29,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from pipelines.events.declaration import EVENT_TIME
 from pipelines.segments import (
     HOUR_MS,
     RangeRecord,
@@ -39,7 +42,7 @@ from pipelines.storage import ObjectStore
 from pipelines.stream.checkpoint import load_checkpoint
 from pipelines.tables import Tables
 from pipelines.views.model import EVENT_COUNT, SESSION_END, SESSION_START, View
-from quality.causes import ArchiveReader, Causes, GroupCauses, read_hour_archive
+from quality.causes import ArchiveReader, Causes, GroupCauses, id_column, read_hour_archive
 from quality.compare import (
     EXACT,
     Tolerance,
@@ -73,14 +76,18 @@ class SessionCauses:
     def __init__(self, view: View, rows: pa.Table) -> None:
         assert view.session is not None
         self.view = view
-        ordered = rows.sort_by(
-            [("event_time", "ascending"), ("partition", "ascending"), ("offset", "ascending")]
-        )
+        id_col = id_column([view])
+        order = [EVENT_TIME, *([id_col] if id_col is not None else []), "partition", "offset"]
+        ordered = rows.sort_by([(c, "ascending") for c in order])
         size = ordered.num_rows
-        ids = _codes(ordered.column("event_id"))[0]
-        duplicate = np.ones(size, dtype=bool)
-        duplicate[np.unique(ids, return_index=True)[1]] = False  # a repeat of an earlier id
-        times = ordered.column("event_time").to_numpy().astype(np.int64)
+        duplicate = np.zeros(size, dtype=bool)
+        if id_col is not None:
+            column = ordered.column(id_col)
+            ids = _codes(column)[0]
+            duplicate[:] = True
+            duplicate[np.unique(ids, return_index=True)[1]] = False  # a repeat of an earlier id
+            duplicate &= np.asarray(column.is_valid(), dtype=bool)  # a null id is no repeat
+        times = ordered.column(EVENT_TIME).to_numpy().astype(np.int64)
         prior = ordered.column("prior_watermark").combine_chunks()
         late = np.asarray(prior.is_valid(), dtype=bool) & (
             times < prior.fill_null(0).to_numpy().astype(np.int64) - view.allowed_lateness_ms
@@ -159,25 +166,24 @@ def archive_rows(
     """Archived rows of the hours that sessions starting in ``hour_ms`` can span."""
     spec = view.session
     assert spec is not None
+    id_col = id_column([view])
     first = hour_ms - (-(-spec.gap_ms // HOUR_MS)) * HOUR_MS
     last = hour_ms + HOUR_MS + spec.max_duration_ms + spec.gap_ms
     tables = []
     for hour in range(first, last, HOUR_MS):
-        archive = read_hour_archive(store, view.topic, hour, [spec.key], ranges)
+        archive = read_hour_archive(store, view.topic, hour, [spec.key], ranges, id_col)
         rows = archive.rows
         if rows.num_rows:
-            times = rows.column("event_time").to_numpy()
+            times = rows.column(EVENT_TIME).to_numpy()
             tables.append(rows.filter(pa.array((times >= hour) & (times < hour + HOUR_MS))))
     tables = [t.select(tables[0].schema.names) for t in tables]
     if not tables:
-        names = ["event_id", "event_time", "partition", "offset", "prior_watermark", spec.key]
+        strings = {spec.key, *([id_col] if id_col is not None else [])}
+        names = [*strings, EVENT_TIME, "partition", "offset", "prior_watermark"]
         return pa.table(
-            {
-                n: pa.array([], pa.string() if n in ("event_id", spec.key) else pa.int64())
-                for n in names
-            }
+            {n: pa.array([], pa.string() if n in strings else pa.int64()) for n in names}
         )
-    return pa.concat_tables(tables)
+    return pa.concat_tables(tables, promote_options="permissive")  # nulls of older files
 
 
 def _span_ms(table: pa.Table, column: str) -> np.ndarray:

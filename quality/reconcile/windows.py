@@ -52,6 +52,7 @@ from quality.causes import (
     GroupCauses,
     HourArchive,
     archive_columns,
+    id_column,
     read_hour_archive,
     view_causes,
     window_values,
@@ -267,11 +268,11 @@ def reconcile_hour(
     (:func:`quality.reconcile.reads.corrected_by_hour`) and ``states`` its sketches, if the
     caller read them."""
     tolerance = tolerance or Tolerance.from_env()
-    columns = archive_columns([view])
+    columns, id_col = archive_columns([view]), id_column([view])
     if archive is None:
-        archive = read_hour_archive(store, view.topic, hour_ms, columns)
+        archive = read_hour_archive(store, view.topic, hour_ms, columns, id_col=id_col)
     if view.is_sliding and following is None:
-        following = read_hour_archive(store, view.topic, hour_ms + HOUR_MS, columns)
+        following = read_hour_archive(store, view.topic, hour_ms + HOUR_MS, columns, id_col=id_col)
     total, causes = view_causes(archive, view, following)
     if has_correction is None:
         has_correction = _has_correction(tables, view, hour_ms)

@@ -1,10 +1,11 @@
 """pandera schemas of the data at Sluice's boundaries, each defined once (see spec.py).
 
-- the raw archive: :data:`ARCHIVE_EVENTS`, :data:`DEAD_LETTERS`;
+- the raw archive: a topic's events from its declaration, :func:`archive_events_spec` (its
+  columns' value rules: :func:`column_rules`), and :data:`DEAD_LETTERS`;
 - per view: realtime segments, corrected (batch) segments and query results,
   :func:`segment_spec`, :func:`corrected_schema`, and in Spark :func:`spark_schema`;
-- per aggregation: the rules of its output columns, from its own description,
-  :func:`metric_rules` (the segment specs and the expectation suites both use them);
+- per aggregation: the rules of its output columns, from its own description and its input's
+  declaration, :func:`metric_rules` (the segment specs and the expectation suites both use them);
 - each spec becomes a pandas schema (:func:`pandas_schema`) and a Spark one, never written
   twice;
 - validators raising :class:`~quality.exceptions.SchemaViolation`:
@@ -16,9 +17,9 @@ May import: ``pipelines`` and ``quality.exceptions``.
 """
 
 from quality.schemas.archive import (
-    ARCHIVE_EVENTS,
     DEAD_LETTERS,
-    EVENT_RULES,
+    archive_events_spec,
+    column_rules,
     validate_archive_events,
     validate_dead_letters,
 )
@@ -37,12 +38,12 @@ from quality.schemas.spark import spark_schema, validate_spark, validate_spark_s
 from quality.schemas.spec import FrameSpec, Rule
 
 __all__ = [
-    "ARCHIVE_EVENTS",
     "DEAD_LETTERS",
-    "EVENT_RULES",
     "FrameSpec",
     "Rule",
     "SegmentKind",
+    "archive_events_spec",
+    "column_rules",
     "corrected_schema",
     "metric_rules",
     "output_rules",

@@ -10,38 +10,63 @@ from __future__ import annotations
 import pyarrow as pa
 
 from pipelines.aggregators import Aggregator, Measure, Range
-from quality.schemas.archive import EVENT_RULES
-from quality.schemas.spec import NON_EMPTY, Rule, RuleKind, ge, le
+from pipelines.events.declaration import ColumnType, TopicDeclaration
+from quality.schemas.archive import column_rules
+from quality.schemas.spec import NON_EMPTY, Rule, ge, le
 
 __all__ = ["counted_pairs", "metric_rules", "output_rules"]
 
 
-def _non_negative(column: str) -> bool:
-    return any(r.kind is RuleKind.GE and r.value >= 0 for r in EVENT_RULES.get(column, ()))
+def _minimum(declaration: TopicDeclaration | None, column: str | None) -> float | None:
+    """The ``minimum`` ``declaration`` gives ``column`` (None: none declared or known)."""
+    if declaration is None:
+        return None
+    field = next((f for f in declaration.fields if f.name == column), None)
+    return None if field is None else field.minimum
 
 
-def output_rules(agg: Aggregator, field: pa.Field) -> tuple[Rule, ...]:
-    """What every value of one output column of ``agg`` satisfies."""
+def _may_be_empty(declaration: TopicDeclaration | None, column: str | None) -> bool:
+    """Whether ``column``'s strings may be empty: those of a nullable string field."""
+    if declaration is None or column is None:
+        return False
+    if declaration.columns().get(column) is not ColumnType.STRING:
+        return False
+    return NON_EMPTY not in column_rules(declaration).get(column, ())
+
+
+def output_rules(
+    agg: Aggregator, field: pa.Field, declaration: TopicDeclaration | None = None
+) -> tuple[Rule, ...]:
+    """What every value of one output column of ``agg`` satisfies; the input's range is what
+    its topic's ``declaration`` says (unknown without one)."""
+    how = agg.description.range
     if pa.types.is_string(field.type):
+        if how is Range.OF_INPUT and _may_be_empty(declaration, agg.spec.col_name):
+            return ()
         return (NON_EMPTY,)
-    match agg.description.range:
+    match how:
         case Range.NON_NEGATIVE:
             return (ge(0),)
         case Range.UNIT_INTERVAL:
             return (ge(0), le(1))
         case Range.OF_INPUT:
-            return EVENT_RULES.get(agg.spec.col_name or "", ())
+            low = _minimum(declaration, agg.spec.col_name)
+            return () if low is None else (ge(low),)
         case Range.SIGN_OF_INPUT:
             inputs = agg.input_columns()
-            return (ge(0),) if inputs and all(map(_non_negative, inputs)) else ()
+            lows = [_minimum(declaration, c) for c in inputs]
+            return (ge(0),) if inputs and all(m is not None and m >= 0 for m in lows) else ()
         case Range.ANY:
             return ()
     raise AssertionError(agg.description.range)
 
 
-def metric_rules(agg: Aggregator) -> dict[str, tuple[Rule, ...]]:
-    """Output column -> its rules, for every output column of ``agg``."""
-    return {f.name: output_rules(agg, f) for f in agg.output_fields()}
+def metric_rules(
+    agg: Aggregator, declaration: TopicDeclaration | None = None
+) -> dict[str, tuple[Rule, ...]]:
+    """Output column -> its rules, for every output column of ``agg`` over a topic declared
+    by ``declaration``."""
+    return {f.name: output_rules(agg, f, declaration) for f in agg.output_fields()}
 
 
 def counted_pairs(aggregators: list[Aggregator]) -> list[tuple[str, str]]:

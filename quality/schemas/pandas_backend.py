@@ -69,6 +69,18 @@ def rule_check(rule: Rule):
     raise AssertionError(rule.kind)
 
 
+def _nullable_dtype(t: pa.DataType) -> Any | None:
+    """The pandas extension dtype that holds ``t``'s values with nulls (numpy's int and bool
+    cannot: ``to_pandas`` turns such a column into floats or objects, and a null in a column
+    that may hold none would read as a wrong type), None if numpy's can."""
+    if pa.types.is_boolean(t):
+        return pd.BooleanDtype()
+    if pa.types.is_integer(t):
+        sign = "Int" if pa.types.is_signed_integer(t) else "UInt"
+        return pd.api.types.pandas_dtype(f"{sign}{t.bit_width}")
+    return None
+
+
 def _pandas_dtype(t: pa.DataType) -> Any:
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         return str  # object columns whose values are all str
@@ -80,16 +92,20 @@ def _pandas_dtype(t: pa.DataType) -> Any:
 
 
 @lru_cache(maxsize=128)
-def pandas_schema(spec: FrameSpec) -> pdp.DataFrameSchema:
-    """The pandera schema of ``spec`` for frames as ``pyarrow.Table.to_pandas`` makes them."""
+def pandas_schema(
+    spec: FrameSpec, nullable_dtypes: frozenset[str] = frozenset()
+) -> pdp.DataFrameSchema:
+    """The pandera schema of ``spec`` for frames as ``pyarrow.Table.to_pandas`` makes them;
+    the int and bool columns in ``nullable_dtypes`` as pandas' nullable dtypes (as
+    :func:`to_pandas` makes a column with nulls)."""
     import pandera.pandas as pdp
 
-    columns = {
-        c.name: pdp.Column(
-            _pandas_dtype(c.type), [rule_check(r) for r in c.rules], nullable=c.nullable
-        )
-        for c in spec.columns
-    }
+    columns = {}
+    for c in spec.columns:
+        checks = [rule_check(r) for r in c.rules]
+        extension = _nullable_dtype(c.type) if c.name in nullable_dtypes else None
+        dtype = _pandas_dtype(c.type) if extension is None else extension
+        columns[c.name] = pdp.Column(dtype, checks, nullable=c.nullable)
     checks = []
     if spec.width is not None:
         checks.append(pdp.Check(partial(_width, width=spec.width), error=spec.width.label))
@@ -159,8 +175,15 @@ def describe_pandas_failures(spec: FrameSpec, cases: pd.DataFrame) -> list[str]:
 
 
 def to_pandas(data: pa.Table | pd.DataFrame) -> pd.DataFrame:
+    """``data`` as pandas; an int or bool column with nulls in pandas' nullable dtype (not as
+    floats, which lose large integers' exactness, or objects)."""
     if isinstance(data, pa.Table):
-        return data.to_pandas()
+        frame = data.to_pandas()
+        for name, column in zip(data.column_names, data.columns, strict=True):
+            extension = _nullable_dtype(column.type)
+            if extension is not None and column.null_count:
+                frame[name] = extension.__from_arrow__(column)
+        return frame
     if isinstance(data, pd.DataFrame):
         # pandera's uniqueness report needs a unique index; positions name rows in messages
         return data if data.index.is_unique else data.reset_index(drop=True)
@@ -173,9 +196,16 @@ def validate_frame(spec: FrameSpec, data: pa.Table | pd.DataFrame) -> pd.DataFra
     from pandera.errors import SchemaErrors
 
     frame = to_pandas(data)
+    nullable_dtypes = frozenset(
+        c.name
+        for c in spec.columns
+        if c.name in frame.columns
+        and _nullable_dtype(c.type) is not None
+        and isinstance(frame[c.name].dtype, pd.api.extensions.ExtensionDtype)
+    )
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)  # pandera's own concat of cases
-            return pandas_schema(spec).validate(frame, lazy=True)
+            return pandas_schema(spec, nullable_dtypes).validate(frame, lazy=True)
     except SchemaErrors as exc:
         raise violation(spec, describe_pandas_failures(spec, exc.failure_cases)) from None

@@ -10,10 +10,12 @@ A view's rows take three shapes, one per boundary:
   and the ``source`` of each row.
 
 All three: one row per (window_start, *grouping_cols), window starts on the view's grid,
-grouping values non-null and non-empty. Metrics are never null (a row exists only for a
-window with events) and follow the rules of their aggregation's description
-(:mod:`quality.schemas.metrics`): counts are >= 0, values of the input keep its range
-(``bytes_tx >= 0`` gives ``bytes_min >= 0``), shares lie in [0, 1], text is non-empty.
+grouping values non-null and non-empty unless the topic's declaration lets their column be
+null or empty. Metrics are null only where their aggregation may be (``Aggregator.nullable``)
+and follow the rules of their aggregation's description (:mod:`quality.schemas.metrics`):
+counts are >= 0, values of the input keep the range its topic's declaration gives it (a
+``minimum`` m on a column makes its min, max, mean, quantiles >= m), shares lie in [0, 1],
+text is non-empty.
 """
 
 from __future__ import annotations
@@ -25,11 +27,13 @@ from typing import TYPE_CHECKING
 import pandas as pd
 import pyarrow as pa
 
+from pipelines.events.declaration import ColumnType
 from pipelines.events.schema import EVENT_TIME_MAX_MS, EVENT_TIME_MIN_MS
 from pipelines.kinds import kind_of
 from pipelines.segments import is_state_column, state_column
 from pipelines.serving import SOURCE
 from pipelines.views.model import WINDOW_END, WINDOW_START, View
+from quality.schemas.archive import column_rules
 from quality.schemas.metrics import metric_rules
 from quality.schemas.pandas_backend import pandas_schema, to_pandas, validate_frame
 from quality.schemas.spec import (
@@ -87,6 +91,21 @@ def _window_rules(view: View, field: pa.Field) -> tuple[Rule, ...]:
     return (*grid, ge(view.window_start(EVENT_TIME_MIN_MS)), lt(EVENT_TIME_MAX_MS))
 
 
+def _group_rules(view: View, field: pa.Field) -> tuple[bool, tuple[Rule, ...]]:
+    """(nullable, rules) of a grouping column: a column its topic declares nullable may hold
+    null (a group of its own), and a string may be empty only where its events' may."""
+    declaration = view.declaration
+    if declaration is None:
+        return False, (NON_EMPTY,)
+    nullable = field.name in declaration.nullable_columns()
+    if not pa.types.is_string(field.type):
+        return nullable, ()
+    if declaration.columns().get(field.name) is not ColumnType.STRING:
+        return nullable, (NON_EMPTY,)  # a value's text
+    own = column_rules(declaration).get(field.name, ())
+    return nullable, tuple(r for r in own if r is NON_EMPTY)
+
+
 def segment_spec(view: View, kind: SegmentKind | str) -> FrameSpec:
     """The spec of ``view``'s rows at one boundary; both pandera schemas derive from it."""
     view_kind = kind_of(view)
@@ -101,7 +120,9 @@ def segment_spec(view: View, kind: SegmentKind | str) -> FrameSpec:
     kind = SegmentKind(kind)
     layout = _layout(view, kind)
     metrics = {
-        name: (agg, rules) for agg in view.aggregators for name, rules in metric_rules(agg).items()
+        name: (agg, rules)
+        for agg in view.aggregators
+        for name, rules in metric_rules(agg, view.declaration).items()
     }
     states = {state_column(agg.out) for agg in view.aggregators}
     columns = []
@@ -111,7 +132,7 @@ def segment_spec(view: View, kind: SegmentKind | str) -> FrameSpec:
         if name == WINDOW_START:
             rules = _window_rules(view, field)
         elif name in view.grouping_cols:
-            rules = (NON_EMPTY,)
+            nullable, rules = _group_rules(view, field)
         elif name in metrics:
             agg, rules = metrics[name]
             nullable = agg.nullable
@@ -170,6 +191,7 @@ def validate_segment(
 ) -> pd.DataFrame:
     """Check realtime, batch or query rows of ``view`` (told by ``kind`` or the columns);
     returns them as pandas or raises :class:`~quality.exceptions.SchemaViolation`."""
-    frame = to_pandas(data)
-    kind = kind or detect_kind(list(frame.columns), view.metric_columns)
+    frame = data if isinstance(data, pa.Table) else to_pandas(data)
+    names = frame.column_names if isinstance(frame, pa.Table) else list(frame.columns)
+    kind = kind or detect_kind(names, view.metric_columns)
     return validate_frame(segment_spec(view, kind), frame)

@@ -26,6 +26,7 @@ from assets.raw.archive_checks import (
     read_archive_hour,
 )
 from orchestration.resources import LocalStorageResource
+from pipelines.events.declaration import TopicDeclaration
 from pipelines.events.decode import DEAD_LETTER_REASONS
 from pipelines.generator import GeneratorOptions
 from pipelines.segments import (
@@ -99,6 +100,17 @@ def dead_letters(streamed: StreamRun) -> pd.DataFrame:
     return pa.concat_tables(tables).to_pandas()
 
 
+def _declared(streamed: StreamRun) -> TopicDeclaration:
+    """The generator's topic's declaration, as the views read it."""
+    declaration = streamed.views[0].declaration
+    assert declaration is not None
+    return declaration
+
+
+def _validate_events(streamed: StreamRun) -> Callable[[pd.DataFrame], object]:
+    return lambda frame: validate_archive_events(frame, _declared(streamed))
+
+
 def _view(streamed: StreamRun, name: str) -> View:
     return next(v for v in streamed.views if v.name == name)
 
@@ -115,7 +127,7 @@ def _rejected(validate: Callable[[pd.DataFrame], object], frame: pd.DataFrame) -
 def test_archived_events_match_including_duplicate_event_ids(
     streamed: StreamRun, events: pd.DataFrame
 ) -> None:
-    checked = validate_archive_events(events)
+    checked = validate_archive_events(events, _declared(streamed))
     assert len(checked) == len(streamed.valid_messages())
     assert checked["event_id"].duplicated().sum() > 0  # duplicate deliveries are archived
 
@@ -205,32 +217,37 @@ def _extra_column(f: pd.DataFrame) -> None:
     ids=lambda p: p.__name__.strip("_") if callable(p) else "",
 )
 def test_archived_events_reject_each_kind_of_bad_data(
-    events: pd.DataFrame, breaks: Callable[[pd.DataFrame], None], expected: list[str]
+    streamed: StreamRun,
+    events: pd.DataFrame,
+    breaks: Callable[[pd.DataFrame], None],
+    expected: list[str],
 ) -> None:
     frame = events.head(50).copy()
     breaks(frame)
-    message = _rejected(validate_archive_events, frame)
-    assert message.startswith("archived events break the schema (1 problem(s))")
+    message = _rejected(_validate_events(streamed), frame)
+    assert message.startswith("archived events of topic 'events' break the schema (1 problem(s))")
     for fragment in expected:
         assert fragment in message
 
 
-def test_every_problem_is_reported_at_once(events: pd.DataFrame) -> None:
+def test_every_problem_is_reported_at_once(streamed: StreamRun, events: pd.DataFrame) -> None:
     frame = events.head(50).copy()
     for breaks in (_null_org, _negative_bytes, _repeated_offset):
         breaks(frame)
-    message = _rejected(validate_archive_events, frame)
+    message = _rejected(_validate_events(streamed), frame)
     assert "(3 problem(s))" in message
     assert (
         "'org'" in message and "'bytes_tx'" in message and "(topic, partition, offset)" in message
     )
 
 
-def test_a_schema_violation_is_a_quality_error(events: pd.DataFrame) -> None:
+def test_a_schema_violation_is_a_quality_error(streamed: StreamRun, events: pd.DataFrame) -> None:
     frame = events.head(5).copy()
     _negative_bytes(frame)
     with pytest.raises(QualityError):
-        validate_archive_events(pa.Table.from_pandas(frame, preserve_index=False))
+        validate_archive_events(
+            pa.Table.from_pandas(frame, preserve_index=False), _declared(streamed)
+        )
 
 
 # --- bad dead letters ---------------------------------------------------------------------------
@@ -373,7 +390,7 @@ def test_archive_check_passes_on_the_real_archive_in_a_dagster_run(
     streamed: StreamRun, hours: list[int], events: pd.DataFrame
 ) -> None:
     result = dg.materialize(
-        [raw_archive, build_archive_schema_check()],
+        [raw_archive, build_archive_schema_check(streamed.views)],
         resources={"storage": LocalStorageResource(root=str(streamed.store.root))},
         tags={
             "dagster/asset_partition_range_start": partition_key_for(hours[0]),
@@ -408,7 +425,7 @@ def test_archive_check_fails_on_a_range_archived_twice_and_a_negative_size(
     sink = io.BytesIO()
     pq.write_table(broken, sink)
     store.put(archive_events_key(hour, "events", part, 10**9, 10**9 + 1), sink.getvalue())
-    result = evaluate_archive_schema(store, [hour])
+    result = evaluate_archive_schema(store, [hour], {"events": _declared(streamed)})
     assert not result.passed
     violations = result.metadata["violations"].value
     (problem,) = violations[next(iter(violations))]
