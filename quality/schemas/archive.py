@@ -1,6 +1,6 @@
 """The raw archive's schemas: valid events and dead letters, as the stream tasks write them.
 
-Types and nullability come from the writer's layouts (``ARCHIVE_SCHEMA``,
+Types and nullability come from the writer's layouts (the generator's ``archive_schema``,
 ``DEAD_LETTER_SCHEMA``); the value rules are the decoder's (non-empty strings, ``bytes_tx >= 0``,
 event times within the sane bounds, a known dead-letter reason). A Kafka position
 ``(topic, partition, offset)`` is archived once; an ``event_id`` may repeat, because duplicate
@@ -12,9 +12,10 @@ from __future__ import annotations
 import pandas as pd
 import pyarrow as pa
 
-from pipelines.archive.writer import ARCHIVE_SCHEMA, DEAD_LETTER_SCHEMA
+from pipelines.archive import DEAD_LETTER_SCHEMA, archive_schema
 from pipelines.events.decode import DEAD_LETTER_REASONS
 from pipelines.events.schema import EVENT_FIELDS, EVENT_TIME_MAX_MS, EVENT_TIME_MIN_MS
+from pipelines.views.topics import ANY_TOPIC, default_declarations
 from quality.schemas.pandas_backend import validate_frame
 from quality.schemas.spec import (
     NON_EMPTY,
@@ -52,7 +53,7 @@ _POSITION_RULES: dict[str, tuple[Rule, ...]] = {
 
 ARCHIVE_EVENTS = FrameSpec(
     "archived events",
-    columns_of(ARCHIVE_SCHEMA, EVENT_RULES | _POSITION_RULES),
+    columns_of(archive_schema(default_declarations()[ANY_TOPIC]), EVENT_RULES | _POSITION_RULES),
     unique=KAFKA_POSITION,
 )
 
