@@ -186,3 +186,75 @@ def test_groups_by_a_boolean_and_a_long_land_in_the_table_with_their_types(spark
             assert got == oracle
     finally:
         tables.close()
+
+
+def test_sessions_of_a_topic_without_an_id_keep_every_record_in_kafka_order(spark, tmp_path):
+    store = LocalObjectStore(tmp_path / "storage")
+    declared = _payments("visits")
+    pause = 600_000  # after every 40 messages: a new session of every merchant
+    messages = []
+    for i in range(120):
+        m = _message(i)
+        t = HOUR + i * 11_000 + (i // 40) * pause
+        m["created"] = datetime.fromtimestamp(t / 1000, UTC).isoformat()
+        messages.append(m)
+    retried = messages[:10]
+    _archive(store, declared, 0, 0, messages)
+    _archive(store, declared, 1, 0, retried)
+    (view,) = parse_views(
+        {
+            "topics": [declared],
+            "views": [
+                {
+                    "name": "visits",
+                    "kind": "session",
+                    "topic": "visits",
+                    "session_key": "merchant",
+                    "gap": "2m",
+                    "max_duration": "1h",
+                    "kept_fields": ["cents"],
+                    "max_kept_events": 3,
+                    "aggregation_info": [
+                        {"aggregation": "sum", "col_name": "cents", "aggregated_col_name": "c"}
+                    ],
+                }
+            ],
+        }
+    )
+    # the oracle: per merchant, in (event time, partition, offset) order, cut at a gap >= 2m
+    records = [(m, 0, i) for i, m in enumerate(messages)] + [
+        (m, 1, i) for i, m in enumerate(retried)
+    ]
+    by_key: dict = {}
+    for m, partition, offset in records:
+        t = int(datetime.fromisoformat(m["created"]).timestamp() * 1000)
+        by_key.setdefault(m["merchant"]["name"], []).append((t, partition, offset, m["cents"]))
+    oracle = {}
+    for key, events in by_key.items():
+        events.sort()
+        session: list = []
+        for event in events:
+            if session and event[0] - session[-1][0] >= 120_000:
+                oracle[(key, session[0][0])] = session
+                session = []
+            session.append(event)
+        oracle[(key, session[0][0])] = session
+    tables = local_tables(store.root, tmp_path / "catalog.db")
+    try:
+        (result,) = correct_hours(spark, store, [view], [HOUR], tables=tables)
+        assert result.events == 130 and result.duplicates_dropped == 0
+        rows = tables.find("visits").scan().to_arrow().to_pylist()
+        got = {
+            (r["merchant"], int(r["session_start"].timestamp() * 1000)): (
+                r["event_count"],
+                r["c"],
+                [e["cents"] for e in json.loads(r["kept_events"])],
+            )
+            for r in rows
+        }
+        assert got == {
+            k: (len(s), sum(e[3] for e in s), [e[3] for e in s[:3]]) for k, s in oracle.items()
+        }
+        assert len(got) == 9
+    finally:
+        tables.close()
