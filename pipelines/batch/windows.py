@@ -215,9 +215,11 @@ def correct_window_hours(
             emit(CorrectionResult.skipped_for(view.name, segment, reason))
     if not todo:
         return {}
-    fit_shuffle_partitions(spark, archive_bytes(store, _all_of(files)))  # for the sessions too
+    topics = sorted({by_name[name].topic for name in todo})
+    read = _all_of({topic: files[topic] for topic in topics})
+    fit_shuffle_partitions(spark, archive_bytes(store, read))  # for the sessions too
     counts: dict[tuple[str, int], tuple[int, int]] = defaultdict(lambda: (0, 0))
-    for topic in sorted({by_name[name].topic for name in todo}):
+    for topic in topics:
         members = [v for v in views if v.name in todo and v.topic == topic]
         _correct_topic(
             spark,
