@@ -185,8 +185,8 @@ def _deduplicated(raw: DataFrame, declaration: TopicDeclaration) -> DataFrame:
         kept = raw.select(*event_columns(declaration), F.lit(1).cast("long").alias(COPIES))
         return kept.withColumn(HOUR, hour)
     ids = ["topic", declaration.id]
+    # the event's columns besides the id; where a copy sat in Kafka never changes a view's values
     payload = [c for c in event_columns(declaration) if c not in ids]
-    """Event columns besides the id; where a copy sat in Kafka never changes a view's values."""
     key = F.xxhash64(*ids).alias(_ID_HASH)
     counted = raw.select(key).groupBy(_ID_HASH).agg(F.count(F.lit(1)).alias(COPIES))
     candidates = F.broadcast(counted.where(F.col(COPIES) > 1).select(_ID_HASH))
