@@ -2,10 +2,10 @@
 
 The archive writes each topic's declared columns (:func:`pipelines.archive.schema.archive_schema`:
 any column, type and nullability), and the Spark correction reads them back with the same
-schema, deduplicating by the declared id (or keeping every record without one). What is left:
-the record's columns (key, timestamp, partition, offset, headers) need readers that hand the
-decoder the records' headers; until they do, the loader refuses a declaration that names them,
-rather than accept it and archive empty header columns.
+schema, deduplicating by the declared id (or keeping every record without one); the record's
+key, timestamp, partition and offset are columns like the others. What is left: header
+columns need readers that hand the decoder the records' headers; until they do, the loader
+refuses a declaration that names one, rather than accept it and archive empty columns.
 """
 
 from __future__ import annotations
@@ -18,6 +18,6 @@ __all__ = ["unsupported"]
 def unsupported(declaration: TopicDeclaration) -> list[str]:
     """Why the archive cannot hold ``declaration``'s events yet (empty: it can)."""
     found = []
-    if declaration.record.columns():
-        found.append("record columns are not supported yet (issue 46)")
+    if declaration.record.headers:
+        found.append("record header columns are not supported yet (issue 46)")
     return found

@@ -6,21 +6,26 @@ the messages as the json module reads them."""
 
 from __future__ import annotations
 
+import io
 import json
 from collections import Counter
 from datetime import UTC, datetime
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from pipelines.archive import ArchiveBuffer
 from pipelines.batch import correct_hours
 from pipelines.batch.archive import COPIES, list_hour_files, read_hours
+from pipelines.config import SluiceSettings
 from pipelines.events.declaration import TopicDeclaration
 from pipelines.events.declared import decoder_for
 from pipelines.events.decode import NO_WATERMARK, RecordBatch
 from pipelines.segments import HOUR_MS
 from pipelines.storage import LocalObjectStore
+from pipelines.stream.task import StreamTask
+from pipelines.testing import CollectingDeadLetters, Record
 from pipelines.views import parse_views
 from tests.fixtures.tables import local_tables
 
@@ -256,5 +261,59 @@ def test_sessions_of_a_topic_without_an_id_keep_every_record_in_kafka_order(spar
             k: (len(s), sum(e[3] for e in s), [e[3] for e in s[:3]]) for k, s in oracle.items()
         }
         assert len(got) == 9
+    finally:
+        tables.close()
+
+
+def test_the_records_key_partition_offset_and_timestamp_are_archived_and_grouped_by(
+    spark, tmp_path
+):
+    declared = {
+        **_payments("cards"),
+        "record": {"key": "card", "partition": "part", "offset": "at", "timestamp": "sent"},
+    }
+    (view,) = parse_views(
+        {
+            "topics": [declared],
+            "views": [
+                {
+                    "name": "by_card",
+                    "topic": "cards",
+                    "grouping_cols": ["card"],
+                    "interval": "1h",
+                    "aggregation_info": [
+                        {"aggregation": "count", "aggregated_col_name": "n"},
+                        {"aggregation": "max", "col_name": "at", "aggregated_col_name": "last"},
+                    ],
+                }
+            ],
+        }
+    )
+    settings = SluiceSettings(state_dir=tmp_path)
+    store = LocalObjectStore(settings.resolved_storage_root)
+    records = [
+        Record(i, HOUR + 7 * i, f"card-{i % 5}".encode(), json.dumps(_message(i)).encode())
+        for i in range(150)
+    ]
+    task = StreamTask("cards", 3, [view], store, CollectingDeadLetters(), settings)
+    task.start_at(0)
+    task.process(records)
+    task.flush()
+    archived = [
+        row
+        for key in store.list("archive/events/")
+        for row in pq.read_table(io.BytesIO(store.get(key))).to_pylist()
+    ]
+    assert sorted((r["card"], r["part"], r["at"], r["sent"]) for r in archived) == sorted(
+        (r.key.decode(), 3, r.offset, r.timestamp) for r in records
+    )
+    tables = local_tables(store.root, tmp_path / "catalog.db")
+    try:
+        correct_hours(spark, store, [view], [HOUR], tables=tables)
+        rows = tables.find("by_card").scan().to_arrow().to_pylist()
+        got = {r["card"]: (r["n"], r["last"]) for r in rows}
+        cards = Counter(r.key.decode() for r in records)
+        last = {c: max(r.offset for r in records if r.key.decode() == c) for c in cards}
+        assert got == {c: (n, last[c]) for c, n in cards.items()}
     finally:
         tables.close()

@@ -1,5 +1,6 @@
-"""A declaration the archive cannot hold yet (record columns) is refused at load, not at the
-first flush; any other columns, types, nullability and id (or none) are accepted."""
+"""A declaration the archive cannot hold yet (record header columns) is refused at load, not at
+the first flush; any other columns, types, nullability, record columns and id (or none) are
+accepted."""
 
 from __future__ import annotations
 
@@ -50,6 +51,8 @@ def test_a_declaration_of_the_archives_columns_read_from_nested_json_is_accepted
         lambda d: d.update(on_type_error="null"),
         lambda d: d.update(id=None),
         lambda d: d.update(id="session_id"),
+        lambda d: d.update(record={"key": "card", "partition": "p", "offset": "at"}),
+        lambda d: d.update(record={"timestamp": "sent"}),
     ],
 )
 def test_other_columns_nulls_and_ids_are_accepted(change) -> None:
@@ -60,9 +63,9 @@ def test_other_columns_nulls_and_ids_are_accepted(change) -> None:
     assert [v.name for v in views] == ["n"]
 
 
-def test_record_columns_are_refused_at_load_until_the_readers_carry_headers() -> None:
+def test_header_columns_are_refused_at_load_until_the_readers_carry_headers() -> None:
     declaration = nested()
-    declaration["record"] = {"key": "kafka_key"}
+    declaration["record"] = {"key": "card", "headers": {"trace": "trace-id"}}
     views, problems = check_views({"topics": [declaration], "views": [VIEW]})
     assert views == []
-    assert any("record columns" in p.message and "not supported yet" in p.message for p in problems)
+    assert any("header columns" in p.message and "not supported yet" in p.message for p in problems)
