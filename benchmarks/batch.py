@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/batch.py [--sizes 1000000,4000000] [--hours 4] [--repeat 2]
 
-For each size it writes a synthetic archive (ARCHIVE_SCHEMA, 4 partitions, several files per
+For each size it writes a synthetic archive (the generator's archive schema, 4 partitions, several files per
 partition-hour, 1% duplicates, 2% late events) into a temporary directory, runs
 ``correct_hours`` over every hour for the shipped views, computes the same exact aggregates
 with DuckDB (same dedup rule, same top-k JSON), checks that both agree and prints the
@@ -36,7 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipelines.archive.writer import ARCHIVE_SCHEMA
+from pipelines.archive import archive_schema
 from pipelines.batch import SparkSettings, build_spark, correct_hours
 from pipelines.config import PROJECT_ROOT
 from pipelines.events.schema import EVENT_TYPES
@@ -54,6 +54,7 @@ from pipelines.views.model import (
     SESSION_END,
     SESSION_START,
 )
+from pipelines.views.topics import declaration_for, default_declarations
 
 log = logging.getLogger("benchmarks.batch")
 
@@ -127,8 +128,9 @@ def write_archive(root: Path, events: pa.Table) -> list[int]:
     for p in range(PARTITIONS):
         mask = part == p
         offsets[mask] = np.arange(int(mask.sum()))
-    events = events.append_column("offset", pa.array(offsets)).select(ARCHIVE_SCHEMA.names)
-    events = events.cast(ARCHIVE_SCHEMA)
+    schema = archive_schema(declaration_for(TOPIC, default_declarations()))
+    events = events.append_column("offset", pa.array(offsets)).select(schema.names)
+    events = events.cast(schema)
     keys = hour * PARTITIONS + part
     bounds = np.flatnonzero(np.diff(keys)) + 1
     starts = np.concatenate([[0], bounds])

@@ -56,6 +56,7 @@ from pipelines.kinds.windowed import WINDOWED
 from pipelines.storage import LocalObjectStore
 from pipelines.tables import TablesConfig, ViewTables
 from pipelines.views import WINDOW_START, View, load_views
+from pipelines.views.topics import declaration_of
 
 WARMUP = "warm-up run"
 OVERHEAD = "(outside any step)"
@@ -224,7 +225,8 @@ def profile_components(spark, store, views, hours, repeat: int = 2) -> list[tupl
         archive.HOUR,
         *sorted(used - {"topic", "event_time"}),
     ]
-    deduplicated_all = archive.read_hours(spark, store, hours, "s3a")
+    listed = archive.list_hour_files(store, hours)
+    deduplicated_all = archive.read_hours(spark, store, listed, "s3a", declaration_of(views[0]))
     deduplicated = deduplicated_all.select(*keep)
     spark.sparkContext.setJobGroup("components", "components")
     rows_out = []

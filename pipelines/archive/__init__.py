@@ -3,16 +3,16 @@
 May import: ``pipelines.events``, ``pipelines.segments``, ``pipelines.storage``.
 """
 
+from pipelines.archive.schema import archive_schema
 from pipelines.archive.writer import (
-    ARCHIVE_SCHEMA,
     DEAD_LETTER_SCHEMA,
     ArchiveBuffer,
     discard_uncommitted,
 )
 
 __all__ = [
-    "ARCHIVE_SCHEMA",
     "DEAD_LETTER_SCHEMA",
     "ArchiveBuffer",
+    "archive_schema",
     "discard_uncommitted",
 ]

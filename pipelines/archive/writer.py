@@ -18,6 +18,8 @@ import numpy as np
 import pyarrow as pa
 
 from pipelines.archive.encoder import encode_later
+from pipelines.archive.schema import archive_schema
+from pipelines.events.declaration import ColumnType, TopicDeclaration
 from pipelines.events.decode import DeadLetter, DecodedBatch
 from pipelines.segments import (
     HOUR_MS,
@@ -35,33 +37,29 @@ from pipelines.storage import ObjectStore
 
 __all__ = [
     "ALIGN_OFFSETS",
-    "ARCHIVE_SCHEMA",
     "DEAD_LETTER_SCHEMA",
     "ROW_GROUP_ROWS",
     "ArchiveBuffer",
+    "dictionary_columns",
 ]
 
 log = logging.getLogger(__name__)
 
-ARCHIVE_SCHEMA = pa.schema(
-    [
-        pa.field("event_id", pa.string(), nullable=False),
-        pa.field("event_time", pa.int64(), nullable=False),
-        pa.field("org", pa.string(), nullable=False),
-        pa.field("client", pa.string(), nullable=False),
-        pa.field("bytes_tx", pa.int64(), nullable=False),
-        pa.field("session_id", pa.string(), nullable=False),
-        pa.field("event_type", pa.string(), nullable=False),
-        pa.field("topic", pa.string(), nullable=False),
-        pa.field("partition", pa.int32(), nullable=False),
-        pa.field("offset", pa.int64(), nullable=False),
-        pa.field("kafka_timestamp", pa.int64(), nullable=False),
+_KAFKA_DICTIONARY = ("topic", "partition")
+
+
+def dictionary_columns(declaration: TopicDeclaration) -> tuple[str, ...]:
+    """The archive's columns that are dictionary-encoded: the declared string columns but the
+    id, and the topic and partition (one value per file). Ids, times, numbers and offsets are
+    not: a dictionary of mostly unique values only slows the writer and makes files larger
+    (Parquet falls back to plain pages for a string column whose dictionary grows too big)."""
+    strings = [
+        name
+        for name, kind in declaration.columns().items()
+        if kind is ColumnType.STRING and name != declaration.id
     ]
-)
-ARCHIVE_DICTIONARY = ("org", "client", "event_type", "topic", "partition")
-"""The archive's columns of few distinct values, dictionary-encoded; the others (ids, times,
-sizes, offsets) are not: a dictionary of unique values only slows the writer and makes the
-files larger."""
+    return (*strings, *_KAFKA_DICTIONARY)
+
 
 DEAD_LETTER_SCHEMA = pa.schema(
     [
@@ -97,9 +95,19 @@ class ArchiveBuffer:
     """
 
     def __init__(
-        self, topic: str, partition: int, first_offset: int, bucket: int = 0, factor: int = 1
+        self,
+        topic: str,
+        partition: int,
+        first_offset: int,
+        bucket: int = 0,
+        factor: int = 1,
+        *,
+        declaration: TopicDeclaration,
     ) -> None:
         self.topic = topic
+        self.schema = archive_schema(declaration)
+        """The topic's archived columns (:func:`pipelines.archive.schema.archive_schema`)."""
+        self._dictionary = dictionary_columns(declaration)
         self.partition = partition
         self.bucket = bucket
         self.factor = factor
@@ -171,9 +179,7 @@ class ArchiveBuffer:
                 part = table if rows.all() else table.filter(pa.array(rows))
                 file = self._files.get((block, hour))
                 if file is None:
-                    file = self._files[block, hour] = ParquetStream(
-                        ARCHIVE_SCHEMA, ARCHIVE_DICTIONARY
-                    )
+                    file = self._files[block, hour] = ParquetStream(self.schema, self._dictionary)
                 self._encoding.append(encode_later(file.write, part))
 
     def _finish(self) -> dict[tuple[int, int], tuple[bytes, int]]:
@@ -230,18 +236,33 @@ class ArchiveBuffer:
         return record
 
     def _events_table(self) -> pa.Table:
+        """The buffered batches as one table of :attr:`schema`: a string column holds None
+        where it is null, another column's null is its batch's mask (``DecodedBatch.nulls``)."""
         batches = self._batches
-        data = {
-            name: np.concatenate([b.columns[name] for b in batches]) for name in batches[0].columns
-        }
         offsets = np.concatenate([b.offsets for b in batches])
-        data["partition"] = np.full(len(offsets), self.partition, dtype=np.int32)
-        data["offset"] = offsets
-        data["kafka_timestamp"] = np.concatenate([b.kafka_timestamps for b in batches])
-        columns = {f.name: pa.array(data[f.name], f.type) for f in ARCHIVE_SCHEMA if f.name in data}
-        # one value repeated in Arrow, not a Python string converted per row
-        columns["topic"] = pa.repeat(pa.scalar(self.topic, pa.string()), len(offsets))
-        return pa.table({f.name: columns[f.name] for f in ARCHIVE_SCHEMA}, schema=ARCHIVE_SCHEMA)
+        n = len(offsets)
+        kafka = {
+            "partition": pa.array(np.full(n, self.partition, dtype=np.int32), pa.int32()),
+            "offset": pa.array(offsets, pa.int64()),
+            "kafka_timestamp": pa.array(
+                np.concatenate([b.kafka_timestamps for b in batches]), pa.int64()
+            ),
+            # one value repeated in Arrow, not a Python string converted per row
+            "topic": pa.repeat(pa.scalar(self.topic, pa.string()), n),
+        }
+        columns = []
+        for f in self.schema:
+            if f.name in kafka:
+                columns.append(kafka[f.name])
+                continue
+            values = np.concatenate([b.columns[f.name] for b in batches])
+            mask = None
+            if any(f.name in b.nulls for b in batches):
+                mask = np.concatenate(
+                    [b.nulls.get(f.name, np.zeros(len(b), dtype=bool)) for b in batches]
+                )
+            columns.append(pa.array(values, f.type, mask=mask))
+        return pa.Table.from_arrays(columns, schema=self.schema)
 
     def _dead_table(self, letters: list[DeadLetter]) -> pa.Table:
         return pa.table(

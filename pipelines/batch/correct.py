@@ -2,16 +2,18 @@
 
 Stream workers drop events that come too late, count duplicates twice and answer distinct
 counts and quantiles from sketches. The correction reads what the archive holds for whole
-segments (late events included), drops duplicate ``event_id``s, computes every aggregation
-exactly with the Spark expressions of the aggregator registry and publishes the result as
-a batch version that replaces the realtime rows of the segment's hours in the view's table.
+segments (late events included), drops duplicates by the topic's declared id (a topic without
+one keeps every archived record), computes every aggregation exactly with the Spark
+expressions of the aggregator registry and publishes the result as a batch version that replaces the realtime rows of the segment's hours in the view's table.
 
 Per (view, segment), :func:`correct_hours`:
 
-1. lists the archive files of every hour of the segment; no file at all means the segment
-   is skipped, never published (an empty version would hide the realtime values);
-2. reads the files of all segments of all views in one Spark read, drops duplicates and
-   caches the result, so every view is computed from the same events;
+1. lists the archive files of the view's topic of every hour of the segment; no file at all
+   means the segment is skipped, never published (an empty version would hide the realtime
+   values);
+2. reads the files of all segments of all views of a topic in one Spark read, with the
+   topic's declared columns, drops duplicates and caches the result, so every view of the
+   topic is computed from the same events;
 3. aggregates the views that share a window and grouping in one pass (plus one two-stage
    pass per ``top_k``), collects the small result through Arrow and checks each view's
    rows with ``validate_segment`` if given (its error stops the run before anything of

@@ -16,8 +16,9 @@ Sessions cross hour boundaries, so a segment needs events outside its hour:
   the lookback may be cut differently from the stream (which saw its whole history); the
   reconciliation reports such sessions as missing or extra.
 
-Per key, events are ordered by (event time, event id) (the stream orders ties by offset, which
-only changes which of two simultaneous events is kept first). Corrected sessions are final:
+Per key, events are ordered by (event time, id), or (event time, partition, offset) for a topic
+without an id (the stream orders ties by offset, which only changes which of two simultaneous
+events is kept first). Corrected sessions are final:
 ``open`` is false, so correct an hour only once the stream has passed it by ``max_duration``
 and the allowed lateness.
 """
@@ -40,7 +41,9 @@ from pipelines.batch.archive import (
     COPIES,
     HOUR,
     list_hour_files,
+    order_columns,
     read_hours,
+    topic_files,
 )
 from pipelines.batch.frames import join_on_keys, spark_frame_of
 from pipelines.batch.publish import CorrectionResult, SegmentRows, TableTarget, publish_versions
@@ -55,6 +58,7 @@ from pipelines.views.model import (
     SESSION_START,
     View,
 )
+from pipelines.views.topics import declaration_of
 
 __all__ = [
     "correct_session_hours",
@@ -105,12 +109,12 @@ def sessionize(events: DataFrame, view: View) -> DataFrame:
 
 
 def session_runs(events: DataFrame, view: View) -> DataFrame:
-    """Each event with the start of its *run*: per key, ordered by (event time, event id), a
-    gap of at least ``gap`` starts one (a running window over the key). A run shorter than
-    ``max_duration`` is one session."""
+    """Each event with the start of its *run*: per key, in the topic's order
+    (:func:`~pipelines.batch.archive.order_columns`), a gap of at least ``gap`` starts one (a
+    running window over the key). A run shorter than ``max_duration`` is one session."""
     spec = view.session
     assert spec is not None
-    ordered = Window.partitionBy(spec.key).orderBy("event_time", "event_id")
+    ordered = Window.partitionBy(spec.key).orderBy(*order_columns(declaration_of(view)))
     so_far = ordered.rowsBetween(Window.unboundedPreceding, Window.currentRow)
     previous = F.lag("event_time").over(ordered)
     starts_run = previous.isNull() | (F.col("event_time") - previous >= F.lit(spec.gap_ms))
@@ -158,7 +162,7 @@ def _aggregate_sessions(events: DataFrame, view: View, segments: Sequence[int]) 
     """Exact sessions that start in ``segments``, one row each, sorted by start and key."""
     spec = view.session
     assert spec is not None
-    columns = {"event_time", "event_id", spec.key, *spec.kept_fields}
+    columns = {*order_columns(declaration_of(view)), spec.key, *spec.kept_fields}
     columns |= {c for a in view.aggregators for c in a.columns_read()}
     events = events.where(F.col("topic") == view.topic)
     if view.filter is not None:
@@ -188,7 +192,8 @@ def _session_rows(runs: DataFrame, view: View, segments: Sequence[int]) -> pa.Ta
         F.max("event_time").alias(SESSION_END),
     ]
     if spec.kept_fields:
-        kept = F.struct("event_time", "event_id", *spec.kept_fields)
+        order = order_columns(declaration_of(view))
+        kept = F.struct(*order, *(c for c in spec.kept_fields if c not in order))
         exprs.append(
             F.slice(F.sort_array(F.collect_list(kept)), 1, spec.max_kept_events).alias(_KEPT)
         )
@@ -267,13 +272,16 @@ def correct_session_hours(
 
     1. lists the archive of the segments and of the lookback and following hours; a segment
        whose own hour has no archive is skipped, never published;
-    2. reads them in one Spark read, deduplicated by event id, and cuts sessions per key;
+    2. reads the view's topic in them in one Spark read, deduplicated by its id (if it
+       declares one), and cuts sessions per key;
     3. aggregates the sessions starting in the segments with the registry's expressions;
     4. publishes each segment's sessions as its next batch version (one commit to the table).
     """
     segments = sorted(set(hours))
     before, after = session_hours(view, segments)
-    files = list_hour_files(store, sorted({*before, *segments, *after}))  # 1
+    listed = list_hour_files(store, sorted({*before, *segments, *after}))  # 1
+    files = topic_files(listed, view.topic)
+    declaration = declaration_of(view)
     todo = []
     for segment in segments:
         if segment in files:
@@ -286,10 +294,11 @@ def correct_session_hours(
     started = time.monotonic()
     known = counted or {}
     if all((view.topic, h) in known for h in todo):
-        table = _aggregate_sessions(read_hours(spark, store, files, s3_scheme), view, todo)  # 2, 3
+        events = read_hours(spark, store, listed, s3_scheme, declaration)
+        table = _aggregate_sessions(events, view, todo)  # 2, 3
         counts = {h: known[(view.topic, h)] for h in todo}
     else:
-        events = read_hours(spark, store, files, s3_scheme)
+        events = read_hours(spark, store, listed, s3_scheme, declaration)
         table, counts = _aggregate_and_count(events, view, todo)  # 2, 3
     share = (time.monotonic() - started) / len(todo)
     starts = table.column(SESSION_START).to_numpy()

@@ -23,6 +23,7 @@ from pipelines.batch.archive import (
     archive_bytes,
     list_hour_files,
     read_hours,
+    topic_files,
 )
 from pipelines.batch.frames import join_on_keys, spark_frame_of
 from pipelines.batch.publish import (
@@ -37,6 +38,7 @@ from pipelines.segments import HOUR_MS, hour_label, segment_schema, state_column
 from pipelines.storage import ObjectStore
 from pipelines.tables import Tables
 from pipelines.views.model import WINDOW_START, View
+from pipelines.views.topics import declaration_of
 
 __all__ = [
     "aggregate_window_views",
@@ -200,11 +202,12 @@ def correct_window_hours(
     needed = sorted(
         {h for name, segs in plan.items() for s in segs for h in segment_hours(by_name[name], s)}
     )
-    files = list_hour_files(store, needed)
+    listed = list_hour_files(store, needed)
+    files = {view.topic: topic_files(listed, view.topic) for view in views}
     todo: dict[str, list[int]] = {}
     for view in views:
         for segment in plan[view.name]:
-            if any(h in files for h in segment_hours(view, segment)):
+            if any(h in files[view.topic] for h in segment_hours(view, segment)):
                 todo.setdefault(view.name, []).append(segment)
                 continue
             labels = [hour_label(h) for h in segment_hours(view, segment)]
@@ -212,38 +215,84 @@ def correct_window_hours(
             emit(CorrectionResult.skipped_for(view.name, segment, reason))
     if not todo:
         return {}
+    topics = sorted({by_name[name].topic for name in todo})
+    read = _all_of({topic: files[topic] for topic in topics})
+    fit_shuffle_partitions(spark, archive_bytes(store, read))  # for the sessions too
+    counts: dict[tuple[str, int], tuple[int, int]] = defaultdict(lambda: (0, 0))
+    for topic in topics:
+        members = [v for v in views if v.name in todo and v.topic == topic]
+        _correct_topic(
+            spark,
+            store,
+            target,
+            members,
+            todo,
+            listed,
+            files[topic],
+            s3_scheme,
+            counts,
+            emit,
+            validate_segment,
+            validate_rows,
+        )
+    return dict(counts)
 
-    # 2. One read of every needed hour, deduplicated and cached for all views.
+
+def _all_of(files: dict[str, dict[int, list[str]]]) -> dict[int, list[str]]:
+    """Every topic's files of a listing, by hour."""
+    merged: dict[int, list[str]] = defaultdict(list)
+    for of_topic in files.values():
+        for hour, keys in of_topic.items():
+            merged[hour] += keys
+    return dict(merged)
+
+
+def _correct_topic(
+    spark: SparkSession,
+    store: ObjectStore,
+    target: TableTarget,
+    views: Sequence[View],
+    todo: dict[str, list[int]],
+    listed: dict[int, list[str]],
+    files: dict[int, list[str]],
+    s3_scheme: str,
+    counts: dict[tuple[str, int], tuple[int, int]],
+    emit: Callable[[CorrectionResult], None],
+    validate_segment: Callable[[DataFrame, View], None] | None,
+    validate_rows: Callable[[pa.Table, View], None] | None,
+) -> None:
+    """Steps 2-4 for the views of one topic, whose archive they read with its declaration."""
+    # 2. One read of every needed hour, deduplicated and cached for all the topic's views.
     started = time.monotonic()
-    fit_shuffle_partitions(spark, archive_bytes(store, files))  # for this and the sessions
+    declaration = declaration_of(views[0])
     # Cache only the columns the views read: building Spark's columnar cache is the most
-    # expensive step after deduplication, and event_id (unique strings) rarely is one.
-    used = {c for view in views if view.name in todo for c in _columns_read(view)}
+    # expensive step after deduplication, and an id (unique strings) rarely is one.
+    used = {c for view in views for c in _columns_read(view)}
     keep = ["topic", "event_time", COPIES, HOUR, *sorted(used - {"topic", "event_time"})]
     events = (
-        read_hours(spark, store, files, s3_scheme)
+        read_hours(spark, store, listed, s3_scheme, declaration)
         .select(*keep)
         .persist(StorageLevel.MEMORY_AND_DISK)
     )
     try:
-        counts: dict[tuple[str, int], tuple[int, int]] = defaultdict(lambda: (0, 0))
         stats = events.groupBy("topic", HOUR).agg(
             F.count(F.lit(1)).alias("events"), F.sum(COPIES).alias("copies")
         )
         for row in stats.collect():
             counts[(row["topic"], row[HOUR])] = (row["events"], row["copies"] - row["events"])
+        of_topic = [c for (t, _), c in counts.items() if t == declaration.topic]
         log.info(
-            "read %d file(s) of %d hour(s): %d events, %d duplicates dropped, in %.1fs",
+            "%s: read %d file(s) of %d hour(s): %d events, %d duplicates dropped, in %.1fs",
+            declaration.topic,
             sum(len(keys) for keys in files.values()),
             len(files),
-            sum(c[0] for c in counts.values()),
-            sum(c[1] for c in counts.values()),
+            sum(c[0] for c in of_topic),
+            sum(c[1] for c in of_topic),
             time.monotonic() - started,
         )
         groups: dict[tuple, list[View]] = defaultdict(list)
         for view in views:
-            if view.name in todo:
-                groups[(_aggregation_key(view), tuple(todo[view.name]))].append(view)
+            groups[(_aggregation_key(view), tuple(todo[view.name]))].append(view)
         for (_, segments), members in groups.items():
             group_started = time.monotonic()
             tables = aggregate_window_views(  # 3
@@ -256,7 +305,6 @@ def correct_window_hours(
         # Not to hide why the run failed: a lost Spark Connect server fails this too.
         with contextlib.suppress(Exception):
             events.unpersist()
-    return dict(counts)
 
 
 def _publish_view(

@@ -38,6 +38,7 @@ from pipelines.archive import ArchiveBuffer, discard_uncommitted
 from pipelines.config import SluiceSettings
 from pipelines.control.crashes import CrashPlan
 from pipelines.control.store import TaskStatus
+from pipelines.events.declaration import TopicDeclaration
 from pipelines.events.declared import decoder_for
 from pipelines.events.decode import (
     CRASHED_TASK,
@@ -57,6 +58,7 @@ from pipelines.stream.dead_letters import DeadLetterSink
 from pipelines.stream.task_id import TaskId
 from pipelines.stream.view_state import view_state
 from pipelines.views.model import View
+from pipelines.views.topics import declaration_for, default_declarations
 
 __all__ = ["StreamTask"]
 
@@ -66,21 +68,25 @@ log = logging.getLogger(__name__)
 Decoder = Callable[..., DecodedBatch]
 
 
-def _decoder(topic: str, partition: int, views: Sequence[View]) -> Decoder:
-    """The decoder of the topic's declaration, which the task's views share (a task reads
-    one topic). Views built without a declaration (a few tests construct View objects
-    directly; the loader always attaches one) decode with the hand-written decoder of the
-    generator's events, which that declaration describes."""
+def _declaration(topic: str, views: Sequence[View]) -> TopicDeclaration | None:
+    """The declaration of the topic, which the task's views share (a task reads one topic);
+    None when no view carries one (a few tests construct View objects directly; the loader
+    always attaches one)."""
     declarations = {
         v.declaration.model_dump_json(): v.declaration
         for v in views
         if v.topic == topic and v.declaration is not None
     }
-    if not declarations:
-        return decode_batch
     if len(declarations) > 1:
         raise ValueError(f"views of topic {topic!r} carry different declarations")
-    (declaration,) = declarations.values()
+    return next(iter(declarations.values()), None)
+
+
+def _decoder(declaration: TopicDeclaration | None, partition: int) -> Decoder:
+    """The decoder of the topic's declaration; without one, the hand-written decoder of the
+    generator's events, which the topics file's declaration describes."""
+    if declaration is None:
+        return decode_batch
     return partial(decoder_for(declaration), partition=partition)
 
 
@@ -115,7 +121,10 @@ class StreamTask:
         self.sink = dead_letters
         self.settings = settings
         self.states = {v.name: view_state(v) for v in self.views}
-        self.decode = _decoder(topic, partition, views)
+        declared = _declaration(topic, views)
+        self.decode = _decoder(declared, partition)
+        self.declaration = declared or declaration_for(topic, default_declarations())
+        """What the topic's events hold: the archive's columns."""
         self.watermark = NO_WATERMARK
         self.next_offset = 0
         self.consumed = 0
@@ -124,7 +133,9 @@ class StreamTask:
         self.checkpointed_offset: int | None = None
         self.state_bytes = 0
         """Window state in the last checkpoint written or restored (what a move carries)."""
-        self.archive = ArchiveBuffer(topic, partition, 0, bucket, factor)
+        self.archive = ArchiveBuffer(
+            topic, partition, 0, bucket, factor, declaration=self.declaration
+        )
         self.seconds: Counter[str] = Counter()
         """Wall seconds spent hashing keys, decoding, aggregating and buffering the archive."""
         self.seen = 0
@@ -191,7 +202,11 @@ class StreamTask:
         self.skips = checkpoint.skips
         self.offset_resets = checkpoint.offset_resets
         self.archive = ArchiveBuffer(
-            self.topic, self.partition, checkpoint.next_offset, *self.id.where
+            self.topic,
+            self.partition,
+            checkpoint.next_offset,
+            *self.id.where,
+            declaration=self.declaration,
         )
         self._check_fence()
         flushed = discard_uncommitted(
@@ -273,7 +288,9 @@ class StreamTask:
     def start_at(self, offset: int) -> None:
         """Where consumption begins when there is no checkpoint (the log start)."""
         self.next_offset = offset
-        self.archive = ArchiveBuffer(self.topic, self.partition, offset, *self.id.where)
+        self.archive = ArchiveBuffer(
+            self.topic, self.partition, offset, *self.id.where, declaration=self.declaration
+        )
 
     def guard(self, plan: CrashPlan) -> None:
         """Process the offsets earlier crashes covered one at a time, skipping quarantined

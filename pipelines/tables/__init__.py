@@ -9,7 +9,7 @@ and compacts an hour's files. The stream's per-task partial states stay its inte
 the tables is handed a :class:`.protocol.Tables` built once from the settings.
 
 May import: ``pipelines.segments``, ``pipelines.storage``, ``pipelines.views``,
-``pipelines.kinds``, ``pipelines.exceptions``. No Dagster. (The realtime publisher, which
+``pipelines.events`` (the declared column types), ``pipelines.kinds``, ``pipelines.exceptions``. No Dagster. (The realtime publisher, which
 merges the stream's partial states, is :mod:`pipelines.serving.publisher`.)
 """
 

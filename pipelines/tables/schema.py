@@ -3,6 +3,9 @@ came from (``source``: realtime or batch) and the batch version (0 for realtime 
 windowed view also each aggregation's state (``<out>__state``, the sketch's or the mergeable
 state's bytes) where the correction built one, so corrected hours roll up into days.
 
+A windowed view's grouping columns have their declared types (string, long, double, boolean,
+timestamp), whatever the stream's segment files hold them as.
+
 Times are microsecond UTC timestamps (Iceberg's ``timestamptz``); the table is partitioned by
 the hour of ``window_start`` (``session_start`` for a session view), the hours Sluice's
 segments, corrections and publishes are cut by.
@@ -26,8 +29,10 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 
+from pipelines.events.declaration import ColumnType
 from pipelines.kinds import kind_of
 from pipelines.views.model import View
+from pipelines.views.topics import declaration_of
 
 __all__ = [
     "BATCH",
@@ -35,6 +40,7 @@ __all__ = [
     "REALTIME",
     "SOURCE",
     "arrow_schema",
+    "group_types",
     "iceberg_schema",
     "iso_time",
     "partition_field",
@@ -70,11 +76,33 @@ def time_columns(view: View) -> tuple[str, str]:
     return kind_of(view).time_columns
 
 
+_GROUP_TYPES = {
+    ColumnType.STRING: pa.string(),
+    ColumnType.LONG: pa.int64(),
+    ColumnType.DOUBLE: pa.float64(),
+    ColumnType.BOOLEAN: pa.bool_(),
+    ColumnType.TIMESTAMP: TIMESTAMP,
+}
+
+
+def group_types(view: View) -> dict[str, pa.DataType]:
+    """The table's type of each of a windowed view's grouping columns: its declared type (a
+    column the declaration does not type stays a string)."""
+    if not view.grouping_cols:
+        return {}
+    declared = declaration_of(view).columns()
+    return {
+        col: _GROUP_TYPES[declared[col]] if col in declared else pa.string()
+        for col in view.grouping_cols
+    }
+
+
 def arrow_schema(view: View) -> pa.Schema:
     """The table's columns as Arrow types (what writers hand pyiceberg)."""
+    groups = group_types(view)
     fields = []
     for f in view.output_schema():
-        kind = TIMESTAMP if pa.types.is_timestamp(f.type) else f.type
+        kind = TIMESTAMP if pa.types.is_timestamp(f.type) else groups.get(f.name, f.type)
         fields.append(pa.field(f.name, kind))
     fields += [pa.field(SOURCE, pa.string()), pa.field(BATCH_VERSION, pa.int64())]
     fields += [pa.field(name, pa.binary()) for name in state_columns(view)]
@@ -120,7 +148,9 @@ def table_rows(view: View, rows: pa.Table, source: str, version: int) -> pa.Tabl
     """Rows in :func:`arrow_schema` order and types from a query-shaped or a batch-file table.
 
     Accepts times as epoch ms (batch files) or timestamps (queries); a missing end column
-    (batch files of windowed views) is computed from the start and the interval.
+    (batch files of windowed views) is computed from the start and the interval. Grouping
+    columns are cast from the segment files' strings to their declared types (a timestamp
+    group from its epoch ms).
     """
     schema = arrow_schema(view)
     start, end = time_columns(view)

@@ -26,6 +26,7 @@ __all__ = [
     "ANY_TOPIC",
     "check_declarations",
     "declaration_for",
+    "declaration_of",
     "declarations_beside",
     "declarations_of",
     "default_declarations",
@@ -116,6 +117,14 @@ def declaration_for(topic: str, declarations: Mapping[str, TopicDeclaration]) ->
             "or in the topics file (SLUICE_TOPICS_FILE)"
         )
     return anything.model_copy(update={"topic": topic})
+
+
+def declaration_of(view: View) -> TopicDeclaration:
+    """How ``view``'s topic reads: the view's declaration, else (a view built by hand, not by
+    the loader) the topics file's declaration of its topic."""
+    if view.declaration is not None:
+        return view.declaration
+    return declaration_for(view.topic, default_declarations())
 
 
 def declarations_beside(document: Any, source: str = "views") -> dict[str, TopicDeclaration]:

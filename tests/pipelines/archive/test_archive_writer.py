@@ -16,10 +16,12 @@ from pipelines.events.decode import DeadLetter, DecodedBatch
 from pipelines.exceptions import StorageError
 from pipelines.segments import HOUR_MS, read_range_records
 from pipelines.storage import LocalObjectStore
+from pipelines.views.topics import declaration_for, default_declarations
 
 TOPIC = "events"
 FIRST = 60_000  # a virtual task's ranges are cut at the aligned offset 65,536
 BASE = 1_700_000_000_000 - 1_700_000_000_000 % HOUR_MS
+GENERATOR = declaration_for(TOPIC, default_declarations())
 
 
 def _batches(rng: np.random.Generator, start: int, n_batches: int, size: int) -> list[DecodedBatch]:
@@ -85,7 +87,7 @@ def test_streamed_files_hold_each_range_and_hour_rows_once_in_offset_order(
     monkeypatch.setattr(archive_writer, "ROW_GROUP_ROWS", 700)
     rng = np.random.default_rng(factor)
     store = _FailingOnce(tmp_path)
-    buffer = ArchiveBuffer(TOPIC, 3, FIRST, bucket=factor - 1, factor=factor)
+    buffer = ArchiveBuffer(TOPIC, 3, FIRST, bucket=factor - 1, factor=factor, declaration=GENERATOR)
     first = _batches(rng, FIRST, 9, 400)
     flushes = [first, _batches(rng, first[-1].next_offset, 4, 300)]
     for batches in flushes:
