@@ -187,6 +187,13 @@ def _deduplicated(raw: DataFrame, declaration: TopicDeclaration) -> DataFrame:
     ids = ["topic", declaration.id]
     # the event's columns besides the id; where a copy sat in Kafka never changes a view's values
     payload = [c for c in event_columns(declaration) if c not in ids]
+    unidentified = None
+    if declaration.id in declaration.nullable_columns():
+        # a null id identifies nothing: each such record counts once, as the reconciliation
+        # counts it, instead of every null-id record collapsing into one "duplicate"
+        absent = F.col(declaration.id).isNull()
+        unidentified = raw.where(absent).select(*ids, *payload, F.lit(1).cast("long").alias(COPIES))
+        raw = raw.where(~absent)
     key = F.xxhash64(*ids).alias(_ID_HASH)
     counted = raw.select(key).groupBy(_ID_HASH).agg(F.count(F.lit(1)).alias(COPIES))
     candidates = F.broadcast(counted.where(F.col(COPIES) > 1).select(_ID_HASH))
@@ -202,6 +209,8 @@ def _deduplicated(raw: DataFrame, declaration: TopicDeclaration) -> DataFrame:
         .select(*ids, *(F.col(f"e.{c}").alias(c) for c in payload), COPIES)
     )
     events = single.unionByName(resolved)
+    if unidentified is not None:
+        events = events.unionByName(unidentified)
     return events.withColumn(HOUR, hour)
 
 

@@ -142,6 +142,21 @@ def test_duplicates_go_by_the_declared_id_and_without_one_every_record_counts(sp
             assert {"partition", "offset"} <= set(rows.columns)
 
 
+def test_a_null_id_identifies_nothing_so_each_such_record_counts_once(spark, tmp_path):
+    """As the reconciliation counts them: null ids are never one another's duplicates."""
+    store = LocalObjectStore(tmp_path)
+    declared = _payments("pay", id_="ref")
+    declared["fields"] = [*declared["fields"], {"name": "ref", "type": "string", "nullable": True}]
+    messages = [{**_message(i), **({"ref": f"r-{i % 25}"} if i % 2 else {})} for i in range(60)]
+    _archive(store, declared, 0, 0, messages)
+    declaration = TopicDeclaration.model_validate(declared)
+    rows = read_hours(spark, store, list_hour_files(store, [HOUR]), "file", declaration).toPandas()
+    refs = [m["ref"] for m in messages if "ref" in m]
+    assert rows["ref"].isna().sum() == 30  # every message without a ref, once
+    assert len(rows) == 30 + len(set(refs))
+    assert Counter(rows[COPIES]) == {1: 30 + 20, 2: 5}
+
+
 def test_groups_by_a_boolean_and_a_long_land_in_the_table_with_their_types(spark, tmp_path):
     store = LocalObjectStore(tmp_path / "storage")
     messages = [_message(i) for i in range(200)]
