@@ -38,6 +38,7 @@ from pipelines.archive import ArchiveBuffer, discard_uncommitted
 from pipelines.config import SluiceSettings
 from pipelines.control.crashes import CrashPlan
 from pipelines.control.store import TaskStatus
+from pipelines.events.avro import avro_decoder_for
 from pipelines.events.declared import decoder_for
 from pipelines.events.decode import (
     CRASHED_TASK,
@@ -66,11 +67,14 @@ log = logging.getLogger(__name__)
 Decoder = Callable[..., DecodedBatch]
 
 
-def _decoder(topic: str, partition: int, views: Sequence[View]) -> Decoder:
+def _decoder(
+    topic: str, partition: int, views: Sequence[View], settings: SluiceSettings | None = None
+) -> Decoder:
     """The decoder of the topic's declaration, which the task's views share (a task reads
-    one topic). Views built without a declaration (a few tests construct View objects
-    directly; the loader always attaches one) decode with the hand-written decoder of the
-    generator's events, which that declaration describes."""
+    one topic); an Avro topic's reads through the settings' schema registry. Views built
+    without a declaration (a few tests construct View objects directly; the loader always
+    attaches one) decode with the hand-written decoder of the generator's events, which that
+    declaration describes."""
     declarations = {
         v.declaration.model_dump_json(): v.declaration
         for v in views
@@ -81,6 +85,9 @@ def _decoder(topic: str, partition: int, views: Sequence[View]) -> Decoder:
     if len(declarations) > 1:
         raise ValueError(f"views of topic {topic!r} carry different declarations")
     (declaration,) = declarations.values()
+    if declaration.encoding == "avro":
+        registry = settings.schema_registry_conf() if settings is not None else None
+        return partial(avro_decoder_for(declaration, registry), partition=partition)
     return partial(decoder_for(declaration), partition=partition)
 
 
@@ -115,7 +122,7 @@ class StreamTask:
         self.sink = dead_letters
         self.settings = settings
         self.states = {v.name: view_state(v) for v in self.views}
-        self.decode = _decoder(topic, partition, views)
+        self.decode = _decoder(topic, partition, views, settings)
         self.watermark = NO_WATERMARK
         self.next_offset = 0
         self.consumed = 0
