@@ -34,6 +34,7 @@ from datetime import UTC, date, datetime
 from typing import Any
 
 import fastavro
+import numpy as np
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 
 from pipelines.events.avro_fields import read_schema_file
@@ -48,8 +49,10 @@ from pipelines.events.decode import (
     UNKNOWN_SCHEMA,
     RecordBatch,
 )
-from pipelines.events.readings import Reading
+from pipelines.events.readings import LONG_MAX, LONG_MIN, Reading
 from pipelines.events.registry import is_not_found, registry_client, unreachable
+from pipelines.events.schema import EVENT_TIME_MAX_MS, EVENT_TIME_MIN_MS
+from pipelines.events.times import to_ms
 from pipelines.exceptions import SchemaRegistryUnreachable
 
 __all__ = ["AvroDecoder", "avro_decoder_for", "schema_id_of"]
@@ -185,6 +188,9 @@ class AvroDecoder(DeclaredDecoder):
         super().__init__(declaration)
         self.body = body
         self._times = [c for c in self.checks if c.type is ColumnType.TIMESTAMP]
+        self._names = [c.name for c in self.columns]
+        self._arrays = any(type(s) is int for c in self.columns for s in c.steps)
+        """A path through an array: every record is read by the readings."""
 
     def classify(
         self, value: bytes | None, max_message_bytes: int, stamp: int = 0
@@ -201,35 +207,174 @@ class AvroDecoder(DeclaredDecoder):
     def _avro(
         self, value: bytes | None, max_message_bytes: int, stamp: int
     ) -> tuple[str, str] | dict[str, Any]:
-        if value is None:
-            return EMPTY, "message has no value"
-        if len(value) > max_message_bytes:
-            return OVERSIZE, f"{len(value)} bytes > max_message_bytes {max_message_bytes}"
-        record, where, *bad = self.body(value)
-        if bad:
+        got = self._body(value, max_message_bytes)
+        if len(got) == 3:
+            return got[0], got[1]
+        return self._read_exactly(got[0], got[1], stamp)
+
+    def _decode_values(
+        self, records: RecordBatch, max_message_bytes: int, slow: list[int]
+    ) -> list[Any]:
+        """Each message's values or (reason, detail), all of them in ``slow`` (the batch's
+        columns are built from these dicts).
+
+        The bodies are read one by one; then each column's values are taken from all the
+        records at once and checked in bulk (:func:`_fast_column`). A record with any value
+        the bulk checks do not pass, and every record when a path goes through an array, is
+        read by :meth:`read` (the readings, which give the reason), so the fast path only
+        ever accepts what the readings accept, with the same values."""
+        out: list[Any] = []
+        where: list[str] = []
+        for value in records.values:
+            got = self._body(value, max_message_bytes)
+            out.append(got[0] if len(got) == 2 else got[:2])
+            where.append(got[1])
+        slow.extend(range(len(out)))
+        at = [k for k, got in enumerate(out) if type(got) is dict]
+        if not at:
+            return out
+        bodies = [out[k] for k in at]
+        exact = np.zeros(len(at), dtype=bool)
+        columns: list[list[Any]] = []
+        if self._arrays:
+            exact[:] = True
+        else:
+            for c in self.columns:
+                values, refused = _fast_column(c, [_at_path(b, c.steps) for b in bodies])
+                columns.append(values)
+                if refused is not None:
+                    exact |= refused
+        stamps = records.timestamps
+        names = self._names
+        if not exact.all():
+            for k, row in zip(
+                np.flatnonzero(~exact).tolist(), zip(*columns, strict=True), strict=True
+            ):
+                out[at[k]] = dict(zip(names, row, strict=True))
+        for k in np.flatnonzero(exact).tolist():
+            i = at[k]
+            out[i] = self._read_exactly(bodies[k], where[i], stamps[i])
+        return out
+
+    def _body(self, value: bytes | None, max_message_bytes: int) -> tuple[Any, ...]:
+        """(record, where) or (reason, detail, ""); raises only
+        :class:`SchemaRegistryUnreachable`."""
+        try:
+            if value is None:
+                return EMPTY, "message has no value", ""
+            if len(value) > max_message_bytes:
+                return OVERSIZE, f"{len(value)} bytes > max_message_bytes {max_message_bytes}", ""
+            got = self.body(value)
+            if len(got) == 3:
+                return got[0], got[1], ""
+            record, where = got
+            if type(record) is not dict:
+                return NOT_AN_OBJECT, f"{where}: expected a record, got {type(record).__name__}", ""
             return record, where
-        if type(record) is not dict:
-            return NOT_AN_OBJECT, f"{where}: expected a record, got {type(record).__name__}"
-        for c in self._times:
-            _times_to_format(record, c)
-        checked = self.read(record, stamp)
+        except SchemaRegistryUnreachable:
+            raise
+        except Exception as exc:  # a bug, not the input's fault: the message is accounted for
+            return DECODER_ERROR, _said(exc)[:500], ""
+
+    def _read_exactly(self, record: dict[str, Any], where: str, stamp: int) -> Any:
+        try:
+            for c in self._times:
+                _times_to_format(record, c)
+            checked = self.read(record, stamp)
+        except Exception as exc:  # a bug, not the input's fault
+            return DECODER_ERROR, _said(exc)[:500]
         if type(checked) is tuple:
             reason, detail = checked
             return reason, f"{detail} ({where})"
         return checked
 
-    def _decode_values(
-        self, records: RecordBatch, max_message_bytes: int, slow: list[int]
-    ) -> list[Any]:
-        """Every message by the readings (Avro has no msgspec fast path): each one's values
-        or (reason, detail), all of them in ``slow``."""
-        classify = self.classify
-        out = [
-            classify(value, max_message_bytes, stamp)
-            for value, stamp in zip(records.values, records.timestamps, strict=True)
-        ]
-        slow.extend(range(len(out)))
-        return out
+
+_ABSENT = object()
+_THROUGH = object()
+_TYPES = {
+    ColumnType.STRING: frozenset({str}),
+    ColumnType.LONG: frozenset({int}),
+    ColumnType.DOUBLE: frozenset({int, float}),
+    ColumnType.BOOLEAN: frozenset({bool}),
+}
+_NULL = frozenset({type(None)})
+
+
+def _at_path(record: dict[str, Any], steps: tuple[str | int, ...]) -> Any:
+    """The value at ``steps`` (names only): :data:`_ABSENT` where a name is missing, None
+    under a null record, :data:`_THROUGH` through a value that is no record (never accepted:
+    the readings then say what it is)."""
+    here: Any = record
+    for step in steps:
+        if type(here) is not dict:
+            return None if here is None else _THROUGH
+        here = here.get(step, _ABSENT)  # type: ignore[call-overload]
+        if here is _ABSENT:
+            return _ABSENT
+    return here
+
+
+def _fast_column(c: Reading, values: list[Any]) -> tuple[list[Any], np.ndarray | None]:
+    """``values`` (one column of every record) as the column holds them, and a mask of those
+    the bulk checks do not pass (each then read by the readings), or None when all pass.
+
+    A value passes when the readings would take it unchanged: of the type's Python types (or
+    null, or absent, in a nullable column), a required string non-empty, a long within int64
+    and its ``minimum``, a double at least its ``minimum``, a time that reads in its format
+    and falls in the event-time range."""
+    n = len(values)
+    refused: np.ndarray | None = None
+
+    def refuse(where: list[int] | np.ndarray) -> None:
+        nonlocal refused
+        if len(where):
+            if refused is None:
+                refused = np.zeros(n, dtype=bool)
+            refused[where] = True
+
+    if c.nullable and _ABSENT in values:
+        values = [None if v is _ABSENT else v for v in values]
+    kinds = set(map(type, values))
+    allowed = (_TYPES.get(c.type) or kinds) | (_NULL if c.nullable else frozenset())
+    if not kinds <= allowed:
+        refuse([k for k, v in enumerate(values) if type(v) not in allowed])
+    if c.type is ColumnType.STRING:
+        if not c.nullable and "" in values:
+            refuse([k for k, v in enumerate(values) if v == ""])
+    elif c.type is ColumnType.TIMESTAMP:
+        values = [_fast_time(v, c) for v in values]
+        refuse([k for k, v in enumerate(values) if v is _ABSENT])
+    elif c.type is not ColumnType.BOOLEAN:
+        low = c.minimum if c.type is ColumnType.DOUBLE else max(c.minimum or LONG_MIN, LONG_MIN)
+        high = LONG_MAX if c.type is ColumnType.LONG else None
+        numbers = [v for v in values if type(v) is int or type(v) is float]
+        if numbers and (
+            (low is not None and min(numbers) < low) or (high is not None and max(numbers) > high)
+        ):
+            refuse(
+                [
+                    k
+                    for k, v in enumerate(values)
+                    if (type(v) is int or type(v) is float)
+                    and ((low is not None and v < low) or (high is not None and v > high))
+                ]
+            )
+    if refused is not None:
+        values = [None if r else v for v, r in zip(values, refused.tolist(), strict=True)]
+    return values, refused
+
+
+def _fast_time(value: Any, c: Reading) -> Any:
+    """A time value as epoch ms in range, None for a null, :data:`_ABSENT` when the readings
+    must look at it."""
+    if value is None:
+        return None if c.nullable else _ABSENT
+    if isinstance(value, date):
+        value = _time_in(value, c)
+    ms = to_ms(value, c.fmt, c.pattern, c.zone)
+    if ms is None or not EVENT_TIME_MIN_MS <= ms < EVENT_TIME_MAX_MS:
+        return _ABSENT
+    return ms
 
 
 def _times_to_format(record: dict[str, Any], c: Reading) -> None:
