@@ -247,10 +247,9 @@ class AvroDecoder(DeclaredDecoder):
         stamps = records.timestamps
         names = self._names
         if not exact.all():
-            for k, row in zip(
-                np.flatnonzero(~exact).tolist(), zip(*columns, strict=True), strict=True
-            ):
-                out[at[k]] = dict(zip(names, row, strict=True))
+            rows = list(zip(*columns, strict=True))
+            for k in np.flatnonzero(~exact).tolist():
+                out[at[k]] = dict(zip(names, rows[k], strict=True))
         for k in np.flatnonzero(exact).tolist():
             i = at[k]
             out[i] = self._read_exactly(bodies[k], where[i], stamps[i])
@@ -345,7 +344,9 @@ def _fast_column(c: Reading, values: list[Any]) -> tuple[list[Any], np.ndarray |
         values = [_fast_time(v, c) for v in values]
         refuse([k for k, v in enumerate(values) if v is _ABSENT])
     elif c.type is not ColumnType.BOOLEAN:
-        low = c.minimum if c.type is ColumnType.DOUBLE else max(c.minimum or LONG_MIN, LONG_MIN)
+        low = c.minimum
+        if c.type is ColumnType.LONG:
+            low = LONG_MIN if low is None else max(low, LONG_MIN)
         high = LONG_MAX if c.type is ColumnType.LONG else None
         numbers = [v for v in values if type(v) is int or type(v) is float]
         if numbers and (
