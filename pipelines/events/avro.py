@@ -31,6 +31,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, date, datetime
+from operator import itemgetter
 from typing import Any
 
 import fastavro
@@ -240,7 +241,7 @@ class AvroDecoder(DeclaredDecoder):
             exact[:] = True
         else:
             for c in self.columns:
-                values, refused = _fast_column(c, [_at_path(b, c.steps) for b in bodies])
+                values, refused = _fast_column(c, _column_of(bodies, c.steps))
                 columns.append(values)
                 if refused is not None:
                     exact |= refused
@@ -311,6 +312,19 @@ def _at_path(record: dict[str, Any], steps: tuple[str | int, ...]) -> Any:
         if here is _ABSENT:
             return _ABSENT
     return here
+
+
+def _column_of(bodies: list[dict[str, Any]], steps: tuple[str | int, ...]) -> list[Any]:
+    """The value at ``steps`` of each record: by C lookups while every step is there, else
+    record by record (:func:`_at_path`)."""
+    try:
+        values = list(map(itemgetter(steps[0]), bodies))
+        for step in steps[1:]:
+            values = list(map(itemgetter(step), values))
+        return values  # every step was a record's field (a name indexes nothing else)
+    except (KeyError, TypeError, IndexError):
+        pass
+    return [_at_path(b, steps) for b in bodies]
 
 
 def _fast_column(c: Reading, values: list[Any]) -> tuple[list[Any], np.ndarray | None]:
