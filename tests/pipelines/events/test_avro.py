@@ -269,3 +269,24 @@ def test_an_avro_declaration_without_a_schema_file_needs_a_registry(tmp_path) ->
 
     with pytest.raises(ViewDefinitionError, match="SLUICE_SCHEMA_REGISTRY_URL"):
         load_declarations(topics)
+
+
+def test_a_registry_that_does_not_answer_at_load_is_a_problem_of_the_declaration(
+    monkeypatch,
+) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("SLUICE_SCHEMA_REGISTRY_URL", f"http://user:pw-s3cret@127.0.0.1:{port}")
+    from pipelines.config import get_settings
+
+    get_settings.cache_clear()
+    try:
+        found, problems = check_declarations([{"topic": "payments", "encoding": "avro"}])
+    finally:
+        get_settings.cache_clear()
+    assert found == {}
+    ((where, message),) = problems
+    assert where == "topics[0].encoding"
+    assert "schema registry" in message and "payments-value" in message
+    assert "s3cret" not in message
