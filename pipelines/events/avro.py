@@ -237,14 +237,16 @@ class AvroDecoder(DeclaredDecoder):
         bodies = [out[k] for k in at]
         exact = np.zeros(len(at), dtype=bool)
         columns: list[list[Any]] = []
-        if self._arrays:
-            exact[:] = True
-        else:
+        try:
+            if self._arrays:
+                raise TypeError("a path through an array")
             for c in self.columns:
                 values, refused = _fast_column(c, _column_of(bodies, c.steps))
                 columns.append(values)
                 if refused is not None:
                     exact |= refused
+        except Exception:  # whatever the bulk checks cannot take, the readings decide
+            exact[:] = True
         stamps = records.timestamps
         names = self._names
         if not exact.all():

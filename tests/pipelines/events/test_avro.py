@@ -290,3 +290,33 @@ def test_a_registry_that_does_not_answer_at_load_is_a_problem_of_the_declaration
     assert where == "topics[0].encoding"
     assert "schema registry" in message and "payments-value" in message
     assert "s3cret" not in message
+
+
+def test_a_path_into_an_avro_array_reads_its_element(tmp_path) -> None:
+    schema = {
+        "type": "record",
+        "name": "Tagged",
+        "fields": [
+            {"name": "event_time", "type": "long"},
+            {"name": "tags", "type": {"type": "array", "items": "string"}},
+        ],
+    }
+    (tmp_path / "tagged.avsc").write_text(json.dumps(schema))
+    declaration = TopicDeclaration(
+        topic="tagged",
+        encoding="avro",
+        schema_file=str(tmp_path / "tagged.avsc"),
+        framing="plain",
+        fields=[{"name": "second", "type": "string", "path": "tags[1]", "nullable": True}],
+    )
+    parsed = fastavro.parse_schema(schema)
+    records = [{"event_time": T0 + i, "tags": ["a", f"t{i}"][: i % 3]} for i in range(9)]
+    values = []
+    for record in records:
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, parsed, record)
+        values.append(out.getvalue())
+    batch = _decode(declaration, None, values)
+    assert batch.dead_letters == []
+    expected = [r["tags"][1] if len(r["tags"]) > 1 else None for r in records]
+    assert batch.columns["second"].tolist() == expected
