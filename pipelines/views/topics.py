@@ -70,6 +70,19 @@ def check_declarations(
                 )
                 problems.append((f"topics[{i}]{path}", detail["msg"]))
             continue
+        if (
+            declaration.topic == ANY_TOPIC
+            and declaration.encoding == "avro"
+            and not (declaration.fields or declaration.schema_file)
+        ):
+            problems.append(
+                (
+                    f"topics[{i}].fields",
+                    f'topic "{ANY_TOPIC}" has no subject of its own in the schema registry: '
+                    "declare its fields or a schema_file",
+                )
+            )
+            continue
         try:
             declaration = resolve_avro(declaration, base, _registry)
         except (ValueError, SchemaRegistryUnreachable) as exc:

@@ -320,3 +320,15 @@ def test_a_path_into_an_avro_array_reads_its_element(tmp_path) -> None:
     assert batch.dead_letters == []
     expected = [r["tags"][1] if len(r["tags"]) > 1 else None for r in records]
     assert batch.columns["second"].tolist() == expected
+
+
+def test_the_any_topic_declaration_cannot_take_its_avro_fields_from_the_registry() -> None:
+    found, problems = check_declarations([{"topic": "*", "encoding": "avro"}])
+    assert found == {}
+    assert problems == [
+        (
+            "topics[0].fields",
+            'topic "*" has no subject of its own in the schema registry: declare its fields or '
+            "a schema_file",
+        )
+    ]
