@@ -332,3 +332,50 @@ def test_the_any_topic_declaration_cannot_take_its_avro_fields_from_the_registry
             "a schema_file",
         )
     ]
+
+
+def test_the_same_events_decode_alike_as_avro_and_as_json(tmp_path) -> None:
+    """The readings are shared: each column (values and nulls) is the JSON decoder's."""
+    (tmp_path / "payment.avsc").write_text(json.dumps(V2))
+    fields = [
+        {"name": "merchant", "type": "string"},
+        {"name": "amount", "type": "double", "minimum": 1},
+        {"name": "cents", "type": "long"},
+        {"name": "card_country", "type": "string", "path": "card.country", "nullable": True},
+        {"name": "refunded", "type": "boolean"},
+        {"name": "reason", "type": "string", "nullable": True},
+    ]
+    common = {"topic": "payments", "fields": fields}
+    avro = TopicDeclaration(
+        **common, encoding="avro", schema_file=str(tmp_path / "payment.avsc"), framing="plain"
+    )
+    as_json = TopicDeclaration(**common)
+    records = [_payment(i, 2) for i in range(60)]
+    records[5]["merchant"] = ""  # a required string empty: wrong_type in both
+    parsed = fastavro.parse_schema(V2)
+
+    def encode(record: dict[str, Any]) -> bytes:
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, parsed, record)
+        return out.getvalue()
+
+    from pipelines.events.declared import decoder_for
+
+    got = _decode(avro, None, [encode(r) for r in records])
+    json_records = [Record(i, T0 + i, b"k", json.dumps(r).encode()) for i, r in enumerate(records)]
+    want = decoder_for(as_json)(
+        json_records, NO_WATERMARK, max_message_bytes=100_000, max_future_ms=10**12
+    )
+    assert got.offsets.tolist() == want.offsets.tolist()
+    assert {n: c.tolist() for n, c in got.columns.items()} == {
+        n: c.tolist() for n, c in want.columns.items()
+    }
+    assert {n: m.tolist() for n, m in got.nulls.items()} == {
+        n: m.tolist() for n, m in want.nulls.items()
+    }
+    assert [(d.offset, d.reason) for d in got.dead_letters] == [
+        (d.offset, d.reason) for d in want.dead_letters
+    ]
+    assert {d.reason for d in got.dead_letters} == {"wrong_type", "out_of_range"}
+    for mine, theirs in zip(got.dead_letters, want.dead_letters, strict=True):
+        assert mine.detail.startswith(theirs.detail)  # then the schema file
