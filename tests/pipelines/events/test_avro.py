@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import random
 import socket
 import struct
 from typing import Any
@@ -379,3 +380,18 @@ def test_the_same_events_decode_alike_as_avro_and_as_json(tmp_path) -> None:
     assert {d.reason for d in got.dead_letters} == {"wrong_type", "out_of_range"}
     for mine, theirs in zip(got.dead_letters, want.dead_letters, strict=True):
         assert mine.detail.startswith(theirs.detail)  # then the schema file
+
+
+def test_random_bodies_after_a_known_schema_id_never_raise() -> None:
+    rng = random.Random(46)
+    with schema_registry() as registry:
+        good = _serializer(registry, V1)(_payment(1))
+        header = good[:5]
+        values = [header + rng.randbytes(rng.randrange(0, 60)) for _ in range(300)]
+        values += [good[:k] for k in range(len(good))]
+        batch = _decode(_declaration(registry), registry, values)
+    assert batch.consumed == len(values)
+    assert len(batch) + len(batch.dead_letters) == len(values)
+    reasons = {d.reason for d in batch.dead_letters}
+    assert reasons <= {"malformed_avro", "wrong_type", "out_of_range", "missing_field"}
+    assert "decoder_error" not in reasons
