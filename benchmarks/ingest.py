@@ -14,8 +14,10 @@ Measures, on the same topic of the same embedded broker, in one process run:
       view (decoding and archiving), and the memory per open session of its state,
   (g) the decoder alone on the records in memory, microseconds per valid message: the
       hand-written :func:`decode_batch` against the decoder built from the generator's
-      declaration, side by side; and the declared decoder of a 20-field nested topic with
-      nulls and ISO-8601 times (``--decoder-only`` measures just this),
+      declaration, side by side; the declared decoder of a 20-field nested topic with
+      nulls and ISO-8601 times; and the same events as Avro, decoded through the schema
+      registry (the tests' stand-in) and with a schema file, against them as JSON
+      (``--decoder-only`` measures just this),
   (h) each aggregation type alone in one view (per org every 10 minutes): microseconds per
       event of the view's window state on batches decoded beforehand, a flush's segment tables
       included (where a sliding view builds its windows); and sliding windows (1 h every
@@ -437,10 +439,23 @@ NESTED = {  # (g): a 20-field nested topic with nulls and string timestamps
 def _nested_batches(events: int) -> dict[int, list[RecordBatch]]:
     """``events`` messages of :data:`NESTED` (a tenth of them refunds, a third with no
     settlement, tip or segment), in batches of the worker's poll size, one partition."""
+    import orjson
+
+    return _batches(list(map(orjson.dumps, _nested_events(events))))
+
+
+def _batches(values: list[bytes]) -> dict[int, list[RecordBatch]]:
+    batches = []
+    for lo in range(0, len(values), POLL_MAX_RECORDS):
+        part = values[lo : lo + POLL_MAX_RECORDS]
+        offsets = list(range(lo, lo + len(part)))
+        batches.append(RecordBatch(offsets, [0] * len(part), part, [None] * len(part)))
+    return {0: batches}
+
+
+def _nested_events(events: int) -> list[dict]:
     import random
     from datetime import UTC, datetime, timedelta, timezone
-
-    import orjson
 
     plus2 = timezone(timedelta(hours=2))  # a producer's clock at UTC+2
     rng = random.Random(46)
@@ -449,44 +464,37 @@ def _nested_batches(events: int) -> dict[int, list[RecordBatch]]:
     for i in range(events):
         created = start + timedelta(milliseconds=i * 37)
         values.append(
-            orjson.dumps(
-                {
-                    "merchant": {
-                        "name": f"m-{rng.randrange(500)}",
-                        "id": rng.randrange(10**6),
-                        "category": rng.choice(["food", "travel", "games"]),
-                    },
-                    "amount": round(rng.uniform(1, 500), 2),
-                    "currency": rng.choice(["EUR", "USD", "GBP"]),
-                    "card": {
-                        "country": rng.choice(["FR", "US", "DE", "GB"]),
-                        "brand": rng.choice(["visa", "mc"]),
-                        "last4": f"{rng.randrange(10**4):04d}",
-                    },
-                    "refund_reason": "fraud" if rng.random() < 0.1 else None,
-                    "created": created.astimezone(plus2).isoformat(timespec="milliseconds"),
-                    "settled_at": None
-                    if rng.random() < 0.3
-                    else (created + timedelta(hours=2)).isoformat().replace("+00:00", "Z"),
-                    "customer": {
-                        "id": f"c-{rng.randrange(10**5)}",
-                        "segment": None if rng.random() < 0.3 else "retail",
-                    },
-                    "device": {"os": rng.choice(["ios", "android"]), "app_version": "5.1.0"},
-                    "items": rng.randrange(1, 9),
-                    "risk": {"score": rng.random(), "flagged": rng.random() < 0.05},
-                    "channel": "app",
-                    "tip": None if rng.random() < 0.3 else 1.5,
-                    "region": "eu",
-                }
-            )
+            {
+                "merchant": {
+                    "name": f"m-{rng.randrange(500)}",
+                    "id": rng.randrange(10**6),
+                    "category": rng.choice(["food", "travel", "games"]),
+                },
+                "amount": round(rng.uniform(1, 500), 2),
+                "currency": rng.choice(["EUR", "USD", "GBP"]),
+                "card": {
+                    "country": rng.choice(["FR", "US", "DE", "GB"]),
+                    "brand": rng.choice(["visa", "mc"]),
+                    "last4": f"{rng.randrange(10**4):04d}",
+                },
+                "refund_reason": "fraud" if rng.random() < 0.1 else None,
+                "created": created.astimezone(plus2).isoformat(timespec="milliseconds"),
+                "settled_at": None
+                if rng.random() < 0.3
+                else (created + timedelta(hours=2)).isoformat().replace("+00:00", "Z"),
+                "customer": {
+                    "id": f"c-{rng.randrange(10**5)}",
+                    "segment": None if rng.random() < 0.3 else "retail",
+                },
+                "device": {"os": rng.choice(["ios", "android"]), "app_version": "5.1.0"},
+                "items": rng.randrange(1, 9),
+                "risk": {"score": rng.random(), "flagged": rng.random() < 0.05},
+                "channel": "app",
+                "tip": None if rng.random() < 0.3 else 1.5,
+                "region": "eu",
+            }
         )
-    batches = []
-    for lo in range(0, events, POLL_MAX_RECORDS):
-        part = values[lo : lo + POLL_MAX_RECORDS]
-        offsets = list(range(lo, lo + len(part)))
-        batches.append(RecordBatch(offsets, [0] * len(part), part, [None] * len(part)))
-    return {0: batches}
+    return values
 
 
 def nested_decoder_cost(events: int, repeat: int) -> dict[str, list[float]]:
@@ -511,6 +519,109 @@ def nested_decoder_cost(events: int, repeat: int) -> dict[str, list[float]]:
     return figures
 
 
+def _nested_avro_schema() -> dict:
+    """:data:`NESTED`'s messages as an Avro record (times as ``timestamp-millis``)."""
+
+    def record(name: str, fields: list[tuple[str, object]]) -> dict:
+        return {
+            "type": "record",
+            "name": name,
+            "fields": [{"name": n, "type": t} for n, t in fields],
+        }
+
+    time = {"type": "long", "logicalType": "timestamp-millis"}
+    return record(
+        "Payment",
+        [
+            ("merchant", record("Merchant", [("name", "string"), ("id", "long"), ("category", "string")])),
+            ("amount", "double"),
+            ("currency", "string"),
+            ("card", record("Card", [("country", "string"), ("brand", "string"), ("last4", "string")])),
+            ("refund_reason", ["null", "string"]),
+            ("created", time),
+            ("settled_at", ["null", time]),
+            ("customer", record("Customer", [("id", "string"), ("segment", ["null", "string"])])),
+            ("device", record("Device", [("os", "string"), ("app_version", "string")])),
+            ("items", "long"),
+            ("risk", record("Risk", [("score", "double"), ("flagged", "boolean")])),
+            ("channel", "string"),
+            ("tip", ["null", "double"]),
+            ("region", "string"),
+        ],
+    )  # fmt: skip
+
+
+def avro_decoder_cost(events: int, repeat: int) -> dict[str, list[float]]:
+    """(g): microseconds per valid message of :data:`NESTED`'s events written as Avro (by
+    confluent-kafka's AvroSerializer, through the tests' schema registry stand-in) and decoded
+    through the registry, and with a schema file, beside the same events as JSON, decoded by
+    the declared JSON decoder, and fastavro's reader alone on the Avro bodies (parsing, no
+    types or columns); interleaved, one figure per round each."""
+    import io
+    import json
+    import tempfile
+    from datetime import datetime
+
+    import fastavro
+    import orjson
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    from pipelines.events.avro import avro_decoder_for
+    from pipelines.events.declaration import TopicDeclaration
+    from pipelines.events.declared import decoder_for
+    from tests.fixtures.schema_registry import schema_registry
+
+    schema = _nested_avro_schema()
+    plain = _nested_events(events)
+    as_avro = [
+        {
+            **e,
+            "created": datetime.fromisoformat(e["created"]),
+            "settled_at": e["settled_at"] and datetime.fromisoformat(e["settled_at"]),
+        }
+        for e in plain
+    ]
+    fields = [{k: v for k, v in f.items() if k != "format"} for f in NESTED["fields"]]
+    avro = TopicDeclaration(
+        topic="payments", encoding="avro", event_time={"path": "created"}, fields=fields
+    )
+    json_batches = _batches(list(map(orjson.dumps, plain)))
+    figures: dict[str, list[float]] = {
+        "json": [],
+        "avro registry": [],
+        "avro schema file": [],
+        "fastavro alone": [],
+    }
+    with schema_registry() as registry, tempfile.TemporaryDirectory() as tmp:
+        serialize = AvroSerializer(SchemaRegistryClient({"url": registry.url}), json.dumps(schema))
+        context = SerializationContext("payments", MessageField.VALUE)
+        avro_batches = _batches([serialize(e, context) for e in as_avro])
+        schema_file = Path(tmp) / "payment.avsc"
+        schema_file.write_text(json.dumps(schema))
+        decoders = {
+            "json": (decoder_for(TopicDeclaration(**NESTED)), json_batches),
+            "avro registry": (avro_decoder_for(avro, {"url": registry.url}), avro_batches),
+            "avro schema file": (
+                avro_decoder_for(avro.model_copy(update={"schema_file": str(schema_file)}), None),
+                avro_batches,
+            ),
+        }
+        parsed = fastavro.parse_schema(schema)
+        for _ in range(repeat):
+            for label, (decode, batches) in decoders.items():
+                seconds, valid = _decoding_seconds(decode, batches)
+                assert valid == events, f"{label}: {events - valid} of the messages were refused"
+                figures[label].append(seconds / valid * 1e6)
+            started = time.perf_counter()
+            for batch in avro_batches[0]:
+                for value in batch.values:
+                    fastavro.schemaless_reader(io.BytesIO(value[5:]), parsed, None)
+            figures["fastavro alone"].append((time.perf_counter() - started) / events * 1e6)
+    return figures
+
+
 def print_decoder_costs(generator: dict[str, list[float]], nested: dict[str, list[float]]) -> None:
     def line(values: list[float]) -> str:
         rounds = ", ".join(f"{v:.3f}" for v in values)
@@ -525,6 +636,21 @@ def print_decoder_costs(generator: dict[str, list[float]], nested: dict[str, lis
     print(f"(g) 20-field nested topic, nulls, ISO times, declared  : {line(nested['declared'])}")
     print(
         f"(g) the same messages, orjson.loads alone              : {line(nested['orjson.loads'])}"
+    )
+
+
+def print_avro_costs(avro: dict[str, list[float]]) -> None:
+    def line(values: list[float]) -> str:
+        rounds = ", ".join(f"{v:.3f}" for v in values)
+        return f"{statistics.median(values):.3f} us (rounds {rounds})"
+
+    base = statistics.median(avro["json"])
+    print(f"(g) 20-field nested topic as JSON, declared decoder   : {line(avro['json'])}")
+    for label in ("avro registry", "avro schema file"):
+        ratio = statistics.median(avro[label]) / base
+        print(f"(g) the same as Avro, {label:<17}           : {line(avro[label])} ({ratio:.1f}x)")
+    print(
+        f"(g) the Avro bodies, fastavro's reader alone           : {line(avro['fastavro alone'])}"
     )
 
 
@@ -720,6 +846,7 @@ def main() -> int:
             print_decoder_costs(
                 decoder_cost(in_memory, args.repeat), nested_decoder_cost(args.events, args.repeat)
             )
+            print_avro_costs(avro_decoder_cost(min(args.events, 100_000), args.repeat))
             if args.decoder_only:
                 return 0
             print_held_memory(held_memory(topic, in_memory, views_file))

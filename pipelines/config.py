@@ -131,6 +131,20 @@ class SluiceSettings(SluiceBaseSettings):
         description="Topic declarations (YAML, topics:): each topic's columns, event time and "
         'id, for the topics a views file does not declare itself; topic "*" declares the rest.',
     )
+    schema_registry_url: str | None = Field(
+        default=None,
+        description="The schema registry (Confluent's REST API) through which topics declared "
+        "encoding: avro resolve their messages' schema ids; a password in the URL is masked.",
+    )
+    schema_registry_user_info: SecretStr | None = Field(
+        default=None,
+        description="user:password for the schema registry's HTTP basic auth; never logged.",
+    )
+    schema_registry_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="The longest one schema registry request waits.",
+    )
     topic: str = Field(default="events", description="Topic the generator writes to.")
     dead_letter_topic: str = Field(
         default="events.dlq", description="Where bad input goes, with its reason."
@@ -281,6 +295,19 @@ class SluiceSettings(SluiceBaseSettings):
         default="17 * * * *",
         description="When the tables_maintenance Dagster job runs (cron, UTC); on by default.",
     )
+
+    def schema_registry_conf(self) -> dict[str, Any] | None:
+        """The one converter from settings to the schema registry client's configuration
+        (None: no registry set)."""
+        if not self.schema_registry_url:
+            return None
+        conf: dict[str, Any] = {
+            "url": self.schema_registry_url,
+            "timeout": self.schema_registry_timeout_s,
+        }
+        if self.schema_registry_user_info is not None:
+            conf["basic.auth.user.info"] = self.schema_registry_user_info.get_secret_value()
+        return conf
 
     @property
     def resolved_state_dir(self) -> Path:

@@ -61,3 +61,9 @@ class ViewCrash(SluiceError):
 
 class QueryError(SluiceError):
     """A query asked for something that cannot be answered (unknown view, bad range)."""
+
+
+class SchemaRegistryUnreachable(SluiceError):
+    """The schema registry did not answer (or answered a server error): an Avro message's
+    schema is unknown for now, not unknown to the registry, so the task retries rather than
+    dead-letter the message."""

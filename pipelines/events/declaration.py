@@ -205,8 +205,26 @@ class TopicDeclaration(_Model):
     """What a topic's messages hold, declared once for every view that reads it."""
 
     topic: str = Field(description="The Kafka topic.")
-    encoding: Literal["json"] = Field(default="json", description="How messages are encoded.")
-    fields: tuple[FieldDeclaration, ...] = Field(description="The body's columns.")
+    encoding: Literal["json", "avro"] = Field(
+        default="json",
+        description="How messages are encoded: json (UTF-8), or avro (through the schema "
+        "registry, SLUICE_SCHEMA_REGISTRY_URL, or with schema_file).",
+    )
+    schema_file: str | None = Field(
+        default=None,
+        description="avro: the writer's schema (.avsc), relative to the file that declares the "
+        "topic; without it, each message's schema id is resolved through the schema registry.",
+    )
+    framing: Literal["confluent", "plain"] = Field(
+        default="confluent",
+        description="avro: confluent (a magic byte 0 and a 4-byte schema id before the body), "
+        "or plain (the Avro body alone; with schema_file only).",
+    )
+    fields: tuple[FieldDeclaration, ...] = Field(
+        default=(),
+        description="The body's columns. For avro they may be left out: they are then read "
+        "from the schema (schema_file, or the registry's latest for subject <topic>-value).",
+    )
     event_time: EventTime = Field(default_factory=EventTime, description="The event time.")
     id: str | None = Field(
         default=None,
@@ -225,6 +243,16 @@ class TopicDeclaration(_Model):
 
     @model_validator(mode="after")
     def _consistent(self) -> TopicDeclaration:
+        if self.encoding == "json" and (
+            self.schema_file is not None or self.framing != "confluent"
+        ):
+            raise ValueError("schema_file and framing are for encoding: avro")
+        if self.framing == "plain" and self.schema_file is None:
+            raise ValueError("framing: plain carries no schema id: it needs a schema_file")
+        if not self.fields:
+            if self.encoding == "json":
+                raise ValueError("fields: required for encoding: json")
+            return self  # read from the Avro schema when the declaration is loaded
         names = [f.name for f in self.fields] + list(self.record.columns())
         repeated = sorted({n for n in names if names.count(n) > 1})
         if repeated:

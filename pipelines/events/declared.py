@@ -124,6 +124,11 @@ class DeclaredDecoder:
         event = parse_object(value, max_message_bytes)
         if type(event) is tuple:
             return event
+        return self.read(event, stamp)
+
+    def read(self, event: dict[str, Any], stamp: int) -> tuple[str, str] | dict[str, Any]:
+        """Why a parsed message (a JSON object, or a deserialized Avro record) is bad as
+        (reason, detail), or its columns' values: the readings every encoding shares."""
         found = {c.name: follow(event, c) for c in self.checks}
         for c in self.checks:
             got = found[c.name]

@@ -42,6 +42,7 @@ __all__ = [
     "DECODER_ERROR",
     "EMPTY",
     "FUTURE_EVENT_TIME",
+    "MALFORMED_AVRO",
     "MALFORMED_JSON",
     "MAX_JSON_DEPTH",
     "MISSING_FIELD",
@@ -50,6 +51,7 @@ __all__ = [
     "OUT_OF_RANGE",
     "OVERSIZE",
     "TOO_DEEP",
+    "UNKNOWN_SCHEMA",
     "WRONG_TYPE",
     "DeadLetter",
     "DecodedBatch",
@@ -74,6 +76,10 @@ OUT_OF_RANGE = "out_of_range"
 FUTURE_EVENT_TIME = "future_event_time"
 DECODER_ERROR = "decoder_error"
 """The classifier itself failed (a bug, never expected): the detail is the exception."""
+MALFORMED_AVRO = "malformed_avro"
+"""An Avro topic's message not in its framing, or whose body does not read with its schema."""
+UNKNOWN_SCHEMA = "unknown_schema"
+"""An Avro message whose schema id the schema registry does not know."""
 CRASHED_TASK = "crashed_task"
 """Not the decoder's: a record on which a task crashed twice, quarantined
 (:mod:`pipelines.stream.quarantine`)."""
@@ -88,6 +94,8 @@ DEAD_LETTER_REASONS = (
     OUT_OF_RANGE,
     FUTURE_EVENT_TIME,
     DECODER_ERROR,
+    MALFORMED_AVRO,
+    UNKNOWN_SCHEMA,
     CRASHED_TASK,
 )
 """Every reason a :class:`DeadLetter` can carry."""

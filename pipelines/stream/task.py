@@ -38,6 +38,7 @@ from pipelines.archive import ArchiveBuffer, discard_uncommitted
 from pipelines.config import SluiceSettings
 from pipelines.control.crashes import CrashPlan
 from pipelines.control.store import TaskStatus
+from pipelines.events.avro import avro_decoder_for
 from pipelines.events.declaration import TopicDeclaration
 from pipelines.events.declared import decoder_for
 from pipelines.events.decode import (
@@ -82,11 +83,17 @@ def _declaration(topic: str, views: Sequence[View]) -> TopicDeclaration | None:
     return next(iter(declarations.values()), None)
 
 
-def _decoder(declaration: TopicDeclaration | None, partition: int) -> Decoder:
-    """The decoder of the topic's declaration; without one, the hand-written decoder of the
-    generator's events, which the topics file's declaration describes."""
+def _decoder(
+    declaration: TopicDeclaration | None, partition: int, settings: SluiceSettings | None = None
+) -> Decoder:
+    """The decoder of the topic's declaration (an Avro topic's reads through the settings'
+    schema registry); without one, the hand-written decoder of the generator's events, which
+    the topics file's declaration describes."""
     if declaration is None:
         return decode_batch
+    if declaration.encoding == "avro":
+        registry = settings.schema_registry_conf() if settings is not None else None
+        return partial(avro_decoder_for(declaration, registry), partition=partition)
     return partial(decoder_for(declaration), partition=partition)
 
 
@@ -122,7 +129,7 @@ class StreamTask:
         self.settings = settings
         self.states = {v.name: view_state(v) for v in self.views}
         declared = _declaration(topic, views)
-        self.decode = _decoder(declared, partition)
+        self.decode = _decoder(declared, partition, settings)
         self.declaration = declared or declaration_for(topic, default_declarations())
         """What the topic's events hold: the archive's columns."""
         self.watermark = NO_WATERMARK

@@ -43,7 +43,13 @@ from kafka.errors import KafkaError
 
 from pipelines.config import SluiceSettings
 from pipelines.control import ControlStore, TaskCrash, TaskStatus, crash_plan
-from pipelines.exceptions import BrokerUnavailable, StorageError, TaskFenced, ViewCrash
+from pipelines.exceptions import (
+    BrokerUnavailable,
+    SchemaRegistryUnreachable,
+    StorageError,
+    TaskFenced,
+    ViewCrash,
+)
 from pipelines.stopping import StopDeadline, on_stop_signals
 from pipelines.storage import ObjectStore
 from pipelines.stream.buckets import key_hashes
@@ -65,9 +71,10 @@ THROTTLE_SLICE_S = 0.2
 pause is about this long."""
 
 
-NOT_THE_RECORDS = (KafkaError, BrokerUnavailable, StorageError, OSError)
-"""Failures of what a task talks to (the dead-letter producer, storage), not of what it read:
-a crash by one of these names no offsets, so no record is ever quarantined for it."""
+NOT_THE_RECORDS = (KafkaError, BrokerUnavailable, StorageError, OSError, SchemaRegistryUnreachable)
+"""Failures of what a task talks to (the dead-letter producer, storage, the schema registry),
+not of what it read: a crash by one of these names no offsets, so no record is ever
+quarantined for it."""
 
 
 @dataclass(frozen=True)

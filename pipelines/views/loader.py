@@ -20,7 +20,7 @@ from pipelines.views.definitions import ViewsFile
 from pipelines.views.fields import DECLARATIONS, is_name, parse_duration
 from pipelines.views.model import View
 from pipelines.views.problems import Problem, describe
-from pipelines.views.topics import check_declarations, default_declarations
+from pipelines.views.topics import check_declarations, default_declarations, directory_of
 
 __all__ = ["check_views", "load_views", "parse_duration", "parse_views", "read_views_document"]
 
@@ -51,7 +51,7 @@ def parse_views(
     :class:`ViewDefinitionError` listing every mistake, one per line (:class:`UnknownAggregation`
     when one of them is an unknown aggregation). ``topics``: the declarations beside the
     document's own (default: the settings' topics file)."""
-    views, problems = check_views(document, topics)
+    views, problems = check_views(document, topics, directory_of(source))
     if problems:
         lines = "\n".join(p.line(source) for p in problems)
         if any(p.unknown_aggregation for p in problems):
@@ -61,16 +61,17 @@ def parse_views(
 
 
 def check_views(
-    document: Any, topics: Mapping[str, TopicDeclaration] | None = None
+    document: Any, topics: Mapping[str, TopicDeclaration] | None = None, base: Path | None = None
 ) -> tuple[list[View], list[Problem]]:
     """Every view of ``document``, each with its topic's declaration, and every problem of it
     and of its ``topics:`` (no views when there is one). ``topics``: the declarations beside
-    the document's own (default: the settings' topics file's)."""
+    the document's own (default: the settings' topics file's); ``base``: the directory an
+    Avro topic's schema file is relative to."""
     raw = document.get("views") if isinstance(document, Mapping) else document
     if not isinstance(raw, list) or not raw:
         return [], [Problem("", "expected a non-empty list under 'views:'")]
     own, wrong = check_declarations(
-        document.get("topics") if isinstance(document, Mapping) else None
+        document.get("topics") if isinstance(document, Mapping) else None, base
     )
     declarations = {**(default_declarations() if topics is None else topics), **own}
     context = {DECLARATIONS: declarations}

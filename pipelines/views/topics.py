@@ -16,8 +16,9 @@ import yaml
 from pydantic import ValidationError
 
 from pipelines.archive.declared import unsupported
+from pipelines.events.avro_declaration import resolve_avro
 from pipelines.events.declaration import TopicDeclaration
-from pipelines.exceptions import ViewDefinitionError
+from pipelines.exceptions import SchemaRegistryUnreachable, ViewDefinitionError
 
 if TYPE_CHECKING:
     from pipelines.views.model import View
@@ -30,6 +31,7 @@ __all__ = [
     "declarations_beside",
     "declarations_of",
     "default_declarations",
+    "directory_of",
     "load_declarations",
     "not_supported_yet",
 ]
@@ -46,9 +48,13 @@ def not_supported_yet(declaration: TopicDeclaration) -> list[tuple[str, str]]:
     return [("fields", why) for why in unsupported(declaration)]
 
 
-def check_declarations(raw: Any) -> tuple[dict[str, TopicDeclaration], list[tuple[str, str]]]:
+def check_declarations(
+    raw: Any, base: Path | None = None
+) -> tuple[dict[str, TopicDeclaration], list[tuple[str, str]]]:
     """The declarations of a ``topics:`` list and its problems as (path, message), paths such as
-    ``topics[0].fields[2].type``."""
+    ``topics[0].fields[2].type``. An Avro topic's is resolved (:func:`resolve_avro`): its
+    schema file relative to ``base`` (the declaring file's directory), its fields from its
+    schema when it declares none."""
     if raw is None:
         return {}, []
     if not isinstance(raw, list):
@@ -65,11 +71,42 @@ def check_declarations(raw: Any) -> tuple[dict[str, TopicDeclaration], list[tupl
                 )
                 problems.append((f"topics[{i}]{path}", detail["msg"]))
             continue
+        if (
+            declaration.topic == ANY_TOPIC
+            and declaration.encoding == "avro"
+            and not (declaration.fields or declaration.schema_file)
+        ):
+            problems.append(
+                (
+                    f"topics[{i}].fields",
+                    f'topic "{ANY_TOPIC}" has no subject of its own in the schema registry: '
+                    "declare its fields or a schema_file",
+                )
+            )
+            continue
+        try:
+            declaration = resolve_avro(declaration, base, _registry)
+        except (ValueError, SchemaRegistryUnreachable) as exc:
+            where = "schema_file" if declaration.schema_file is not None else "encoding"
+            problems.append((f"topics[{i}].{where}", _said(exc)))
+            continue
         problems += [(f"topics[{i}].{at}", line) for at, line in not_supported_yet(declaration)]
         if declaration.topic in found:
             problems.append((f"topics[{i}].topic", f"topic {declaration.topic!r} declared twice"))
         found[declaration.topic] = declaration
     return found, problems
+
+
+def _registry() -> dict[str, Any] | None:
+    from pipelines.config import get_settings
+
+    return get_settings().schema_registry_conf()
+
+
+def _said(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):  # the fields read from the schema do not validate
+        return "; ".join(str(e["msg"]) for e in exc.errors())
+    return str(exc)
 
 
 def load_declarations(path: str | Path) -> dict[str, TopicDeclaration]:
@@ -81,7 +118,7 @@ def load_declarations(path: str | Path) -> dict[str, TopicDeclaration]:
     except (OSError, yaml.YAMLError) as exc:
         raise ViewDefinitionError(f"cannot read topic declarations {path}: {exc}") from exc
     raw = document.get("topics") if isinstance(document, Mapping) else document
-    found, problems = check_declarations(raw)
+    found, problems = check_declarations(raw, path.parent)
     if problems:
         raise ViewDefinitionError("\n".join(f"{path}: {where}: {msg}" for where, msg in problems))
     return found
@@ -131,10 +168,16 @@ def declarations_beside(document: Any, source: str = "views") -> dict[str, Topic
     """What a views document's views read with: its own ``topics:`` over the topics file's;
     raises :class:`ViewDefinitionError` listing the mistakes of its ``topics:``."""
     raw = document.get("topics") if isinstance(document, Mapping) else None
-    own, problems = check_declarations(raw)
+    own, problems = check_declarations(raw, directory_of(source))
     if problems:
         raise ViewDefinitionError("\n".join(f"{source}: {where}: {msg}" for where, msg in problems))
     return {**default_declarations(), **own}
+
+
+def directory_of(source: str) -> Path | None:
+    """The directory of the file ``source`` names (None: ``source`` is no file)."""
+    path = Path(source)
+    return path.parent if path.is_file() else None
 
 
 def declarations_of(views: Iterable[View]) -> list[dict[str, Any]]:

@@ -13,6 +13,7 @@ import pytest
 
 from pipelines.config import SluiceSettings
 from pipelines.control import TaskCrash
+from pipelines.exceptions import SchemaRegistryUnreachable
 from pipelines.kafka.memory import MemoryBroker
 from pipelines.storage import LocalObjectStore
 from pipelines.stream import StreamWorker, TaskId
@@ -68,12 +69,16 @@ def _produce(broker: MemoryBroker, topic: str, poison: str) -> None:
             broker.send(topic, b"k", orjson.dumps(event), partition=partition)
 
 
-@pytest.mark.parametrize(("poison", "crash_names_the_record"), [("boom", True), ("oserror", False)])
+@pytest.mark.parametrize(
+    ("poison", "crash_names_the_record"),
+    [("boom", True), ("oserror", False), ("registry", False)],
+)
 def test_a_crash_drops_its_task_alone_and_a_restart_quarantines_the_record(
     tmp_path, monkeypatch, poison, crash_names_the_record
 ) -> None:
-    """``oserror``: a failure of what the task talks to (here the view raises OSError) names
-    no offsets, so it can never get a record quarantined."""
+    """``oserror``, ``registry``: a failure of what the task talks to (here the view raises
+    OSError, or the schema registry's unreachable error) names no offsets, so it can never get
+    a record quarantined."""
     topic = f"crash-{uuid.uuid4().hex[:8]}"
     broker = MemoryBroker()
     broker.create_topic(topic, 2)
@@ -95,7 +100,8 @@ def test_a_crash_drops_its_task_alone_and_a_restart_quarantines_the_record(
 
     views = _views(topic, poison)
     if not crash_names_the_record:
-        monkeypatch.setattr(poison_fixture.FailsOn, "raises", OSError)
+        failure = OSError if poison == "oserror" else SchemaRegistryUnreachable
+        monkeypatch.setattr(poison_fixture.FailsOn, "raises", failure)
     worker = StreamWorker(
         "w0",
         [],
