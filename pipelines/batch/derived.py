@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from pyspark.sql import DataFrame
 
 from pipelines.expressions.derived import Derived
+from pipelines.expressions.derived import stored_columns as _stored
 from pipelines.views.model import View
 
 __all__ = ["stored_columns", "with_derived"]
@@ -21,11 +22,7 @@ def _derived(view: View) -> tuple[Derived, ...]:
 def stored_columns(view: View, columns: Iterable[str]) -> set[str]:
     """``columns`` with each derived one replaced by the archived columns it is computed
     from (through earlier derived ones)."""
-    needed = set(columns)
-    for column in reversed(_derived(view)):  # a derived column reads only earlier ones
-        if column.name in needed:
-            needed = (needed - {column.name}) | column.columns
-    return needed
+    return _stored(_derived(view), columns)
 
 
 def with_derived(rows: DataFrame, view: View) -> DataFrame:

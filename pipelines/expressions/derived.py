@@ -32,7 +32,7 @@ arithmetic in every engine (no time zone setting can change them).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +55,7 @@ __all__ = [
     "Literal",
     "derive",
     "parse_derived",
+    "stored_columns",
 ]
 
 MAX_LENGTH = 2000
@@ -298,6 +299,16 @@ def parse_derived(
     if len(text) > MAX_LENGTH:
         raise ExpressionError(f"{len(text)} characters; an expression has at most {MAX_LENGTH}")
     return Derived(name, text, _Parser(text, columns, nullable).parse())
+
+
+def stored_columns(derived: Sequence[Derived], columns: Iterable[str]) -> set[str]:
+    """``columns`` with each of ``derived`` replaced by the columns it is computed from
+    (through earlier derived ones): what to read from the archive to compute them."""
+    needed = set(columns)
+    for column in reversed(derived):  # a derived column reads only earlier ones
+        if column.name in needed:
+            needed = (needed - {column.name}) | column.columns
+    return needed
 
 
 def _columns_of(node: Node) -> set[str]:

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from pipelines.events.declaration import ColumnType, TopicDeclaration
 from pipelines.expressions.derived import ExpressionError, parse_derived
+from pipelines.views import check_views
 from tests.fixtures.expressions import (
     COLUMNS,
     NULLABLE,
@@ -164,3 +165,75 @@ def test_a_derived_column_cannot_be_the_id() -> None:
         TopicDeclaration.model_validate(
             {**PAYMENTS, "id": "m", "derived": [{"name": "m", "expr": "lower(merchant)"}]}
         )
+
+
+# --- in views -------------------------------------------------------------------------------
+
+GENERATOR_TOPIC = {
+    "topic": "events",
+    "id": "event_id",
+    "fields": [
+        {"name": "event_id", "type": "string"},
+        {"name": "org", "type": "string"},
+        {"name": "client", "type": "string"},
+        {"name": "bytes_tx", "type": "long", "minimum": 0},
+        {"name": "session_id", "type": "string"},
+        {"name": "event_type", "type": "string"},
+    ],
+    "derived": [
+        {"name": "org_uc", "expr": "upper(org)"},
+        {"name": "hour_of_day", "expr": "hour(event_time)"},
+    ],
+}
+
+
+def _view_problems(**changes) -> list[str]:
+    view = {
+        "name": "v",
+        "topic": "events",
+        "grouping_cols": ["org_uc"],
+        "interval": "1h",
+        "aggregation_info": [{"aggregation": "count", "aggregated_col_name": "n"}],
+        **changes,
+    }
+    views, problems = check_views({"topics": [GENERATOR_TOPIC], "views": [view]})
+    assert bool(views) != bool(problems)
+    return [p.line("views.yaml") for p in problems]
+
+
+def test_views_group_filter_and_aggregate_by_derived_columns_as_by_any() -> None:
+    assert _view_problems() == []
+    assert (
+        _view_problems(
+            where="hour_of_day >= 9 and org_uc = 'ACME'",
+            aggregation_info=[
+                {"aggregation": "max", "col_name": "hour_of_day", "aggregated_col_name": "h"}
+            ],
+        )
+        == []
+    )
+    assert _view_problems(where="hour_of_day = 'x'") == [
+        "views.yaml: views[0] (v).where: hour_of_day is a number: compare it with a number, "
+        "not 'x' (at 15)"
+    ]
+    assert _view_problems(
+        aggregation_info=[{"aggregation": "sum", "col_name": "org_uc", "aggregated_col_name": "s"}]
+    ) == [
+        "views.yaml: views[0] (v).aggregation_info[0].col_name: 'org_uc' is a string column of "
+        "topic 'events'; sum takes long or double"
+    ]
+
+
+def test_a_bad_derived_column_is_a_problem_of_the_views_file() -> None:
+    topic = {**GENERATOR_TOPIC, "derived": [{"name": "h", "expr": "hour(org)"}]}
+    view = {
+        "name": "v",
+        "topic": "events",
+        "interval": "1h",
+        "aggregation_info": [{"aggregation": "count", "aggregated_col_name": "n"}],
+    }
+    _, problems = check_views({"topics": [topic], "views": [view]})
+    assert [p.line("views.yaml") for p in problems] == [
+        "views.yaml: topics[0]: Value error, derived[0] (h): hour takes a timestamp, not org "
+        "(string) (at 6)"
+    ]
