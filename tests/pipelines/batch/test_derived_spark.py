@@ -1,7 +1,8 @@
 """Derived columns in Spark: the correction's compilation of an expression equals the stream's
 numpy evaluation and a plain-Python reference on random rows with nulls; and a view grouped,
 filtered and aggregated by derived columns serves, streamed and then corrected, what a
-plain-Python oracle computes from the generated messages."""
+plain-Python oracle computes from the generated messages (a session view's correction, filtered
+by them, holds the oracle's events and bytes)."""
 
 from __future__ import annotations
 
@@ -103,7 +104,21 @@ DOCUMENT = {
                 {"aggregation": "max", "col_name": "hour_of_day", "aggregated_col_name": "hour"},
                 {"aggregation": "min", "col_name": "day", "aggregated_col_name": "day"},
             ],
-        }
+        },
+        {
+            "name": "sessions_derived",
+            "kind": "session",
+            "topic": "events",
+            "session_key": "session_id",
+            "gap": "5m",
+            "max_duration": "1h",
+            "where": "kind != 'view'",
+            "aggregation_info": [
+                {"aggregation": "count", "aggregated_col_name": "events"},
+                # (the stream's session state holds the generator's columns only, yet)
+                {"aggregation": "sum", "col_name": "bytes_tx", "aggregated_col_name": "bytes"},
+            ],
+        },
     ],
 }
 
@@ -139,7 +154,7 @@ def test_a_view_over_derived_columns_streams_and_corrects_to_the_oracle(spark, t
     run = run_stream(tmp_path / "storage", views, options=OPTIONS, trace=TRACE)
     expected = _oracle()
     assert len({key[2] for key in expected}) > 1 and len(expected) > 4
-    (view,) = views
+    view, sessions = views
     hours = run.event_hours()
     start, end = hours[0], hours[-1] + HOUR_MS
     with local_tables(run.store.root, tmp_path / "catalog.db") as tables:
@@ -149,3 +164,8 @@ def test_a_view_over_derived_columns_streams_and_corrects_to_the_oracle(spark, t
         assert results and all(r.version == 1 for r in results)
         batch = query_view(run.store, view, start, end, "batch", tables=tables)
         assert _served(batch) == expected
+        # the session correction filters by derived columns too
+        corrected = query_view(run.store, sessions, start, end, "batch", tables=tables)
+        rows = corrected.to_pylist()
+        assert sum(r["events"] for r in rows) == sum(r["n"] for r in expected.values())
+        assert sum(r["bytes"] for r in rows) == sum(r["bytes"] for r in expected.values())
