@@ -56,6 +56,7 @@ __all__ = [
     "derive",
     "parse_derived",
     "stored_columns",
+    "used_derived",
 ]
 
 MAX_LENGTH = 2000
@@ -309,6 +310,17 @@ def stored_columns(derived: Sequence[Derived], columns: Iterable[str]) -> set[st
         if column.name in needed:
             needed = (needed - {column.name}) | column.columns
     return needed
+
+
+def used_derived(derived: Sequence[Derived], columns: Iterable[str]) -> list[Derived]:
+    """The derived columns that computing ``columns`` needs (through earlier derived ones),
+    in declared order."""
+    needed, used = set(columns), []
+    for column in reversed(derived):
+        if column.name in needed:
+            used.append(column)
+            needed |= column.columns
+    return used[::-1]
 
 
 def _columns_of(node: Node) -> set[str]:

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from pipelines.events.declaration import ColumnType, TopicDeclaration
 from pipelines.expressions.derived import ExpressionError, parse_derived
-from pipelines.views import check_views
+from pipelines.views import check_views, parse_views
 from tests.fixtures.expressions import (
     COLUMNS,
     NULLABLE,
@@ -237,3 +237,26 @@ def test_a_bad_derived_column_is_a_problem_of_the_views_file() -> None:
         "views.yaml: topics[0]: Value error, derived[0] (h): hour takes a timestamp, not org "
         "(string) (at 6)"
     ]
+
+
+def test_a_changed_expression_a_view_reads_changes_its_fingerprint() -> None:
+    def fingerprint(derived: list[dict], **changes) -> str:
+        topic = {**GENERATOR_TOPIC, "derived": derived}
+        view = {
+            "name": "v",
+            "topic": "events",
+            "grouping_cols": ["org"],
+            "interval": "1h",
+            "aggregation_info": [{"aggregation": "count", "aggregated_col_name": "n"}],
+            **changes,
+        }
+        (parsed,) = parse_views({"topics": [topic], "views": [view]})
+        return parsed.fingerprint
+
+    base = [{"name": "a", "expr": "upper(org)"}, {"name": "b", "expr": "lower(a)"}]
+    other = [{"name": "a", "expr": "lower(org)"}, {"name": "b", "expr": "lower(a)"}]
+    plain = fingerprint([])
+    assert fingerprint(base) == fingerprint(other) == plain  # reads none of them
+    assert fingerprint(base, where="b = 'x'") != fingerprint(other, where="b = 'x'")
+    assert fingerprint(base, grouping_cols=["b"]) != fingerprint(other, grouping_cols=["b"])
+    assert fingerprint(base, grouping_cols=["b"]) == fingerprint(base, grouping_cols=["b"])
