@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 
 from pipelines.aggregators import Aggregator, Reconciled
 from pipelines.events.declaration import EVENT_TIME
+from pipelines.expressions.derived import stored_columns
 from pipelines.segments import (
     HOUR_MS,
     RangeRecord,
@@ -257,7 +258,24 @@ def archive_columns(views: Sequence[View]) -> list[str]:
         if a.description.reconciled is Reconciled.QUANTILE_RANK
         for c in a.columns_read()
     }
+    for view in views:  # derived columns are computed from the archived ones (_with_derived)
+        if view.declaration is not None:
+            columns = stored_columns(view.declaration.derived_columns(), columns)
     return sorted(columns - {id_column(views), EVENT_TIME})
+
+
+def _with_derived(view: View, rows: pa.Table) -> str:
+    """The archive rows as a DuckDB relation with the topic's derived columns that ``rows``
+    hold the inputs of (the same parsed expressions the stream and Spark compute)."""
+    relation, available = "archive", set(rows.column_names)
+    derived = () if view.declaration is None else view.declaration.derived_columns()
+    for column in derived:
+        if column.columns <= available:
+            name = f'{column.sql()} AS "{column.name}"'
+            chosen = f"* REPLACE ({name})" if column.name in available else f"*, {name}"
+            relation = f"(SELECT {chosen} FROM {relation})"
+            available.add(column.name)
+    return relation
 
 
 SHARED_ROWS = 4_000_000
@@ -439,6 +457,7 @@ def view_causes(
         return Causes(dead_letters=archive.dead_letters), {}
     groups = ", ".join(f'"{c}"' for c in view.grouping_cols)
     select_groups = f", {groups}" if groups else ""
+    relation = _with_derived(view, rows)
     where = f"WHERE {view.filter.sql()}" if view.filter is not None else ""
     con = _connect()
     try:
@@ -446,7 +465,7 @@ def view_causes(
         result = con.execute(
             f"""
             WITH once AS (  -- a row both hours' reads hold counts once
-                SELECT * FROM archive
+                SELECT * FROM {relation}
                 QUALIFY row_number() OVER (
                     PARTITION BY "partition", "offset" ORDER BY prior_watermark DESC NULLS LAST
                 ) = 1
@@ -503,6 +522,7 @@ def window_values(
         return {}
     groups = "".join(f', "{c}"' for c in view.grouping_cols)
     filters = [f.sql() for f in (view.filter, agg.where) if f is not None]
+    relation = _with_derived(view, rows)
     where = f"WHERE {' AND '.join(filters)}" if filters else ""
     column = agg.spec.col_name
     con = _connect()
@@ -511,7 +531,7 @@ def window_values(
         result = con.execute(
             f"""
             WITH read_once AS (  -- a row both hours' reads hold counts once
-                SELECT * FROM archive
+                SELECT * FROM {relation}
                 QUALIFY row_number() OVER (PARTITION BY "partition", "offset") = 1
             ), once AS (
                 SELECT * FROM read_once {_once_per_id(archive.id_col)}

@@ -120,6 +120,9 @@ def declaration_rows(declaration: TopicDeclaration) -> list[tuple[str, str, str]
         rows.append((column.name, column.type.value, ", ".join(notes)))
     for name, kind in declaration.record.columns().items():
         rows.append((name, kind.value, "from the record"))
+    for derived in declaration.derived_columns():
+        notes = [f"derived: {derived.text}"] + (["nullable"] if derived.nullable else [])
+        rows.append((derived.name, derived.type.value, ", ".join(notes)))
     return rows
 
 

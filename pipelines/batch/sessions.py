@@ -45,6 +45,7 @@ from pipelines.batch.archive import (
     read_hours,
     topic_files,
 )
+from pipelines.batch.derived import with_derived
 from pipelines.batch.frames import join_on_keys, spark_frame_of
 from pipelines.batch.publish import CorrectionResult, SegmentRows, TableTarget, publish_versions
 from pipelines.segments import HOUR_MS, hour_label, segment_schema
@@ -164,7 +165,7 @@ def _aggregate_sessions(events: DataFrame, view: View, segments: Sequence[int]) 
     assert spec is not None
     columns = {*order_columns(declaration_of(view)), spec.key, *spec.kept_fields}
     columns |= {c for a in view.aggregators for c in a.columns_read()}
-    events = events.where(F.col("topic") == view.topic)
+    events = with_derived(events.where(F.col("topic") == view.topic), view)
     if view.filter is not None:
         events = events.where(view.filter.spark())
         columns |= set(view.filter.fields)

@@ -25,6 +25,7 @@ from pipelines.batch.archive import (
     read_hours,
     topic_files,
 )
+from pipelines.batch.derived import stored_columns, with_derived
 from pipelines.batch.frames import join_on_keys, spark_frame_of
 from pipelines.batch.publish import (
     CorrectionResult,
@@ -90,7 +91,7 @@ def batch_schema(view: View) -> pa.Schema:
 def _columns_read(view: View) -> set[str]:
     columns = {"event_time", *view.grouping_cols}
     columns |= set(view.filter.fields) if view.filter is not None else set()
-    return columns | {c for a in view.aggregators for c in a.columns_read()}
+    return stored_columns(view, columns | {c for a in view.aggregators for c in a.columns_read()})
 
 
 def _aggregation_key(view: View) -> tuple:
@@ -123,7 +124,7 @@ def aggregate_window_views(
     window = F.col("event_time") - F.col("event_time") % F.lit(view.step_ms)
     if view.is_sliding:  # every window holding the event: one row per window
         window = F.explode(F.sequence(window - F.lit(view.reach_ms), window, F.lit(view.step_ms)))
-    rows = events.where(F.col("topic") == view.topic)
+    rows = with_derived(events.where(F.col("topic") == view.topic), view)
     if view.filter is not None:
         rows = rows.where(view.filter.spark())
     rows = rows.withColumn(WINDOW_START, window)

@@ -8,7 +8,8 @@ declaration (``data/views.yaml``), not a special case.
 A declaration names *columns*. Each field says where its value is in a message (``path``,
 dotted into nested objects, ``[i]`` for an array element; the column's name by default) and
 its type; the event time is a field with a format, or the Kafka record's own timestamp; the
-record's key, timestamp, partition, offset and headers may be columns too.
+record's key, timestamp, partition, offset and headers may be columns too, and ``derived:``
+columns computed from the others (:mod:`pipelines.expressions.derived`).
 """
 
 from __future__ import annotations
@@ -17,12 +18,16 @@ import re
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+
+from pipelines.events.column_types import ColumnType
+from pipelines.expressions.derived import Derived, ExpressionError, parse_derived
 
 __all__ = [
     "ARCHIVE_COLUMNS",
     "EVENT_TIME",
     "ColumnType",
+    "DerivedColumn",
     "EventTime",
     "FieldDeclaration",
     "RecordColumns",
@@ -37,22 +42,6 @@ EVENT_TIME = "event_time"
 ARCHIVE_COLUMNS = ("topic", "partition", "offset", "kafka_timestamp")
 """Where each archived record sat in Kafka: the archive's own columns, which no declared
 column may be named (declare the record's partition or offset under ``record:``)."""
-
-
-class ColumnType(StrEnum):
-    """What a column holds, as views, filters and aggregations see it."""
-
-    STRING = "string"
-    LONG = "long"
-    """A 64-bit integer: sums and counts stay exact."""
-    DOUBLE = "double"
-    BOOLEAN = "boolean"
-    TIMESTAMP = "timestamp"
-    """An instant, held as epoch milliseconds UTC (parsed with the field's ``format``)."""
-
-    @property
-    def numeric(self) -> bool:
-        return self in (ColumnType.LONG, ColumnType.DOUBLE)
 
 
 class TimeFormat(StrEnum):
@@ -201,6 +190,26 @@ class RecordColumns(_Model):
         return found
 
 
+class DerivedColumn(_Model):
+    """A column computed from the topic's other columns (:mod:`pipelines.expressions.derived`):
+    the stream, the correction and the reconciliation compute it alike, at read time."""
+
+    name: str = Field(description="The column's name, as views, filters and tables use it.")
+    expr: str = Field(
+        description="What it is: lower(), upper(), coalesce(a, b, ...), hour(ts), weekday(ts) "
+        "or abs() of columns and literals, e.g. coalesce(card_country, 'unknown'). Its type is "
+        "inferred."
+    )
+    doc: str = Field(default="", description="What the column means, for listings.")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError(f"bad column name {value!r}: letters, digits and _, at most 64")
+        return value
+
+
 class TopicDeclaration(_Model):
     """What a topic's messages hold, declared once for every view that reads it."""
 
@@ -234,12 +243,17 @@ class TopicDeclaration(_Model):
     record: RecordColumns = Field(
         default_factory=RecordColumns, description="The record's key, timestamp, ... as columns."
     )
+    derived: tuple[DerivedColumn, ...] = Field(
+        default=(),
+        description="Columns computed from the others, in order (one may read an earlier one).",
+    )
     on_type_error: Literal["dead_letter", "null"] = Field(
         default="dead_letter",
         description="A value that does not fit its type: dead-letter the message "
         "(schema_mismatch), or keep it with the field null.",
     )
     description: str = Field(default="", description="What the topic carries.")
+    _derived: tuple[Derived, ...] = PrivateAttr(default=())
 
     @model_validator(mode="after")
     def _consistent(self) -> TopicDeclaration:
@@ -254,6 +268,7 @@ class TopicDeclaration(_Model):
                 raise ValueError("fields: required for encoding: json")
             return self  # read from the Avro schema when the declaration is loaded
         names = [f.name for f in self.fields] + list(self.record.columns())
+        names += [d.name for d in self.derived]
         repeated = sorted({n for n in names if names.count(n) > 1})
         if repeated:
             raise ValueError(f"columns declared twice: {', '.join(repeated)}")
@@ -270,10 +285,41 @@ class TopicDeclaration(_Model):
             )
         if self.id is not None and self.id not in names:
             raise ValueError(f"id {self.id!r} is not a declared column")
+        if self.id is not None and self.id in {d.name for d in self.derived}:
+            raise ValueError(f"id {self.id!r} is a derived column: name a field or record column")
+        self._derived = self._parse_derived()
         return self
 
+    def _parse_derived(self) -> tuple[Derived, ...]:
+        """Each derived column parsed over the columns before it, its type inferred."""
+        columns = self.stored_columns()
+        nullable = set(self.stored_nullable_columns())
+        parsed = []
+        for i, column in enumerate(self.derived):
+            try:
+                found = parse_derived(column.name, column.expr, columns, frozenset(nullable))
+            except ExpressionError as exc:
+                raise ValueError(f"derived[{i}] ({column.name}): {exc}") from exc
+            parsed.append(found)
+            columns = {**columns, column.name: found.type}
+            if found.nullable:
+                nullable.add(column.name)
+        return tuple(parsed)
+
+    def derived_columns(self) -> tuple[Derived, ...]:
+        """The derived columns, parsed, in declared order."""
+        return self._derived
+
     def columns(self) -> dict[str, ColumnType]:
-        """Every column a view may use, by name: the event time, the body's, the record's."""
+        """Every column a view may use, by name: the event time, the body's, the record's,
+        the derived ones."""
+        found = self.stored_columns()
+        found.update({d.name: d.type for d in self._derived})
+        return found
+
+    def stored_columns(self) -> dict[str, ColumnType]:
+        """The columns read from each record (all but the derived ones, which are computed
+        from them wherever they are read)."""
         found = {EVENT_TIME: ColumnType.TIMESTAMP}
         found.update({f.name: f.type for f in self.fields})
         found.update(self.record.columns())
@@ -281,7 +327,12 @@ class TopicDeclaration(_Model):
 
     def nullable_columns(self) -> frozenset[str]:
         """Columns that may hold null: nullable fields, every field under ``on_type_error:
-        null``, the record's key and headers."""
+        null``, the record's key and headers, derived columns of those (but a coalesce of
+        which one value is never null)."""
+        return self.stored_nullable_columns() | {d.name for d in self._derived if d.nullable}
+
+    def stored_nullable_columns(self) -> frozenset[str]:
+        """:meth:`nullable_columns` of :meth:`stored_columns`."""
         soft = self.on_type_error == "null"
         found = {f.name for f in self.fields if f.nullable or soft}
         if self.record.key is not None:

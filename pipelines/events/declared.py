@@ -59,6 +59,7 @@ from pipelines.events.decode import (
     parse_object,
 )
 from pipelines.events.schema import EVENT_TIME_MAX_MS, EVENT_TIME_MIN_MS
+from pipelines.expressions.derived import derive
 
 __all__ = ["DeclaredDecoder", "decoder_for"]
 
@@ -106,6 +107,7 @@ class DeclaredDecoder:
         self._decode_lenient = msgspec.json.Decoder(lenient).decode
         self._getters = {c.name: getter(*reads[c.name]) for c in self.columns}
         self._exact = {c.name for c in self.columns if reads[c.name][1] is not None}
+        self._derived = declaration.derived_columns()
 
     # --- the exact classifier ------------------------------------------------------------
 
@@ -355,6 +357,8 @@ class DeclaredDecoder:
             nulls = {name: mask[keep] for name, mask in nulls.items() if mask[keep].any()}
             prior, times, index = prior[keep], times[keep], index[keep]
         columns.update(self._record_columns(records, index, partition))
+        if self._derived:  # computed from the batch's columns, as the correction does
+            derive(self._derived, columns, nulls)
         offsets = np.array(records.offsets, dtype=np.int64)
         stamps = np.array(records.timestamps, dtype=np.int64)
         if len(index) != n:

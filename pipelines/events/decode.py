@@ -109,7 +109,8 @@ range rather than an overflow when the columns are built."""
 
 
 class RawRecord(Protocol):
-    """What the decoder needs of a Kafka record (kafka-python's ConsumerRecord has it)."""
+    """What the decoder needs of a Kafka record (kafka-python's ConsumerRecord has it, and
+    its ``key`` and ``headers``, which a declaration's record columns read)."""
 
     offset: int
     timestamp: int
@@ -129,15 +130,41 @@ class RecordBatch:
     values: list[bytes | None]
     keys: list[bytes | None]
     headers: list[Sequence[tuple[str, bytes | None]] | None] | None = None
-    """Each record's headers, where the reader was asked for them (None: not read)."""
+    """Each record's headers as (name, value) pairs (None or empty: it has none); None for
+    the whole batch where they were not read (a hand-built batch)."""
 
     @classmethod
     def of(cls, records: Sequence[RawRecord]) -> RecordBatch:
+        """The records' columns; a record without ``key`` or ``headers`` attributes has none
+        (kafka-python's ConsumerRecord has both)."""
         return cls(
             [r.offset for r in records],
             [r.timestamp for r in records],
             [r.value for r in records],
             [getattr(r, "key", None) for r in records],
+            [getattr(r, "headers", None) for r in records],
+        )
+
+    def slice(self, lo: int, hi: int) -> RecordBatch:
+        """Records ``lo`` to ``hi`` (exclusive), every column kept."""
+        headers = self.headers
+        return RecordBatch(
+            self.offsets[lo:hi],
+            self.timestamps[lo:hi],
+            self.values[lo:hi],
+            self.keys[lo:hi],
+            None if headers is None else headers[lo:hi],
+        )
+
+    def take(self, index: Sequence[int]) -> RecordBatch:
+        """The records at ``index`` (ascending), every column kept."""
+        headers = self.headers
+        return RecordBatch(
+            [self.offsets[i] for i in index],
+            [self.timestamps[i] for i in index],
+            [self.values[i] for i in index],
+            [self.keys[i] for i in index],
+            None if headers is None else [headers[i] for i in index],
         )
 
     def __len__(self) -> int:

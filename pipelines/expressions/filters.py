@@ -21,7 +21,6 @@ rule holds everywhere: a comparison with a null is not true (valid events have n
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -29,8 +28,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from pipelines.events.declaration import ColumnType
+from pipelines.events.column_types import ColumnType
 from pipelines.exceptions import ViewDefinitionError
+from pipelines.expressions.tokens import KEYWORDS as _KEYWORDS
+from pipelines.expressions.tokens import Token as _Token
+from pipelines.expressions.tokens import shown as _shown
+from pipelines.expressions.tokens import tokenize
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
@@ -42,29 +45,9 @@ MAX_LENGTH = 2000
 MAX_DEPTH = 32
 """Deepest nesting of parentheses and ``not``: the parser recurses once per level."""
 
-_TOKEN = re.compile(
-    r"""\s*(?:
-        (?P<number>-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)
-      | (?P<text>'(?:[^']|'')*'|"(?:[^"]|"")*")
-      | (?P<op><=|>=|==|!=|<>|=|<|>)
-      | (?P<punct>[(),])
-      | (?P<word>[A-Za-z_][A-Za-z0-9_]*)
-    )""",
-    re.VERBOSE,
-)
-_KEYWORDS = {"and", "or", "not", "in", "is", "null"}
-_COMPARE = {"=": "=", "==": "=", "!=": "!=", "<>": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
-
 
 class FilterError(ViewDefinitionError):
     """A ``where:`` text is not a valid filter; the message says what and where."""
-
-
-@dataclass(frozen=True)
-class _Token:
-    kind: str  # number, text, op, punct, word, end
-    value: Any
-    at: int  # character position, from 0
 
 
 @dataclass(frozen=True)
@@ -99,33 +82,7 @@ class _Bool:
 
 
 def _tokens(text: str) -> list[_Token]:
-    out: list[_Token] = []
-    pos = 0
-    while pos < len(text):
-        if text[pos:].strip() == "":
-            break
-        match = _TOKEN.match(text, pos)
-        if match is None or match.end() == pos:
-            at = pos + len(text[pos:]) - len(text[pos:].lstrip())
-            raise FilterError(f"unexpected character {text[at]!r} at {at + 1}")
-        kind = match.lastgroup
-        assert kind is not None
-        raw = match.group(kind)
-        at = match.start(kind)
-        if kind == "number":
-            value: Any = float(raw) if any(c in raw for c in ".eE") else int(raw)
-        elif kind == "text":
-            value = raw[1:-1].replace(raw[0] * 2, raw[0])
-        elif kind == "op":
-            value = _COMPARE[raw]
-        elif kind == "word" and raw.lower() in _KEYWORDS:
-            value = raw.lower()
-        else:
-            value = raw
-        out.append(_Token(kind, value, at))
-        pos = match.end()
-    out.append(_Token("end", None, len(text)))
-    return out
+    return tokenize(text, FilterError)
 
 
 class _Parser:
@@ -254,13 +211,6 @@ def _field(token: _Token, columns: Mapping[str, ColumnType] | None) -> str:
             f"unknown field {name!r} at {token.at + 1} (event fields: {', '.join(columns)})"
         )
     return name
-
-
-def _shown(token: _Token) -> str:
-    """A token as the user wrote it, quoted unless it is a number."""
-    if token.kind == "number":
-        return str(token.value)
-    return f"'{token.value}'"
 
 
 def parse_filter(text: Any, columns: Mapping[str, ColumnType] | None = None) -> Filter:

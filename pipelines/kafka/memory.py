@@ -36,6 +36,7 @@ class StoredRecord:
     timestamp: int
     key: bytes | None
     value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
 
 
 class MemoryBroker:
@@ -65,10 +66,11 @@ class MemoryBroker:
         *,
         partition: int | None = None,
         timestamp_ms: int | None = None,
+        headers: Sequence[tuple[str, bytes | None]] = (),
     ) -> int:
         """Append a record; its offset. A topic not created has one partition (as a broker
         that creates topics on first use); without ``partition`` a key picks one by a stable
-        hash and keyless records take turns."""
+        hash and keyless records take turns. ``headers``: (name, value) pairs, as Kafka's."""
         with self._changed:
             log = self._logs.setdefault(topic, [[]])
             if partition is None:
@@ -79,7 +81,7 @@ class MemoryBroker:
             records = log[partition]
             offset = self._starts.get(TopicPartition(topic, partition), 0) + len(records)
             stamp = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
-            records.append(StoredRecord(offset, stamp, key, value))
+            records.append(StoredRecord(offset, stamp, key, value, tuple(headers)))
             self._changed.notify_all()
             return offset
 

@@ -4,10 +4,11 @@ librdkafka (confluent-kafka) reads much faster than kafka-python on the same bro
 (docs/kafka.md, ``benchmarks/ingest.py``); kafka-python stays supported and is the independent
 client the tests build their oracles with. ``SLUICE_KAFKA_CLIENT`` picks one (default
 confluent). What the worker needs: assign partitions at given offsets, poll records by
-partition as columns (offsets, timestamps, values, keys), commit an offset, and the log's start
-and end, where the end is the larger of what the broker lists and the high watermark fetches
-reported (the embedded broker lists the last batch's base offset + 1, short of the end when
-producers batch: docs/kafka.md), and for a checkpoint past that end, the end a fetch reports.
+partition as columns (offsets, timestamps, values, keys, headers), commit an offset, and the
+log's start and end, where the end is the larger of what the broker lists and the high
+watermark fetches reported (the embedded broker lists the last batch's base offset + 1, short
+of the end when producers batch: docs/kafka.md), and for a checkpoint past that end, the end a
+fetch reports.
 :mod:`pipelines.kafka.memory` implements the same interface without a broker, for tests.
 """
 

@@ -406,12 +406,7 @@ class StreamTask:
         self.archive.advance(end)
 
     def _fold_slice(self, records: RecordBatch, lo: int, hi: int, end: int) -> None:
-        part = RecordBatch(
-            records.offsets[lo:hi],
-            records.timestamps[lo:hi],
-            records.values[lo:hi],
-            records.keys[lo:hi],
-        )
+        part = records.slice(lo, hi)
         self.processing = (part.offsets[0], end, part.timestamps[0] if hi - lo == 1 else None)
         self._fold(part, end)
 
@@ -450,12 +445,7 @@ class StreamTask:
         self.seconds["hash"] += time.perf_counter() - started
         if len(index) == len(offsets):
             return records
-        return RecordBatch(
-            [records.offsets[i] for i in index],
-            [records.timestamps[i] for i in index],
-            [records.values[i] for i in index],
-            [records.keys[i] for i in index],
-        )
+        return records.take(index)
 
     # --- durability ----------------------------------------------------------------------
 

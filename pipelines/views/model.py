@@ -16,6 +16,7 @@ import pyarrow as pa
 from pipelines.aggregators import AggregationSpec, Aggregator, build
 from pipelines.events.declaration import TopicDeclaration
 from pipelines.expressions import Filter, parse_filter
+from pipelines.expressions.derived import Derived, used_derived
 from pipelines.segments import HOUR_MS
 
 __all__ = ["SESSION_COLUMNS", "SessionSpec", "View", "format_duration"]
@@ -198,7 +199,19 @@ class View:
         if self.is_sliding:
             parts.append(f"slide:{self.slide_ms}")
         parts += [f"{a.out}={a.state_key}" for a in self.aggregators]
+        parts += [f"derived:{d.name}={d.text}" for d in self._derived_read()]
         return "|".join(parts)
+
+    def _derived_read(self) -> list[Derived]:
+        """The topic's derived columns this view reads: a changed expression changes what the
+        view's state means."""
+        if self.declaration is None or not self.declaration.derived:
+            return []
+        read = {*self.grouping_cols, *(self.filter.fields if self.filter else ())}
+        read |= {c for a in self.aggregators for c in a.columns_read()}
+        if self.session is not None:
+            read |= {self.session.key, *self.session.kept_fields}
+        return used_derived(self.declaration.derived_columns(), read)
 
 
 def format_duration(ms: int) -> str:

@@ -163,3 +163,28 @@ def test_every_views_command_has_help_with_examples(env, capsys) -> None:
             main(["views", command, "--help"])
         assert done.value.code == 0
         assert f"sluice views {command}" in capsys.readouterr().out.split("examples:")[1]
+
+
+def test_list_shows_a_topic_s_record_and_derived_columns() -> None:
+    from orchestration.cli.views import declaration_rows
+    from pipelines.events.declaration import TopicDeclaration
+
+    declaration = TopicDeclaration.model_validate(
+        {
+            "topic": "payments",
+            "fields": [{"name": "merchant", "type": "string"}],
+            "record": {"key": "card", "headers": {"region": "x-region"}},
+            "derived": [
+                {"name": "merchant_lc", "expr": "lower(merchant)"},
+                {"name": "card_uc", "expr": "upper(card)"},
+                {"name": "hour_of_day", "expr": "hour(event_time)"},
+            ],
+        }
+    )
+    assert declaration_rows(declaration)[2:] == [
+        ("card", "string", "from the record"),
+        ("region", "string", "from the record"),
+        ("merchant_lc", "string", "derived: lower(merchant)"),
+        ("card_uc", "string", "derived: upper(card), nullable"),
+        ("hour_of_day", "long", "derived: hour(event_time)"),
+    ]

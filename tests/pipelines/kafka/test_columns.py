@@ -1,6 +1,6 @@
 """A poll's librdkafka messages as columns per partition: the one-map-per-field builder gives
 exactly the batches of the per-message loop, on any interleaving of partitions, topics,
-errors, empty keys and values."""
+errors, empty keys and values, headers or none."""
 
 from __future__ import annotations
 
@@ -31,6 +31,15 @@ def _messages(draw, topics: list[str]) -> list[ck.Message]:
             value = draw(st.one_of(st.none(), st.binary(max_size=8)))
             key = draw(st.one_of(st.none(), st.binary(max_size=4)))
             stamp = (ck.TIMESTAMP_CREATE_TIME, draw(st.integers(0, 2**41)))
+            headers = draw(
+                st.one_of(
+                    st.none(),
+                    st.lists(
+                        st.tuples(st.sampled_from(["a", "b"]), st.one_of(st.none(), st.binary())),
+                        max_size=3,
+                    ),
+                )
+            )
             out.append(
                 ck.Message(
                     topic=topic,
@@ -39,6 +48,7 @@ def _messages(draw, topics: list[str]) -> list[ck.Message]:
                     key=key,
                     value=value,
                     timestamp=stamp,
+                    headers=headers,
                 )
             )
     return out
@@ -55,6 +65,7 @@ def test_the_column_builder_equals_the_per_message_loop(messages):
         assert batch.offsets == [m.offset() for m in mine]
         assert batch.timestamps == [m.timestamp()[1] for m in mine]
         assert batch.values == [m.value() for m in mine] and batch.keys == [m.key() for m in mine]
+        assert batch.headers == [m.headers() for m in mine]
 
 
 def test_a_poll_of_one_topic_without_errors_takes_the_column_builder(monkeypatch):

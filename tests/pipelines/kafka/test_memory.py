@@ -69,3 +69,21 @@ def test_the_writer_appends_to_the_topic() -> None:
     writer.send("dlq", b"k", b"v")
     writer.flush()
     assert [(r.offset, r.key, r.value) for r in broker.records("dlq", 0)] == [(0, b"k", b"v")]
+
+
+def test_keys_and_headers_are_read_with_their_records() -> None:
+    broker = MemoryBroker()
+    broker.send("h", b"k0", b"v0", headers=[("region", b"eu"), ("empty", None)])
+    broker.send("h", None, b"v1")
+    broker.send("h", b"k2", b"v2", headers=[("region", b"us")])
+    reader = broker.reader("g")
+    reader.assign({TopicPartition("h", 0): 0})
+    batch = reader.poll(0.0, 10)[TopicPartition("h", 0)]
+    assert batch.keys == [b"k0", None, b"k2"]
+    assert [list(h) for h in batch.headers] == [
+        [("region", b"eu"), ("empty", None)],
+        [],
+        [("region", b"us")],
+    ]
+    assert batch.take([2]).headers == [batch.headers[2]] and batch.take([2]).keys == [b"k2"]
+    assert batch.slice(1, 3).headers == batch.headers[1:3]
