@@ -83,8 +83,7 @@ def declared(path: Path | None, topic: str) -> TopicDeclaration | None:
     """The declaration of ``topic`` by name in ``path`` (a views or topics file), if any.
 
     Read as the model accepts it, not as the loader does: replay only types a file's cells,
-    so what the archive cannot hold yet (:func:`pipelines.views.topics.not_supported_yet`)
-    does not stop it."""
+    so what only views care about does not stop it."""
     path = path or get_settings().topics_file
     if not path.is_file():
         return None

@@ -53,7 +53,7 @@ def column_type(field: pa.Field) -> ColumnType:
 def archive_schema(declaration: TopicDeclaration) -> pa.Schema:
     """The columns of ``declaration``'s archived events, in the declaration's order, then
     the record's place in Kafka (``topic``, ``partition``, ``offset``, ``kafka_timestamp``)."""
-    nullable = declaration.nullable_columns()
+    nullable = declaration.stored_nullable_columns()
     fields = [
         pa.field(
             name,
@@ -61,7 +61,7 @@ def archive_schema(declaration: TopicDeclaration) -> pa.Schema:
             nullable=name in nullable,
             metadata={TYPE_METADATA: kind.value.encode()},
         )
-        for name, kind in declaration.columns().items()
+        for name, kind in declaration.stored_columns().items()
     ]
     assert fields[0].name == EVENT_TIME
     return pa.schema([*fields, *_KAFKA])

@@ -72,7 +72,7 @@ def order_columns(declaration: TopicDeclaration) -> tuple[str, ...]:
 def event_columns(declaration: TopicDeclaration) -> list[str]:
     """The columns of :func:`read_deduplicated`'s events besides :data:`COPIES` and
     :data:`HOUR`: the declared ones, the topic, and (without an id) the record's place."""
-    columns = [*declaration.columns(), "topic"]
+    columns = [*declaration.stored_columns(), "topic"]
     if declaration.id is None:
         columns += ["partition", "offset"]
     return columns

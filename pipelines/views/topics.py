@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from pydantic import ValidationError
 
-from pipelines.archive.declared import unsupported
 from pipelines.events.avro_declaration import resolve_avro
 from pipelines.events.declaration import TopicDeclaration
 from pipelines.exceptions import SchemaRegistryUnreachable, ViewDefinitionError
@@ -33,19 +32,10 @@ __all__ = [
     "default_declarations",
     "directory_of",
     "load_declarations",
-    "not_supported_yet",
 ]
 
 ANY_TOPIC = "*"
 """The topic name of the declaration of every topic declared nowhere else."""
-
-
-def not_supported_yet(declaration: TopicDeclaration) -> list[tuple[str, str]]:
-    """What of ``declaration`` the product cannot yet carry end to end, as (where, message):
-    the decoder reads every declaration, but the raw archive and the correction hold one shape
-    of event yet (:func:`pipelines.archive.declared.unsupported`, one rule per line, each
-    lifted when the archive follows the declaration)."""
-    return [("fields", why) for why in unsupported(declaration)]
 
 
 def check_declarations(
@@ -90,7 +80,6 @@ def check_declarations(
             where = "schema_file" if declaration.schema_file is not None else "encoding"
             problems.append((f"topics[{i}].{where}", _said(exc)))
             continue
-        problems += [(f"topics[{i}].{at}", line) for at, line in not_supported_yet(declaration)]
         if declaration.topic in found:
             problems.append((f"topics[{i}].topic", f"topic {declaration.topic!r} declared twice"))
         found[declaration.topic] = declaration

@@ -100,7 +100,9 @@ def _time(value, fmt: str):
     if fmt == "epoch_s":
         if type(value) is int:
             return value * 1000
-        return round(value * 1000) if type(value) is float else None
+        if type(value) is not float or abs(value) * 1000 == float("inf"):
+            return None  # a double too large to be milliseconds reads as no time at all
+        return round(value * 1000)
     if type(value) is not str:
         return None
     try:
@@ -452,3 +454,24 @@ def test_the_decoder_agrees_with_the_reference(data):
 def test_the_reference_reads_paths_as_the_declaration_parses_them():
     assert parse_path("items[1].sku") == ("items", 1, "sku")
     assert orjson.loads(b"18446744073709551616") == _int("18446744073709551616")
+
+
+def test_a_double_too_large_for_milliseconds_is_a_wrong_type_time_for_both() -> None:
+    """Found by the property test: the reference raised on 1.8e305 seconds."""
+    d = TopicDeclaration.model_validate(
+        {
+            "topic": "t",
+            "event_time": {"format": "epoch_s"},
+            "fields": [{"name": "a", "type": "long"}],
+        }
+    )
+    value = b'{"event_time": 1.8e305, "a": 1}'
+    batch = decoder_for(d)(
+        [Rec(0, 0, value, None)],
+        NO_WM,
+        max_message_bytes=MAX_BYTES,
+        max_future_ms=FUTURE,
+        partition=0,
+    )
+    assert reference(d, value, 0) == ("wrong_type",)
+    assert [letter.reason for letter in batch.dead_letters] == ["wrong_type"]

@@ -85,13 +85,6 @@ def views_of(topic: str):
     )
 
 
-@pytest.fixture(autouse=True)
-def record_columns_are_carried(monkeypatch) -> None:
-    """The loader refuses record columns until the archive follows the declaration (another
-    part of issue 46); what is tested here is the stream reading them."""
-    monkeypatch.setattr("pipelines.views.topics.not_supported_yet", lambda declaration: [])
-
-
 def _records() -> list[tuple[bytes, bytes, list[tuple[str, bytes]], int]]:
     """(key, value, headers, partition) of each record to produce, events over two hours."""
     start = int(time.time() * 1000) - 2 * HOUR_MS

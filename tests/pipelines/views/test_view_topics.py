@@ -46,14 +46,6 @@ GENERATOR_VIEW = {
 }
 
 
-@pytest.fixture(autouse=True)
-def any_declaration_is_carried(monkeypatch) -> None:
-    """These tests check the validation a declaration drives, for any columns and types; what
-    the archive cannot carry yet is refused at load (``test_view_topics_archive.py``) and would
-    mask it."""
-    monkeypatch.setattr("pipelines.views.topics.not_supported_yet", lambda declaration: [])
-
-
 @pytest.fixture
 def topics_file(tmp_path: Path, monkeypatch):
     """A topics file of the test's own (SLUICE_TOPICS_FILE), written by the returned function."""

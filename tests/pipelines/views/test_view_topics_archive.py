@@ -1,6 +1,5 @@
-"""A declaration the archive cannot hold yet (record header columns) is refused at load, not at
-the first flush; any other columns, types, nullability, record columns and id (or none) are
-accepted."""
+"""Any declared columns, types, nullability, record columns (headers included) and id (or none)
+are accepted at load: the archive holds them all."""
 
 from __future__ import annotations
 
@@ -53,6 +52,7 @@ def test_a_declaration_of_the_archives_columns_read_from_nested_json_is_accepted
         lambda d: d.update(id="session_id"),
         lambda d: d.update(record={"key": "card", "partition": "p", "offset": "at"}),
         lambda d: d.update(record={"timestamp": "sent"}),
+        lambda d: d.update(record={"key": "card", "headers": {"trace": "trace-id"}}),
     ],
 )
 def test_other_columns_nulls_and_ids_are_accepted(change) -> None:
@@ -61,11 +61,3 @@ def test_other_columns_nulls_and_ids_are_accepted(change) -> None:
     views, problems = check_views({"topics": [declaration], "views": [VIEW]})
     assert problems == []
     assert [v.name for v in views] == ["n"]
-
-
-def test_header_columns_are_refused_at_load_until_the_readers_carry_headers() -> None:
-    declaration = nested()
-    declaration["record"] = {"key": "card", "headers": {"trace": "trace-id"}}
-    views, problems = check_views({"topics": [declaration], "views": [VIEW]})
-    assert views == []
-    assert any("header columns" in p.message and "not supported yet" in p.message for p in problems)
