@@ -189,6 +189,12 @@ def dagster_environment(
     return env
 
 
+REPLAY_MAX_FUTURE_S = 24 * 3600.0
+"""A file of one's own events may fall silent for a night (the flights example: no departure
+from 23:59 to 05:00); one partition's silence is longer still, and past ``max_future_s`` (6 h
+by default) a task refuses every later event as too far ahead of its watermark."""
+
+
 class Source:
     """What `up` produces to its topic: the generator's trace, a file, or nothing (the
     topic's own producers)."""
@@ -209,10 +215,15 @@ class Source:
             self.span = file_span(self.file, self.declaration)
         self.label = self.file.name if self.file else args.trace if self.generator else None
 
-    def settings(self, settings: SluiceSettings) -> SluiceSettings:
+    def settings(self, settings: SluiceSettings, chosen: set[str]) -> SluiceSettings:
+        """``settings`` on the source's topic and views file; for a file, events up to a day
+        ahead of a task's watermark are taken (:data:`REPLAY_MAX_FUTURE_S`) unless the user
+        chose ``SLUICE_MAX_FUTURE_S`` (``chosen``: the settings the user set)."""
         update: dict = {"topic": self.topic}
         if self.views_file is not None:
             update["views_file"] = self.views_file
+        if self.file is not None and "max_future_s" not in chosen:
+            update["max_future_s"] = max(settings.max_future_s, REPLAY_MAX_FUTURE_S)
         return SluiceSettings.model_validate({**settings.model_dump(), **update})
 
     def start(
@@ -249,7 +260,8 @@ class Source:
 def run(args: argparse.Namespace) -> int:
     base = Runtime.from_env()
     source = Source(args, base)
-    settings = source.settings(up_settings(base.settings, args.flush_interval))
+    chosen = set(base.settings.model_fields_set)
+    settings = source.settings(up_settings(base.settings, args.flush_interval), chosen)
     runtime = Runtime(settings, base.kafka)
     state_dir = settings.resolved_state_dir
     (state_dir / "logs").mkdir(parents=True, exist_ok=True)

@@ -139,3 +139,35 @@ def test_the_shipped_file_replays_whole_with_its_progress(bootstrap, tmp_path, c
     assert record is not None and record.done and record.produced == len(expected)
     assert record.total_sim_s == pytest.approx(max(times) - min(times))
     assert "0 bad rows" in capsys.readouterr().err
+
+
+def _source(monkeypatch, tmp_path, **env: str):
+    import argparse
+
+    from orchestration.cli.up import Source
+    from orchestration.control_plane.runtime import Runtime
+
+    monkeypatch.setenv("SLUICE_STATE_DIR", str(tmp_path / "state"))
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    get_settings.cache_clear()
+    base = Runtime.from_env()
+    args = argparse.Namespace(
+        views=str(PROJECT_ROOT / "data" / "flights.yaml"), replay=FLIGHTS, trace="nyc_taxi"
+    )
+    return Source(args, base), base
+
+
+def test_up_on_the_flights_example_replays_its_file_on_its_topic(monkeypatch, tmp_path) -> None:
+    """Needs the archive to hold declared topics (the views must load)."""
+    monkeypatch.delenv("SLUICE_TOPIC", raising=False)
+    monkeypatch.delenv("SLUICE_MAX_FUTURE_S", raising=False)
+    source, base = _source(monkeypatch, tmp_path)
+    assert (source.topic, source.generator, source.file) == ("flights", False, FLIGHTS)
+    assert source.span == file_span(FLIGHTS, _flights())
+    settings = source.settings(base.settings, set(base.settings.model_fields_set))
+    assert settings.topic == "flights"
+    assert settings.views_file == PROJECT_ROOT / "data" / "flights.yaml"
+    assert settings.max_future_s == 24 * 3600
+    chosen, base = _source(monkeypatch, tmp_path, SLUICE_MAX_FUTURE_S="60")
+    assert chosen.settings(base.settings, set(base.settings.model_fields_set)).max_future_s == 60
