@@ -146,6 +146,11 @@ def _outcome(summary: RunSummary) -> str:
     ) + _seconds(summary.seconds)
 
 
+def _job(summary: RunSummary) -> str:
+    """The run's job, unless it is Dagster's implicit one for a selection of assets."""
+    return "" if summary.job.startswith("__") else f"{summary.job}  "
+
+
 def run_lines(summary: RunSummary, url: str | None = None) -> list[str]:
     """What the terminal says of an ended run: its corrections, other materializations, checks
     and report; nothing for a run that succeeded without either (a scaling run, say)."""
@@ -159,7 +164,7 @@ def run_lines(summary: RunSummary, url: str | None = None) -> list[str]:
     if others:
         partitions = sorted({p for a in others for p in summary.materialized[a]})
         on = f" ({', '.join(partitions)})" if partitions else ""
-        lines.append(f"run {summary.job}  {', '.join(others)}{on}: {_outcome(summary)}")
+        lines.append(f"{_job(summary)}{', '.join(others)}{on}: {_outcome(summary)}")
     if summary.checks:
         passed = sum(c.passed for c in summary.checks)
         failed = [c for c in summary.checks if not c.passed]
@@ -174,7 +179,7 @@ def run_lines(summary: RunSummary, url: str | None = None) -> list[str]:
     if summary.report:
         lines.append(f"report  {summary.report}")
     if not lines and summary.status != "SUCCESS":
-        lines.append(f"run {summary.job}: {_outcome(summary)}")
+        lines.append(f"{_job(summary)}run: {_outcome(summary)}")
     if summary.status == "FAILURE" and url:
         lines.append(f"  why: {url.rstrip('/')}/runs/{summary.run_id}")
     return lines

@@ -78,10 +78,10 @@ def test_a_failed_run_says_so_and_where_to_look() -> None:
         "correction  hour 2013-02-04-10:00, 1 views: FAILED in 1m35s",
         f"  why: {URL}/runs/r2",
     ]
-    assert run_lines(summarize(_run("r3", "FAILURE"), []), URL) == [
-        "run __ASSET_JOB: FAILED in 42s",
-        f"  why: {URL}/runs/r3",
-    ]
+    failed = _run("r3", "FAILURE")
+    assert run_lines(summarize(failed, []), URL) == ["run: FAILED in 42s", f"  why: {URL}/runs/r3"]
+    failed["jobName"] = "recover_stream_task"
+    assert run_lines(summarize(failed, []))[0] == "recover_stream_task  run: FAILED in 42s"
 
 
 def test_the_report_run_says_where_the_report_is() -> None:
@@ -94,7 +94,7 @@ def test_the_report_run_says_where_the_report_is() -> None:
         )
     ]
     assert run_lines(summarize(_run("r4"), events)) == [
-        "run __ASSET_JOB  reconciliation_report (2013-02-04): done in 42s",
+        "reconciliation_report (2013-02-04): done in 42s",
         "report  /state/reports/2013-02-04.html",
     ]
 
