@@ -9,6 +9,7 @@ runs it has not shown yet, and each new run's events once it ended; :func:`summa
 
 from __future__ import annotations
 
+import re
 import urllib.error
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +48,7 @@ query Events($runId: ID!, $after: String) {
         ... on AssetCheckEvaluationEvent {
           evaluation { checkName assetKey { path } success severity partition }
         }
+        ... on ExecutionStepFailureEvent { stepKey error { message } }
       }
     }
   }
@@ -79,6 +81,8 @@ class RunSummary:
     checks: list[CheckResult] = field(default_factory=list)
     report: str | None = None
     """Where the report is (its HTML's path or URL), when the run wrote one."""
+    failures: list[str] = field(default_factory=list)
+    """Each failed step's error, as the step raised it."""
 
     @property
     def corrected_hours(self) -> list[str]:
@@ -113,6 +117,9 @@ def summarize(run: dict[str, Any], events: list[dict[str, Any]]) -> RunSummary:
                     "url"
                 )
                 summary.report = where or summary.report
+        elif kind == "ExecutionStepFailureEvent":
+            message = ((event.get("error") or {}).get("message") or "").strip()
+            summary.failures.append(f"{event.get('stepKey') or 'a step'}: {message}")
         elif kind == "AssetCheckEvaluationEvent":
             evaluation = event["evaluation"]
             summary.checks.append(
@@ -180,9 +187,30 @@ def run_lines(summary: RunSummary, url: str | None = None) -> list[str]:
         lines.append(f"report  {summary.report}")
     if not lines and summary.status != "SUCCESS":
         lines.append(f"{_job(summary)}run: {_outcome(summary)}")
-    if summary.status == "FAILURE" and url:
-        lines.append(f"  why: {url.rstrip('/')}/runs/{summary.run_id}")
+    if summary.status == "FAILURE":
+        lines += [f"  why: {line}" for line in _why(summary.failures)]
+        if url:
+            lines.append(f"  see: {url.rstrip('/')}/runs/{summary.run_id}")
     return lines
+
+
+WHY_LINES = 4
+WHY_WIDTH = 160
+_RAISED = re.compile(r"^(?:[A-Za-z_][\w]*\.)+[A-Za-z_]\w*: ")
+
+
+def _why(failures: list[str]) -> list[str]:
+    """The first lines of the first failed step's error, without the exception's dotted class
+    (``dagster._core.definitions.events.Failure: ``); the rest is on the run's page."""
+    if not failures:
+        return []
+    lines = [line.rstrip() for line in failures[0].splitlines() if line.strip()]
+    step, _, first = lines[0].partition(": ")
+    lines[0] = f"{step}: {_RAISED.sub('', first)}"
+    shown = [line if len(line) <= WHY_WIDTH else line[: WHY_WIDTH - 3] + "..." for line in lines]
+    if len(shown) > WHY_LINES:
+        shown = [*shown[:WHY_LINES], f"(and {len(shown) - WHY_LINES} more lines)"]
+    return shown
 
 
 class DagsterFeed:

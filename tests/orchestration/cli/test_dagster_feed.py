@@ -71,15 +71,38 @@ def test_a_correction_run_says_its_hours_seconds_and_checks() -> None:
     ]
 
 
-def test_a_failed_run_says_so_and_where_to_look() -> None:
-    events = [_materialized("corrected_planes", HOURS[0])]
+STEP_FAILED = {
+    "__typename": "ExecutionStepFailureEvent",
+    "stepKey": "corrected_views",
+    "error": {
+        "message": "dagster._core.definitions.events.Failure: not corrected: routes_daily\n"
+        "corrected_routes_daily: segment rules broken (2 problem(s)):\n"
+        "  - column 'arr_delay_mean' fails not-null in 5 row(s)\n"
+        "  - column 'latest_plane' fails not-null in 5 row(s)\n"
+        f"  - {'x' * 300}\n"
+        "  - one more\n"
+    },
+}
+
+
+def test_a_failed_run_says_so_why_and_where_to_look() -> None:
+    events = [_materialized("corrected_planes", HOURS[0]), STEP_FAILED]
     lines = run_lines(summarize(_run("r2", "FAILURE", 0.0, 95.0), events), URL)
     assert lines == [
         "correction  hour 2013-02-04-10:00, 1 views: FAILED in 1m35s",
-        f"  why: {URL}/runs/r2",
+        "  why: corrected_views: not corrected: routes_daily",
+        "  why: corrected_routes_daily: segment rules broken (2 problem(s)):",
+        "  why:   - column 'arr_delay_mean' fails not-null in 5 row(s)",
+        "  why:   - column 'latest_plane' fails not-null in 5 row(s)",
+        "  why: (and 2 more lines)",
+        f"  see: {URL}/runs/r2",
     ]
+    long = {**STEP_FAILED, "error": {"message": "ValueError: " + "y" * 400}}
+    (why,) = [line for line in run_lines(summarize(_run("r4", "FAILURE"), [long])) if "why" in line]
+    start = "corrected_views: ValueError: "  # an undotted exception name stays
+    assert why == f"  why: {start}" + "y" * (160 - len(start) - 3) + "..."
     failed = _run("r3", "FAILURE")
-    assert run_lines(summarize(failed, []), URL) == ["run: FAILED in 42s", f"  why: {URL}/runs/r3"]
+    assert run_lines(summarize(failed, []), URL) == ["run: FAILED in 42s", f"  see: {URL}/runs/r3"]
     failed["jobName"] = "recover_stream_task"
     assert run_lines(summarize(failed, []))[0] == "recover_stream_task  run: FAILED in 42s"
 
