@@ -19,7 +19,9 @@ from pipelines.generator.file_replay import (
     format_of,
     read_rows,
     replay_file,
+    time_span,
 )
+from pipelines.generator.progress import ReplayProgress
 from pipelines.kafka import ensure_topics, resolve_bootstrap
 from pipelines.kafka.writer import open_writer
 
@@ -75,6 +77,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="a views or topics file declaring the topic (types CSV cells); "
         "default: SLUICE_TOPICS_FILE or data/topics.yaml",
+    )
+    parser.add_argument(
+        "--progress",
+        type=Path,
+        default=None,
+        help="keep the replay's progress in this JSON file (what `sluice up` shows)",
     )
     parser.set_defaults(func=run)
 
@@ -138,7 +146,13 @@ def run(args: argparse.Namespace) -> int:
             soft_wrap=True,
         )
 
-    def progress(report: FileReplayReport) -> None:
+    span_s = _span_s(args, file_format, declaration, time_field)
+
+    def progress(report: FileReplayReport, done: bool = False) -> None:
+        if args.progress is not None:
+            _progress(report, span_s, args.speedup, done).write(args.progress)
+        if done:
+            return
         console.print(
             f"[dim]replay[/] {report.produced:>10,} msgs  "
             f"{report.produced / report.wall_s:>8,.0f}/s  {len(report.bad):,} skipped",
@@ -155,12 +169,42 @@ def run(args: argparse.Namespace) -> int:
             on_bad=on_bad,
             progress=progress,
         )
+    except (OSError, EOFError) as exc:  # a truncated or corrupt file (gzip's errors among them)
+        raise SluiceError(f"cannot read {args.file}: {exc}") from exc
     finally:
         out.flush()
         out.close()
+    progress(report, done=True)
     console.print(
         f"produced {report.produced:,} messages to {args.topic} in {report.wall_s:.1f}s"
         f"{' (interrupted)' if report.stopped else ''}; {len(report.bad):,} bad rows skipped",
         highlight=False,
     )
     return 130 if report.stopped else 0
+
+
+def _span_s(
+    args: argparse.Namespace,
+    file_format: str,
+    declaration: TopicDeclaration | None,
+    time_field: TimeField | None,
+) -> float | None:
+    """Event seconds the file covers, read before the replay when its progress is kept."""
+    if args.progress is None or time_field is None:
+        return None
+    try:
+        span = time_span(read_rows(args.file, file_format, declaration), time_field)
+    except (OSError, EOFError) as exc:
+        raise SluiceError(f"cannot read {args.file}: {exc}") from exc
+    return None if span is None else (span[1] - span[0]) / 1000
+
+
+def _progress(
+    report: FileReplayReport, span_s: float | None, speedup: float | None, done: bool
+) -> ReplayProgress:
+    """The replay's progress as the generator's: event seconds replayed, of ``span_s``."""
+    total = span_s or 0.0
+    paced = min(total, report.wall_s * speedup) if speedup else 0.0
+    replayed = total if done else paced
+    rate = report.produced / report.wall_s if report.wall_s > 0 else 0.0
+    return ReplayProgress(report.produced, rate, replayed, total, speedup, done)

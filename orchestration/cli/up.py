@@ -1,10 +1,13 @@
 """`sluice up`: the main job on one machine, started and stopped as one.
 
 Starts the embedded broker (unless KAFKA_BOOTSTRAP_SERVERS points elsewhere), the stream
-agents over the example views, the generator replaying a shipped trace (a simulated day in
-a few minutes) and the Dagster webserver and daemon; shows progress; Ctrl-C stops every
-process it started, agents first so they checkpoint, within ``SLUICE_STOP_TIMEOUT_S`` + 3 s
-whatever is gone (past it every child is SIGKILLed by PID).
+agents over the example views (or ``--views FILE``, on the topic its views read), the
+generator replaying a shipped trace (a simulated day in a few minutes) or ``--replay EVENTS``,
+a file of the topic's own events (:mod:`orchestration.cli.up_source`), and the Dagster
+webserver and daemon; shows progress, and each Dagster run as it ends
+(:mod:`orchestration.cli.dagster_feed`); Ctrl-C stops every process it started, agents first
+so they checkpoint, within ``SLUICE_STOP_TIMEOUT_S`` + 3 s whatever is gone (past it every
+child is SIGKILLed by PID).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from queue import Empty, SimpleQueue
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -27,6 +31,14 @@ from sqlalchemy.exc import SQLAlchemyError
 from orchestration.cli.logs import stderr_console
 from orchestration.cli.status import job_view, render
 from orchestration.cli.stream import STOP_MARGIN_S, add_agents_argument
+from orchestration.cli.up_source import (
+    file_span,
+    hours_span,
+    reads_generator_events,
+    replay_command,
+    topic_declaration,
+    up_topic,
+)
 from orchestration.control_plane.fleet import LocalFleet, Supervisor, child_environment, start_fleet
 from orchestration.control_plane.lag import LagTracker
 from orchestration.control_plane.processes import start_process, stop_process
@@ -35,6 +47,7 @@ from orchestration.control_plane.settings import DagsterSettings
 from orchestration.control_plane.spark.server import SparkConnectServer
 from pipelines.batch.config import SparkSettings
 from pipelines.config import SluiceSettings
+from pipelines.exceptions import SluiceError
 from pipelines.generator.progress import ReplayProgress
 from pipelines.kafka import EmbeddedBroker, ensure_topics
 from pipelines.settings import load_settings
@@ -46,7 +59,19 @@ __all__ = ["register"]
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("up", help="run everything: broker, agents, generator, Dagster")
     add_agents_argument(parser)
-    parser.add_argument("--views", default=None, help="view definitions (default: the examples)")
+    parser.add_argument(
+        "--views",
+        default=None,
+        help="view definitions (default: the examples); `up` runs on the topic they read",
+    )
+    parser.add_argument(
+        "--replay",
+        type=Path,
+        default=None,
+        metavar="EVENTS",
+        help="a JSON Lines (.gz), CSV or Parquet file of that topic's events to replay instead "
+        "of the trace, paced at --speedup by its declared event time",
+    )
     parser.add_argument("--trace", default="nyc_taxi", help="shipped trace or CSV")
     parser.add_argument("--duration", default="1d", help="simulated time to replay (default 1d)")
     parser.add_argument("--speedup", type=float, default=480.0, help="simulated s per wall s")
@@ -118,8 +143,6 @@ def up_dagster_env() -> dict[str, str]:
 
 
 PROGRESS_FILE = "replay-progress.json"
-HOUR_S = 3600
-DAY_S = 24 * HOUR_S
 
 
 def replay_span(trace: str, duration: str | None) -> tuple[str, str]:
@@ -132,14 +155,7 @@ def replay_span(trace: str, duration: str | None) -> tuple[str, str]:
     span_s = loaded.duration_s
     if duration:
         span_s = min(span_s, parse_duration(duration, "--duration") / 1000)
-    start = loaded.start_s - loaded.start_s % DAY_S
-    end = loaded.start_s + span_s
-    end = end - end % HOUR_S + (HOUR_S if end % HOUR_S else 0)
-    fmt = "%Y-%m-%d-%H:%M"
-    return (
-        time.strftime(fmt, time.gmtime(start)),
-        time.strftime(fmt, time.gmtime(max(end, start + HOUR_S))),
-    )
+    return hours_span(loaded.start_s, loaded.start_s + span_s)
 
 
 AUTOSCALE_DEFAULTS = {
@@ -151,12 +167,16 @@ AUTOSCALE_DEFAULTS = {
 passes in minutes (a variable set by the user wins)."""
 
 
-def dagster_environment(args: argparse.Namespace, children: dict[str, str]) -> dict[str, str]:
-    """What Dagster gets besides the children's settings: the replay's partitions, the
-    autoscaler (unless ``--no-autoscale``) and :func:`up_dagster_env`, each unless the user
-    set it."""
+def dagster_environment(
+    args: argparse.Namespace,
+    children: dict[str, str],
+    span: tuple[str, str] | None = None,
+) -> dict[str, str]:
+    """What Dagster gets besides the children's settings: the replay's partitions (``span``,
+    default the trace's), the autoscaler (unless ``--no-autoscale``) and
+    :func:`up_dagster_env`, each unless the user set it."""
     env = dict(children)
-    start, end = replay_span(args.trace, args.duration)
+    start, end = span or replay_span(args.trace, args.duration)
     wanted = {"SLUICE_PARTITIONS_START": start, "SLUICE_PARTITIONS_END": end}
     if args.no_autoscale:
         wanted["SLUICE_AUTOSCALE_SENSOR"] = "off"
@@ -169,9 +189,79 @@ def dagster_environment(args: argparse.Namespace, children: dict[str, str]) -> d
     return env
 
 
+REPLAY_MAX_FUTURE_S = 24 * 3600.0
+"""A file of one's own events may fall silent for a night (the flights example: no departure
+from 23:59 to 05:00); one partition's silence is longer still, and past ``max_future_s`` (6 h
+by default) a task refuses every later event as too far ahead of its watermark."""
+
+
+class Source:
+    """What `up` produces to its topic: the generator's trace, a file, or nothing (the
+    topic's own producers)."""
+
+    def __init__(self, args: argparse.Namespace, base: Runtime) -> None:
+        views_file = str(Path(args.views).resolve()) if args.views else None
+        views = base.active_views(views_file)  # a mistake stops here, before anything starts
+        self.views_file = views_file
+        self.topic = up_topic(views, base.settings.topic, "topic" in base.settings.model_fields_set)
+        self.declaration = topic_declaration(views, self.topic)
+        self.file: Path | None = args.replay
+        self.span: tuple[str, str] | None = None
+        self.generator = self.file is None and reads_generator_events(self.declaration)
+        if self.file is not None:
+            if not self.file.is_file():
+                raise SluiceError(f"--replay: no such file: {self.file}")
+            self.file = self.file.resolve()
+            self.span = file_span(self.file, self.declaration)
+        self.label = self.file.name if self.file else args.trace if self.generator else None
+
+    def settings(self, settings: SluiceSettings, chosen: set[str]) -> SluiceSettings:
+        """``settings`` on the source's topic and views file; for a file, events up to a day
+        ahead of a task's watermark are taken (:data:`REPLAY_MAX_FUTURE_S`) unless the user
+        chose ``SLUICE_MAX_FUTURE_S`` (``chosen``: the settings the user set)."""
+        update: dict = {"topic": self.topic}
+        if self.views_file is not None:
+            update["views_file"] = self.views_file
+        if self.file is not None and "max_future_s" not in chosen:
+            update["max_future_s"] = max(settings.max_future_s, REPLAY_MAX_FUTURE_S)
+        return SluiceSettings.model_validate({**settings.model_dump(), **update})
+
+    def start(
+        self, args: argparse.Namespace, env: dict[str, str], state_dir: Path, progress_file: Path
+    ) -> subprocess.Popen | None:
+        if self.file is not None:
+            cmd = replay_command(
+                self.file,
+                self.topic,
+                self.views_file,
+                self.declaration,
+                args.speedup,
+                progress_file,
+            )
+            return start_process(cmd, env, state_dir / "logs" / "replay.log")
+        if self.generator:
+            return _generator(args, env, state_dir, progress_file)
+        return None
+
+    def started_line(self, args: argparse.Namespace, state_dir: Path) -> str:
+        logs = f"logs in {state_dir / 'logs'}; Ctrl-C stops everything"
+        if self.file is not None:
+            return f"replaying {self.file} to {self.topic} at {args.speedup:g}x; {logs}"
+        if self.generator:
+            return (
+                f"replaying {args.trace} ({args.duration} simulated at {args.speedup:g}x); {logs}"
+            )
+        return (
+            f"waiting for events on {self.topic} (its declaration is not the generator's: "
+            f"produce them, e.g. sluice replay FILE --topic {self.topic}); {logs}"
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     base = Runtime.from_env()
-    settings = up_settings(base.settings, args.flush_interval)
+    source = Source(args, base)
+    chosen = set(base.settings.model_fields_set)
+    settings = source.settings(up_settings(base.settings, args.flush_interval), chosen)
     runtime = Runtime(settings, base.kafka)
     state_dir = settings.resolved_state_dir
     (state_dir / "logs").mkdir(parents=True, exist_ok=True)
@@ -211,7 +301,9 @@ def run(args: argparse.Namespace) -> int:
             {settings.topic: settings.partitions, settings.dead_letter_topic: 1},
             runtime.kafka,
         )
-        fleet = start_fleet(runtime, args.agents, args.views, None, started.fleets.append)
+        fleet = start_fleet(
+            runtime, args.agents, source.views_file, source.topic, started.fleets.append
+        )
         console.print(f"{len(fleet.agents)} stream agents: {', '.join(fleet.agents)}")
         children = child_environment(runtime)
         if not args.no_dagster and SparkSettings().connect:
@@ -220,17 +312,15 @@ def run(args: argparse.Namespace) -> int:
             if keeper is not None and not started.keep("spark", keeper):
                 return
         if not args.no_dagster:
-            dagster = _start_dagster(settings, dagster_environment(args, children), console)
+            env = dagster_environment(args, children, source.span)
+            dagster = _start_dagster(settings, env, console)
             if dagster is not None and not started.keep("dagster", dagster):
                 return
-        generator = _generator(args, {**os.environ, **children}, state_dir, progress_file)
-        if not started.keep("generator", generator):
+        generator = source.start(args, {**os.environ, **children}, state_dir, progress_file)
+        if generator is not None and not started.keep("generator", generator):
             return
-        console.print(
-            f"replaying {args.trace} ({args.duration} simulated at {args.speedup:g}x); "
-            f"logs in {state_dir / 'logs'}; Ctrl-C stops everything"
-        )
-        watch = Watch(runtime, generator, started.dagster, progress_file, args.trace)
+        console.print(source.started_line(args, state_dir), highlight=False)
+        watch = Watch(runtime, generator, started.dagster, progress_file, source.label)
         watch.autoscale = not (args.no_autoscale or args.no_dagster)
         if not started.keep("watch", watch):
             return
@@ -355,9 +445,13 @@ def _start_dagster(settings: SluiceSettings, env: dict[str, str], console: Conso
 
 
 class Watch:
-    """The live panel: the replay's progress, the fleet, Dagster; and the line that says done."""
+    """The live panel: the replay's progress, the fleet, Dagster; the line that says done; and
+    above the panel, each Dagster run as it ends (followed in a thread of its own, so a slow
+    webserver never holds up the supervisor)."""
 
-    def __init__(self, runtime, generator, dagster, progress_file: Path, trace: str) -> None:
+    DAGSTER_POLL_S = 5.0
+
+    def __init__(self, runtime, generator, dagster, progress_file: Path, trace: str | None) -> None:
         self.runtime = runtime
         self.generator = generator
         self.dagster = dagster
@@ -369,6 +463,30 @@ class Watch:
         self.started = False
         self.done_at: float | None = None
         self.autoscale = False
+        self.dagster_lines: SimpleQueue[str] = SimpleQueue()
+        self.closing = threading.Event()
+        self.follower: threading.Thread | None = None
+        if dagster is not None:
+            self.follower = threading.Thread(
+                target=self._follow_dagster, name="dagster-feed", daemon=True
+            )
+            self.follower.start()
+
+    def _follow_dagster(self) -> None:
+        from orchestration.cli.dagster_feed import DagsterFeed
+
+        feed = DagsterFeed(self.dagster.url, since=time.time())
+        while not self.closing.wait(self.DAGSTER_POLL_S):
+            for line in feed.poll():
+                self.dagster_lines.put(line)
+
+    def _print_dagster_lines(self) -> None:
+        while True:
+            try:
+                line = self.dagster_lines.get_nowait()
+            except Empty:
+                return
+            self.console.print(Text("dagster ", style="bold").append(line), highlight=False)
 
     def show(self, events: list[str], lags: list, exit_when_done: bool) -> bool:
         """Refresh the panel; True once ``exit_when_done`` and everything is done."""
@@ -377,10 +495,13 @@ class Watch:
             self.started = True
         for event in events:
             self.console.print(event)
+        self._print_dagster_lines()
         progress = ReplayProgress.read(self.progress_file)
         table = render(lags, self.tracker.update(lags), job_view(self.runtime), self.console.width)
         lines = [self.replay_line(progress), self.links(), self.agents_line(lags)]
         self.live.update(Group(*lines, table), refresh=True)
+        if self.generator is None:  # the topic's own producers: nothing ends
+            return False
         finished = self.generator.poll() is not None
         caught_up = bool(lags) and all(lag.backlog == 0 for lag in lags)
         if finished and caught_up and self.done_at is None:
@@ -394,8 +515,8 @@ class Watch:
         if finished and self.generator.returncode not in (0, None) and self.done_at is None:
             self.done_at = time.monotonic()
             self.console.print(
-                f"[bold red]the generator failed (exit {self.generator.returncode}); see "
-                f"{self.runtime.settings.resolved_state_dir / 'logs' / 'generator.log'}[/]"
+                f"[bold red]the replay failed (exit {self.generator.returncode}); see its log "
+                f"in {self.runtime.settings.resolved_state_dir / 'logs'}[/]"
             )
             return exit_when_done
         if not (exit_when_done and self.done_at is not None):
@@ -404,12 +525,15 @@ class Watch:
         return time.monotonic() - self.done_at > self.runtime.settings.flush_interval_s + 2
 
     def close(self) -> None:
+        self.closing.set()
         if self.started:
             self.live.stop()
             self.started = False
 
     def replay_line(self, progress: ReplayProgress | None) -> Text:
         line = Text("replay  ", style="bold")
+        if self.trace is None:
+            return line.append(f"none: waiting for events on {self.runtime.settings.topic}")
         if progress is None:
             return line.append(f"{self.trace}: starting")
         hours = f"{progress.sim_s / 3600:,.1f} h of {progress.total_sim_s / 3600:,.1f} h simulated"

@@ -2,12 +2,14 @@
 their event time at a speedup like the generator's replay, or as fast as they are taken.
 
 A row that cannot be read, or has no readable time when pacing, is reported with its line
-(or row) number and skipped: one bad row never stops a replay.
+(or row) number and skipped: one bad row never stops a replay. A JSON Lines or CSV file may be
+gzipped (``.jsonl.gz``): its format is the extension before ``.gz``.
 """
 
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -19,7 +21,15 @@ from pipelines.events.declaration import ColumnType, TimeFormat, TopicDeclaratio
 from pipelines.events.times import read_time_ms
 from pipelines.generator.pacing import wait_until_due
 
-__all__ = ["FILE_FORMATS", "BadRow", "FileReplayReport", "TimeField", "read_rows", "replay_file"]
+__all__ = [
+    "FILE_FORMATS",
+    "BadRow",
+    "FileReplayReport",
+    "TimeField",
+    "read_rows",
+    "replay_file",
+    "time_span",
+]
 
 FILE_FORMATS = {
     ".jsonl": "jsonl",
@@ -78,7 +88,10 @@ def format_of(path: Path, given: str | None = None) -> str:
     """``given``, else the format ``path``'s extension names; ValueError when neither says."""
     if given:
         return given
-    found = FILE_FORMATS.get(path.suffix.lower())
+    suffixes = [s.lower() for s in path.suffixes]
+    if suffixes[-1:] == [".gz"]:
+        suffixes.pop()
+    found = FILE_FORMATS.get(suffixes[-1]) if suffixes else None
     if found is None:
         raise ValueError(
             f"{path}: cannot tell the format from {path.suffix or 'no extension'!r}; "
@@ -132,12 +145,19 @@ def _put(row: dict[str, Any], where: str, value: Any) -> None:
     row[steps[-1]] = value
 
 
+def _open(path: Path, mode: str, **kwargs: Any) -> Any:
+    """``path``, read through gzip when its name ends in ``.gz``."""
+    if path.suffix.lower() == ".gz":
+        return gzip.open(path, mode if mode == "rb" else "rt", **kwargs)
+    return path.open(mode, **kwargs)
+
+
 def read_rows(
     path: Path, file_format: str, declaration: TopicDeclaration | None = None
 ) -> Iterator[tuple[int, dict[str, Any] | BadRow]]:
     """Each row as (line, JSON object), or (line, :class:`BadRow`) for one that cannot be read."""
     if file_format == "jsonl":
-        with path.open("rb") as handle:
+        with _open(path, "rb") as handle:
             for line_no, line in enumerate(handle, start=1):
                 if not line.strip():
                     continue
@@ -152,7 +172,7 @@ def read_rows(
                     yield line_no, BadRow(line_no, f"not a JSON object: {type(value).__name__}")
     elif file_format == "csv":
         types = _csv_types(declaration)
-        with path.open(newline="") as handle:
+        with _open(path, "r", newline="") as handle:
             reader = csv.DictReader(handle)
             for raw in reader:
                 line_no = reader.line_num
@@ -178,6 +198,24 @@ def read_rows(
                 yield row_no, {k: _jsonable(v) for k, v in value.items()}
     else:
         raise ValueError(f"unknown file format {file_format!r}: jsonl, csv or parquet")
+
+
+def time_span(
+    rows: Iterator[tuple[int, dict[str, Any] | BadRow]], time_field: TimeField
+) -> tuple[int, int] | None:
+    """The earliest and latest readable event time of ``rows``, epoch ms (None: no row has
+    one): what a replay of them covers, before it starts."""
+    first = last = None
+    for _, row in rows:
+        if isinstance(row, BadRow):
+            continue
+        try:
+            at_ms = time_field.read_ms(row)
+        except (ValueError, TypeError, OverflowError):
+            continue
+        first = at_ms if first is None else min(first, at_ms)
+        last = at_ms if last is None else max(last, at_ms)
+    return None if first is None else (first, last)
 
 
 def _jsonable(value: Any) -> Any:
