@@ -43,7 +43,7 @@ _COL_KINDS = {ColumnType.LONG: "int", ColumnType.TIMESTAMP: "int"}
 
 
 def _type_refusal(
-    name: str, col: str, declared: tuple[str, dict[str, ColumnType]], takes: tuple[ColumnType, ...]
+    name: str, col: str, declared: tuple[str, dict[str, ColumnType]], takes: tuple[str, ...]
 ) -> str:
     topic, columns = declared
     kinds = f"{', '.join(takes[:-1])} or {takes[-1]}"
@@ -116,7 +116,7 @@ class AggregationDefinition(DefinitionModel):
         default=None,
         validate_default=True,
         description="The declared column aggregated; count takes none, sum/mean/quantiles a "
-        "long or double one.",
+        "long or double one (docs/aggregations.md lists each aggregation's types).",
     )
     aggregated_col_name: OutputName = Field(description="The output column's name.")
     params: dict[str, Any] | None = Field(
@@ -148,8 +148,9 @@ class AggregationDefinition(DefinitionModel):
         if col not in columns:
             shown = "" if needs == InputKind.NONE else f" ({listing(topic, columns, bool)})"
             raise problem(f"unknown column {col!r}{shown}")
-        if needs == InputKind.NUMERIC and columns[col] not in NUMERIC_TYPES:
-            raise problem(_type_refusal(str(name), col, declared, NUMERIC_TYPES))
+        takes = InputKind.types(needs)
+        if needs != InputKind.NONE and columns[col] not in takes:
+            raise problem(_type_refusal(str(name), col, declared, takes))
         return col
 
     @field_validator("params", mode="before")
