@@ -88,12 +88,16 @@ def test_sum_if_count_if_and_sum_over_no_value() -> None:
     (view,) = parse_views(view_document())
     rows = [r for r in random_rows(3, 300) if r["shop"] == "s3"]  # s3: amount always null
     got = _stream(view, rows)
-    names = [a.aggregation for a in view.aggregations]
+
+    def out(case: tuple) -> str:
+        return f"a{AGGREGATIONS.index(case)}"
+
+    assert got
     for row in got.values():
-        assert row[f"a{names.index('count_if')}"] == 0
-        assert row["a6"] is None  # sum_if cents where amount > 99.5
-        assert row["a4"] is None  # sum amount
-        assert row["a7"] is None  # mean amount
+        assert row[out(("count_if", None, {}, "amount > 50"))] == 0
+        assert row[out(("sum_if", "cents", {}, "amount > 99.5"))] is None
+        assert row[out(("sum", "amount", {}, None))] is None
+        assert row[out(("mean", "amount", {}, None))] is None
 
 
 def test_validation_fills_each_columns_kind_and_the_types_of_results() -> None:

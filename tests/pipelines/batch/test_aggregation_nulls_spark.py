@@ -67,9 +67,7 @@ def _stream(view, rows: list[dict]) -> dict[tuple, dict]:
 def test_spark_gives_what_sql_and_the_stream_give_over_nulls(spark, grouping: tuple) -> None:
     (view,) = parse_views(view_document(grouping=grouping))
     rows = random_rows(11, 700)
-    ddl = ", ".join(
-        ["event_time bigint", *(f"{n} {_SPARK_TYPES[k]}" for n, k in COLUMNS.items())]
-    )
+    ddl = ", ".join(["event_time bigint", *(f"{n} {_SPARK_TYPES[k]}" for n, k in COLUMNS.items())])
     names = ["event_time", *COLUMNS]
     frame = spark.createDataFrame([tuple(r[n] for n in names) for r in rows], ddl)
     frame = frame.withColumn("topic", F.lit("payments"))
