@@ -206,3 +206,56 @@ def test_min_and_max_of_booleans_and_timestamps_merge_as_values() -> None:
     b = agg.deserialize(agg.serialize(agg.update(agg.initialize(), np.array([True]), np.zeros(1))))
     assert agg.result(agg.merge(a, b))["m"] is True
     assert agg.result(agg.initialize()) == {"m": None}
+
+
+def test_each_aggregations_docs_row_lists_the_types_validation_takes() -> None:
+    """docs/aggregations.md's input column is what each class's input kind takes."""
+    from pathlib import Path
+
+    from pipelines.aggregators import InputKind, get, names
+
+    text = (Path(__file__).parents[3] / "docs" / "aggregations.md").read_text()
+    listed: dict[str, set[str]] = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 6 or not cells[0].startswith("`"):
+            continue
+        for name in cells[0].replace("`", "").split(","):
+            takes = cells[1]
+            listed[name.strip()] = set() if takes == "none" else set(takes.split(", "))
+    built_in = [n for n in names() if get(n).__module__.startswith("pipelines.aggregators.")]
+    assert set(listed) == set(built_in)
+    for name in built_in:
+        assert listed[name] == set(InputKind.types(get(name).input_kind)), name
+
+
+@pytest.mark.parametrize(
+    ("aggregation", "column", "message"),
+    [
+        (
+            "sum",
+            "refunded",
+            "'refunded' is a boolean column of topic 'payments'; sum takes long or double",
+        ),
+        (
+            "approx_count_distinct",
+            "amount",
+            "'amount' is a double column of topic 'payments'; "
+            "approx_count_distinct takes string, long or timestamp",
+        ),
+        (
+            "quantiles",
+            "paid_at",
+            "'paid_at' is a timestamp column of topic 'payments'; quantiles takes long or double",
+        ),
+    ],
+)
+def test_validation_refuses_a_type_an_aggregation_does_not_take(aggregation, column, message):
+    from pipelines.views import check_views
+
+    document = view_document()
+    document["views"][0]["aggregation_info"] = [
+        {"aggregation": aggregation, "col_name": column, "aggregated_col_name": "x"}
+    ]
+    problems = [p.line("views.yaml") for p in check_views(document)[1]]
+    assert len(problems) == 1 and message in problems[0], problems
