@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 
 from pipelines.aggregators import AggregationSpec, build
+from pipelines.segments import state_column
 from pipelines.stream.state import WindowState
 from pipelines.views import parse_views
 from tests.fixtures.nulls import (
@@ -259,3 +260,55 @@ def test_validation_refuses_a_type_an_aggregation_does_not_take(aggregation, col
     ]
     problems = [p.line("views.yaml") for p in check_views(document)[1]]
     assert len(problems) == 1 and message in problems[0], problems
+
+
+def _session_document(key: str) -> dict:
+    document = view_document()
+    view = document["views"][0]
+    del view["grouping_cols"], view["interval"]
+    view.update(kind="session", session_key=key, gap="10m", max_duration="4h")
+    return document
+
+
+def test_a_session_view_skips_nulls_as_sql_does() -> None:
+    """Sessions of a required key over columns with nulls: each session's aggregations are
+    what SQL gives over its events (sessions cut by the 10-minute gap, in plain Python)."""
+    from pipelines.stream.sessions import SessionState
+    from pipelines.views.model import SESSION_START
+
+    (view,) = parse_views(_session_document("customer"))
+    rows = sorted(random_rows(6, 900), key=lambda r: r["event_time"])
+    state = SessionState(view)
+    for part in np.array_split(np.arange(len(rows)), 3):
+        state.update(batch_of([rows[i] for i in part]))
+    state.settle(10 * HOUR)
+    sessions: dict[tuple, list[dict]] = {}
+    last: dict[str, tuple[int, int]] = {}  # customer -> (session start, last event time)
+    for row in rows:
+        start, previous = last.get(row["customer"], (None, None))
+        if start is None or row["event_time"] - previous >= 10 * 60_000:
+            start = row["event_time"]
+        last[row["customer"]] = (start, row["event_time"])
+        sessions.setdefault((row["customer"], start), []).append(row)
+    got = {}
+    for row in state.all_table().to_pylist():
+        results = {}
+        for agg in view.aggregators:
+            results.update(agg.result(agg.deserialize(row[state_column(agg.out)])))
+        got[(row["customer"], row[SESSION_START])] = results
+    assert set(got) == set(sessions)
+    for key, members in sessions.items():
+        for i, case in enumerate(AGGREGATIONS):
+            for column, value in reference(case, members, f"a{i}").items():
+                assert same(case, value, got[key][column]), (key, case, value, got[key][column])
+
+
+def test_a_nullable_session_key_is_refused_with_its_reason() -> None:
+    from pipelines.views import check_views
+
+    problems = [p.line("views.yaml") for p in check_views(_session_document("card"))[1]]
+    assert problems == [
+        "views.yaml: views[0] (nulls).session_key: 'card' may be null in topic 'payments': a "
+        "session key must be a required string column (sessions of a null key are not "
+        "supported yet)"
+    ]
