@@ -107,6 +107,9 @@ class AggregationSpec:
     or a timestamp), "double", "boolean" or "string"."""
     where: str | None = None
     """This aggregation's own filter (``where:``): only events it keeps are aggregated."""
+    nullable_input: bool = False
+    """Whether a column it reads (``col_name``, a column parameter) may be null in its topic's
+    declaration, filled in by validation: a group may then have no value of it."""
 
 
 class Columns(tuple):
@@ -134,13 +137,19 @@ class Aggregator(ABC, Generic[S]):
     needs_where: ClassVar[bool] = False
     """The aggregation means nothing without its own ``where:`` (count_if, sum_if)."""
     may_be_null: ClassVar[bool] = False
-    """A group's result may be null although the group has events (variance of one event,
-    a ratio over a zero denominator); any result may be null under the aggregation's where:."""
+    """A group's result may be null although the group has values (variance of one value,
+    a ratio over a zero denominator); any result may be null under the aggregation's where:
+    or over a nullable column (SQL's aggregate over no value)."""
+    counts: ClassVar[bool] = False
+    """Over no value it gives 0, not null: the counts (count, count_distinct, the distinct
+    estimates, histogram bins), as SQL's ``count`` does."""
 
     @property
     def nullable(self) -> bool:
         """Whether an output row of this aggregation may hold a null."""
-        return self.may_be_null or self.where is not None
+        if self.counts:
+            return self.may_be_null
+        return self.may_be_null or self.where is not None or self.spec.nullable_input
 
     @classmethod
     def check_params(cls, params: dict[str, Any]) -> str | None:

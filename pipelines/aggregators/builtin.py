@@ -58,6 +58,7 @@ class Count(_JsonState):
     name = "count"
     description = Description(Range.NON_NEGATIVE, Measure.COUNT, Reconciled.EVENT_COUNT)
     input_kind = InputKind.NONE
+    counts = True
 
     def initialize(self) -> int:
         return 0
@@ -243,6 +244,7 @@ class CountDistinct(Aggregator[set]):
 
     name = "count_distinct"
     description = Description(Range.NON_NEGATIVE, Measure.DISTINCT)
+    counts = True
 
     def initialize(self) -> set:
         return set()
@@ -296,6 +298,7 @@ class ApproxCountDistinct(Aggregator[Any]):
     name = "approx_count_distinct"
     description = Description(Range.NON_NEGATIVE, Measure.ESTIMATE, Reconciled.REPRODUCED_SKETCH)
     input_kind = InputKind.HASHED
+    counts = True
     params_schema = {"lg_k": int}
 
     @property

@@ -103,6 +103,7 @@ class ThetaDistinct(Aggregator[Any]):
     name = "theta_distinct"
     description = Description(Range.NON_NEGATIVE, Measure.ESTIMATE, Reconciled.REPRODUCED_SKETCH)
     input_kind = InputKind.HASHED
+    counts = True
     params_schema = {"lg_k": int}
 
     @property
@@ -263,6 +264,7 @@ class Histogram(_SplitPoints):
     name = "histogram"
     description = Description(Range.NON_NEGATIVE, reconciled=Reconciled.BIN_RANK)
     value_type = pa.int64()
+    counts = True
 
     def column_names(self) -> list[str]:
         names = [f"{self.out}_to_{split_label(p)}" for p in self.split_points]

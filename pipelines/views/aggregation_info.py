@@ -7,7 +7,7 @@ here. An unknown name is its own error type, so the loader can raise ``UnknownAg
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
@@ -164,8 +164,15 @@ class AggregationDefinition(DefinitionModel):
             raise problem(f"{self.aggregation} needs a where: (the events it counts or sums)")
         return self
 
-    def to_spec(self, columns: Mapping[str, ColumnType] | None = None) -> AggregationSpec:
-        """The spec; ``columns``, the topic's declared ones, give its column's kind."""
+    def to_spec(
+        self, columns: Mapping[str, ColumnType] | None = None, nullable: Collection[str] = ()
+    ) -> AggregationSpec:
+        """The spec; ``columns``, the topic's declared ones, give its column's kind, and
+        ``nullable``, those that may be null, whether it may have no value."""
+        read = [
+            self.col_name,
+            *((self.params or {}).get(p) for p in get(self.aggregation).column_params),
+        ]
         kind = None
         declared = None if columns is None or self.col_name is None else columns.get(self.col_name)
         if get(self.aggregation).input_kind != InputKind.NONE and declared is not None:
@@ -177,6 +184,7 @@ class AggregationDefinition(DefinitionModel):
             dict(self.params or {}),
             kind,
             self.where,
+            any(c in nullable for c in read if c is not None),
         )
 
 

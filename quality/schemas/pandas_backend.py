@@ -79,17 +79,29 @@ def _pandas_dtype(t: pa.DataType) -> Any:
     return t.to_pandas_dtype()
 
 
+def _whole(values: pd.Series) -> pd.Series:
+    return values % 1 == 0
+
+
+def _column(c: Any) -> Any:
+    """A column's pandera check. A nullable integer column (a long's sum over no value is
+    null) arrives as float64 from ``to_pandas`` when it holds a null: its values must then be
+    whole numbers rather than of dtype int64."""
+    import pandera.pandas as pdp
+
+    checks = [rule_check(r) for r in c.rules]
+    if c.nullable and pa.types.is_integer(c.type):
+        checks.append(pdp.Check(_whole, error="is an integer"))
+        return pdp.Column(None, checks, nullable=True)
+    return pdp.Column(_pandas_dtype(c.type), checks, nullable=c.nullable)
+
+
 @lru_cache(maxsize=128)
 def pandas_schema(spec: FrameSpec) -> pdp.DataFrameSchema:
     """The pandera schema of ``spec`` for frames as ``pyarrow.Table.to_pandas`` makes them."""
     import pandera.pandas as pdp
 
-    columns = {
-        c.name: pdp.Column(
-            _pandas_dtype(c.type), [rule_check(r) for r in c.rules], nullable=c.nullable
-        )
-        for c in spec.columns
-    }
+    columns = {c.name: _column(c) for c in spec.columns}
     checks = []
     if spec.width is not None:
         checks.append(pdp.Check(partial(_width, width=spec.width), error=spec.width.label))

@@ -111,7 +111,8 @@ def segment_spec(view: View, kind: SegmentKind | str) -> FrameSpec:
         if name == WINDOW_START:
             rules = _window_rules(view, field)
         elif name in view.grouping_cols:
-            rules = (NON_EMPTY,)
+            rules = (NON_EMPTY,)  # a null grouping value is a group of its own
+            nullable = view.declaration is not None and name in view.declaration.nullable_columns()
         elif name in metrics:
             agg, rules = metrics[name]
             nullable = agg.nullable

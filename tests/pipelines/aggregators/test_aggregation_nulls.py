@@ -18,6 +18,7 @@ from tests.fixtures.nulls import (
     AGGREGATIONS,
     COLUMNS,
     HOUR,
+    T0,
     batch_of,
     random_rows,
     reference,
@@ -281,7 +282,7 @@ def test_a_session_view_skips_nulls_as_sql_does() -> None:
     state = SessionState(view)
     for part in np.array_split(np.arange(len(rows)), 3):
         state.update(batch_of([rows[i] for i in part]))
-    state.settle(10 * HOUR)
+    state.settle(T0 + 10 * HOUR)
     sessions: dict[tuple, list[dict]] = {}
     last: dict[str, tuple[int, int]] = {}  # customer -> (session start, last event time)
     for row in rows:
@@ -312,3 +313,25 @@ def test_a_nullable_session_key_is_refused_with_its_reason() -> None:
         "session key must be a required string column (sessions of a null key are not "
         "supported yet)"
     ]
+
+
+def test_rows_with_null_groups_and_null_results_pass_the_segment_schema() -> None:
+    """The checks the correction runs on its rows accept what SQL's rules give: a null group
+    of a nullable column, a null result over no value; a count is never null."""
+    from pipelines.batch.windows import batch_schema
+    from quality.exceptions import SchemaViolation
+    from quality.schemas import validate_segment
+
+    (view,) = parse_views(view_document())
+    got = _stream(view, random_rows(8, 600))
+    schema = batch_schema(view)
+    rows = [{"window_start": k[0], "shop": k[1], **r} for k, r in got.items()]
+    table = pa.Table.from_pylist(rows, schema=schema)
+    amounts = f"a{AGGREGATIONS.index(('sum', 'amount', {}, None))}"
+    assert table.column("shop").null_count and table.column(amounts).null_count
+    validate_segment(view, table, "batch")
+    broken = table.set_column(
+        table.schema.get_field_index("a0"), "a0", pa.nulls(len(table), pa.int64())
+    )
+    with pytest.raises(SchemaViolation):
+        validate_segment(view, broken, "batch")

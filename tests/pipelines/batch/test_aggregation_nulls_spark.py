@@ -19,6 +19,7 @@ from tests.fixtures.nulls import (
     AGGREGATIONS,
     COLUMNS,
     HOUR,
+    T0,
     batch_of,
     random_rows,
     reference,
@@ -71,7 +72,7 @@ def test_spark_gives_what_sql_and_the_stream_give_over_nulls(spark, grouping: tu
     names = ["event_time", *COLUMNS]
     frame = spark.createDataFrame([tuple(r[n] for n in names) for r in rows], ddl)
     frame = frame.withColumn("topic", F.lit("payments"))
-    (table,) = aggregate_window_views(frame, [view], [0, HOUR])
+    (table,) = aggregate_window_views(frame, [view], [T0, T0 + HOUR])
     corrected = {(r[WINDOW_START], *(r[c] for c in grouping)): r for r in table.to_pylist()}
     stream = _stream(view, rows)
     groups: dict[tuple, list[dict]] = {}
