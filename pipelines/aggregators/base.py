@@ -16,8 +16,10 @@ Spark builds its state; quality derives its rules from that.
 
 An aggregation reads its ``col_name`` (``values`` is that array), more columns when it says so
 in :meth:`Aggregator.input_columns` (``values`` is then a :class:`Columns`), and only the rows
-its own ``where:`` keeps (the caller applies :meth:`Aggregator.rows`; Spark expressions wrap
-their inputs in :meth:`Aggregator.only`).
+its own ``where:`` keeps and none of its inputs is null in, as SQL's aggregates skip nulls (the
+caller applies :meth:`Aggregator.rows`; Spark expressions wrap their inputs in
+:meth:`Aggregator.only`). Over no value a result is null, the counts' 0 excepted
+(:attr:`Aggregator.counts`).
 """
 
 from __future__ import annotations
