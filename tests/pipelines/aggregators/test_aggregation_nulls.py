@@ -353,3 +353,22 @@ def test_rows_with_null_groups_and_null_results_pass_the_segment_schema() -> Non
     )
     with pytest.raises(SchemaViolation):
         validate_segment(view, broken, "batch")
+
+
+def test_null_groups_and_results_are_written_to_the_views_table_and_read_back(tmp_path) -> None:
+    """The Iceberg table takes a null group and null results, and gives them back."""
+    from pipelines.batch.windows import batch_schema
+    from pipelines.tables import REALTIME, replace_hours, table_rows
+    from tests.fixtures.tables import local_tables
+
+    (view,) = parse_views(view_document())
+    got = _stream(view, [r for r in random_rows(8, 600) if r["event_time"] < T0 + HOUR])
+    rows = [{"window_start": k[0], "shop": k[1], **r} for k, r in got.items()]
+    written = pa.Table.from_pylist(rows, schema=batch_schema(view))
+    tables = local_tables(tmp_path / "root", tmp_path / "catalog.db")
+    replace_hours(tables, view, [T0], table_rows(view, written, REALTIME, 0), source=REALTIME)
+    read = tables.find(view.name).scan().to_arrow().to_pylist()
+    outputs = [f.name for agg in view.aggregators for f in agg.output_fields()]
+    back = {r["shop"]: {c: r[c] for c in outputs} for r in read}
+    assert None in back and any(v is None for row in back.values() for v in row.values())
+    assert back == {r["shop"]: {c: r[c] for c in outputs} for r in rows}
