@@ -246,10 +246,10 @@ class WindowState:
         heads = at[firsts]
         ordered_times = times[at]
         starts = ordered_times - ordered_times % step
-        labels = [
-            _factorized(batch, col)[1][_factorized(batch, col)[0][heads]].tolist()
-            for col in view.grouping_cols
-        ]
+        labels = []
+        for col in view.grouping_cols:
+            codes, uniques = _factorized(batch, col)
+            labels.append(uniques[codes[heads]].tolist())
         keys = [tuple(k) for k in zip(starts[firsts].tolist(), *labels, strict=True)]
         return at, ordered_times, starts, firsts, keys
 
