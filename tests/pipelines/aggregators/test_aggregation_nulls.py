@@ -372,3 +372,58 @@ def test_null_groups_and_results_are_written_to_the_views_table_and_read_back(tm
     back = {r["shop"]: {c: r[c] for c in outputs} for r in read}
     assert None in back and any(v is None for row in back.values() for v in row.values())
     assert back == {r["shop"]: {c: r[c] for c in outputs} for r in rows}
+
+
+def _row_strategy():
+    from hypothesis import strategies as st
+
+    def nullable(values):
+        return st.none() | values
+
+    return st.fixed_dictionaries(
+        {
+            "event_time": st.integers(T0, T0 + 2 * HOUR - 1),
+            "customer": st.sampled_from(["u0", "u1"]),
+            "shop": nullable(st.sampled_from(["s0", "s1"])),
+            "cents": nullable(st.integers(-(2**40), 2**40)),
+            "amount": nullable(st.sampled_from([0.5, 25.0, 50.0, 75.25, 99.75, 100.0])),
+            "card": nullable(st.sampled_from(["c1", "c2", "c10"])),
+            "refunded": nullable(st.booleans()),
+            "paid_at": nullable(st.integers(1_600_000_000_000, 1_600_000_100_000)),
+            "tier": nullable(st.integers(0, 2)),
+        }
+    )
+
+
+def test_any_rows_with_any_nulls_in_any_batches_give_what_sql_gives() -> None:
+    """Property: whatever the rows (all null, none passing a where:, ...) and however they
+    are cut into batches, every aggregation is SQL's (:func:`reference`)."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    (view,) = parse_views(view_document())
+
+    @settings(max_examples=40, deadline=None)
+    @given(rows=st.lists(_row_strategy(), min_size=1, max_size=40), cuts=st.integers(1, 4))
+    def check(rows: list[dict], cuts: int) -> None:
+        rows = [{**r, "pay_id": f"p{i}"} for i, r in enumerate(rows)]
+        state = WindowState(view)
+        for part in np.array_split(np.arange(len(rows)), cuts):
+            if len(part):
+                state.update(batch_of([rows[i] for i in part]))
+        restored = WindowState(view)
+        restored.load(state.all_table())
+        got = {}
+        for bucket in restored.buckets.values():
+            for key, states in bucket.items():
+                got[key] = {}
+                for agg, s in zip(view.aggregators, states, strict=True):
+                    got[key].update(agg.result(s))
+        groups = _groups(rows, ("shop",))
+        assert set(got) == set(groups)
+        for key, members in groups.items():
+            for i, case in enumerate(AGGREGATIONS):
+                for column, value in reference(case, members, f"a{i}").items():
+                    assert same(case, value, got[key][column]), (case, value, got[key][column])
+
+    check()
