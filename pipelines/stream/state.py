@@ -45,18 +45,13 @@ def _factorized(batch: DecodedBatch, col: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def group_labels(values: np.ndarray, null: np.ndarray | None = None) -> np.ndarray:
-    """A column's values as group keys: strings, as in the realtime segments and as Spark's
-    groups cast to string read (a boolean ``true``/``false``, a long its digits), None where
+    """A column's values as group keys: strings, as in the realtime segments, written by the
+    same Arrow cast that turns the correction's groups into strings (a boolean ``true`` or
+    ``false``, a long its digits, a double its shortest form: ``100``, ``0.1``), None where
     the value is null (``null``: the batch's mask of a non-string column)."""
     if values.dtype == object:
         return values
-    if values.dtype.kind == "b":
-        labels = np.where(values, "true", "false").astype(object)
-    else:
-        labels = values.astype(str).astype(object)
-    if null is not None:
-        labels[null] = None
-    return labels
+    return pa.array(values, mask=null).cast(pa.string()).to_numpy(zero_copy_only=False)
 
 
 def _time_order(batch: DecodedBatch, col: str) -> tuple[np.ndarray, np.ndarray]:

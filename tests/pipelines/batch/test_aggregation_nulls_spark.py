@@ -94,3 +94,26 @@ def test_spark_gives_what_sql_and_the_stream_give_over_nulls(spark, grouping: tu
             for column, value in want.items():
                 assert same(case, value, from_state[column]), ("state", key, case, column)
                 assert same(case, stream[key][column], from_state[column]), (key, case)
+
+
+def test_a_double_groups_alike_in_the_stream_and_in_spark(spark) -> None:
+    """Grouped by a nullable double: the stream's group keys are the correction's (the same
+    text of each double, a null group), and so are the values of every group."""
+    (view,) = parse_views(view_document(grouping=("amount",)))
+    rows = random_rows(12, 300)
+    for i, row in enumerate(rows):  # few distinct amounts, whole and fractional
+        row["amount"] = None if row["amount"] is None else [100.0, 0.5, 1e16, 7.25][i % 4]
+    ddl = ", ".join(["event_time bigint", *(f"{n} {_SPARK_TYPES[k]}" for n, k in COLUMNS.items())])
+    names = ["event_time", *COLUMNS]
+    frame = spark.createDataFrame([tuple(r[n] for n in names) for r in rows], ddl)
+    frame = frame.withColumn("topic", F.lit("payments"))
+    (table,) = aggregate_window_views(frame, [view], [T0, T0 + HOUR])
+    corrected = {(r[WINDOW_START], r["amount"]): r for r in table.to_pylist()}
+    stream = _stream(view, rows)
+    assert set(stream) == set(corrected)
+    assert {k[1] for k in stream} == {None, "100", "0.5", "1e+16", "7.25"}
+    for key, values in stream.items():
+        for i, case in enumerate(AGGREGATIONS):
+            for column, value in values.items():
+                if column == f"a{i}" or column.startswith(f"a{i}_"):
+                    assert same(case, value, corrected[key][column]), (key, case, column)
