@@ -39,6 +39,8 @@ import pandas as pd
 import pyarrow as pa
 
 from pipelines.aggregators.nulls import NullMasks, with_nulls
+from pipelines.archive.schema import arrow_type
+from pipelines.events.declaration import EVENT_TIME, ColumnType
 from pipelines.events.decode import NO_WATERMARK, DecodedBatch
 from pipelines.segments import segment_schema, state_column, written_for
 from pipelines.stream.state import fold_groups, null_masks
@@ -464,7 +466,10 @@ class SessionState:
         """Accepted events not settled yet (checkpointed beside the sessions)."""
         rows = _concat(self.pending) if self.pending else {}
         names = ["event_time", _OFFSET, *self.columns, *(_NULL + c for c in self._masked)]
-        return pa.table({n: pa.array(rows.get(n, []), type=_arrow_type(n)) for n in names})
+        declared = None if self.view.declaration is None else self.view.declaration.columns()
+        return pa.table(
+            {n: pa.array(rows.get(n, []), type=_arrow_type(n, declared)) for n in names}
+        )
 
     def load(self, table: pa.Table, pending: pa.Table | None = None) -> None:
         """Restore from :meth:`all_table` and :meth:`pending_table` output (a checkpoint)."""
@@ -513,14 +518,18 @@ def _concat(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     return {c: np.concatenate([p[c] for p in parts]) for c in parts[0]}
 
 
-def _arrow_type(name: str) -> pa.DataType:
+def _arrow_type(name: str, declared: dict[str, ColumnType] | None = None) -> pa.DataType:
+    """A pending column's type: as the declared column's archive type (a decoded batch holds
+    it so), else as the generator's field's."""
     from pipelines.events.schema import EVENT_FIELDS
 
     if name.startswith(_NULL):
         return pa.bool_()
-    if name == _OFFSET or EVENT_FIELDS[name].numeric:
+    if name in (_OFFSET, EVENT_TIME):
         return pa.int64()
-    return pa.string()
+    if declared is not None and name in declared:
+        return arrow_type(declared[name])
+    return pa.int64() if EVENT_FIELDS[name].numeric else pa.string()
 
 
 def _numpy(column: pa.ChunkedArray) -> np.ndarray:
@@ -528,4 +537,6 @@ def _numpy(column: pa.ChunkedArray) -> np.ndarray:
         return column.to_numpy().astype(bool)
     if pa.types.is_integer(column.type):
         return column.to_numpy().astype(np.int64)
+    if pa.types.is_floating(column.type):
+        return column.to_numpy().astype(np.float64)
     return np.array(column.to_pylist(), dtype=object)

@@ -300,6 +300,9 @@ def test_a_session_view_skips_nulls_as_sql_does() -> None:
     state = SessionState(view)
     for part in np.array_split(np.arange(len(rows)), 3):
         state.update(batch_of([rows[i] for i in part]))
+    restored = SessionState(view)  # the pending events through a checkpoint, masks and all
+    restored.load(state.all_table(), state.pending_table())
+    state = restored
     state.settle(T0 + 10 * HOUR)
     sessions: dict[tuple, list[dict]] = {}
     last: dict[str, tuple[int, int]] = {}  # customer -> (session start, last event time)
