@@ -206,7 +206,7 @@ class SessionState:
         wheres = [
             None if (m := a.rows(rows, masks)) is None else m[order] for a in self.aggregators
         ]
-        kept = [rows[c][order].tolist() for c in spec.kept_fields]  # sliced per session
+        kept = [self._kept_values(rows, c, order) for c in spec.kept_fields]  # per session
         # Pieces: runs of one key with no gap as long as the inactivity gap, found in one
         # pass; a piece that outlasts max_duration, or that may join the key's open session,
         # is cut by :meth:`_pieces` (rare, or once per key that has an open session).
@@ -253,6 +253,14 @@ class SessionState:
             np.array(starts, dtype=np.int64),
         )
         self._close_rows(closed)
+
+    def _kept_values(self, rows: dict[str, np.ndarray], column: str, order: np.ndarray) -> list:
+        """A kept field's values in ``order``: None where it is null (not the 0 it holds)."""
+        values = rows[column][order].tolist()
+        if column not in self._masked:
+            return values
+        null = rows[_NULL + column][order].tolist()
+        return [None if missing else v for v, missing in zip(values, null, strict=True)]
 
     def _pieces(
         self, key: str, times: np.ndarray, a: int, b: int, first: bool

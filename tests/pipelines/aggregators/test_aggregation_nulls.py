@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import duckdb
 import numpy as np
+import orjson
 import pyarrow as pa
 import pytest
 
@@ -286,6 +287,7 @@ def _session_document(key: str) -> dict:
     view = document["views"][0]
     del view["grouping_cols"], view["interval"]
     view.update(kind="session", session_key=key, gap="10m", max_duration="4h")
+    view.update(kept_fields=["cents", "refunded"], max_kept_events=5)
     return document
 
 
@@ -319,7 +321,13 @@ def test_a_session_view_skips_nulls_as_sql_does() -> None:
             results.update(agg.result(agg.deserialize(row[state_column(agg.out)])))
         got[(row["customer"], row[SESSION_START])] = results
     assert set(got) == set(sessions)
+    kept = {
+        (row["customer"], row[SESSION_START]): orjson.loads(row["kept_events"])
+        for row in state.all_table().to_pylist()
+    }
     for key, members in sessions.items():
+        first = [{c: r[c] for c in ("event_time", "cents", "refunded")} for r in members[:5]]
+        assert kept[key] == first, key  # a null kept field is null, not the 0 it is held as
         for i, case in enumerate(AGGREGATIONS):
             for column, value in reference(case, members, f"a{i}").items():
                 assert same(case, value, got[key][column]), (key, case, value, got[key][column])
