@@ -16,8 +16,10 @@ Spark builds its state; quality derives its rules from that.
 
 An aggregation reads its ``col_name`` (``values`` is that array), more columns when it says so
 in :meth:`Aggregator.input_columns` (``values`` is then a :class:`Columns`), and only the rows
-its own ``where:`` keeps (the caller applies :meth:`Aggregator.rows`; Spark expressions wrap
-their inputs in :meth:`Aggregator.only`).
+its own ``where:`` keeps and none of its inputs is null in, as SQL's aggregates skip nulls (the
+caller applies :meth:`Aggregator.rows`; Spark expressions wrap their inputs in
+:meth:`Aggregator.only`). Over no value a result is null, the counts' 0 excepted
+(:attr:`Aggregator.counts`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import orjson
 import pyarrow as pa
 
 from pipelines.aggregators.description import Description
+from pipelines.aggregators.nulls import NullMasks, with_nulls
 from pipelines.expressions import Filter, parse_filter
 
 if TYPE_CHECKING:
@@ -43,21 +46,54 @@ __all__ = [
     "Columns",
     "InputKind",
     "JsonState",
+    "exact_value",
     "json_state",
     "json_values",
+    "number_type",
+    "python_value",
     "spark_functions",
+    "spark_type",
     "split_label",
+    "value_type",
 ]
 
 S = TypeVar("S")
 
 
 class InputKind:
-    """What columns an aggregation accepts."""
+    """What columns an aggregation accepts; :meth:`types` names the declared column types."""
 
     NONE = "none"  # no column needed (count)
     NUMERIC = "numeric"
+    HASHED = "hashed"
+    """What the distinct-count sketches hash alike in the stream and in Spark
+    (``hll_sketch_agg`` takes no double or boolean)."""
     ANY = "any"
+
+    _TYPES: ClassVar[dict[str, tuple[str, ...]]] = {
+        NONE: (),
+        NUMERIC: ("long", "double"),
+        HASHED: ("string", "long", "timestamp"),
+        ANY: ("string", "long", "double", "boolean", "timestamp"),
+    }
+
+    @classmethod
+    def types(cls, kind: str) -> tuple[str, ...]:
+        """The declared column types (``ColumnType`` values) an input ``kind`` takes."""
+        return cls._TYPES[kind]
+
+
+def value_type(col_kind: str | None, default: pa.DataType | None = None) -> pa.DataType:
+    """The Arrow type of one value of a column of :attr:`AggregationSpec.col_kind` (a picked
+    value, a min or max): a long or timestamp stays an exact integer (epoch ms for a
+    timestamp); ``default`` (a string) where the kind is unknown."""
+    known = {
+        "int": pa.int64(),
+        "double": pa.float64(),
+        "boolean": pa.bool_(),
+        "string": pa.string(),
+    }
+    return known.get(col_kind or "", default or pa.string())
 
 
 @dataclass(frozen=True)
@@ -69,9 +105,13 @@ class AggregationSpec:
     aggregated_col_name: str
     params: dict[str, Any] = field(default_factory=dict)
     col_kind: str | None = None
-    """Type of ``col_name`` in the event schema ("string" or "int"), filled in by validation."""
+    """Type of ``col_name`` in its topic's declaration, filled in by validation: "int" (a long
+    or a timestamp), "double", "boolean" or "string"."""
     where: str | None = None
     """This aggregation's own filter (``where:``): only events it keeps are aggregated."""
+    nullable_input: bool = False
+    """Whether a column it reads (``col_name``, a column parameter) may be null in its topic's
+    declaration, filled in by validation: a group may then have no value of it."""
 
 
 class Columns(tuple):
@@ -99,13 +139,19 @@ class Aggregator(ABC, Generic[S]):
     needs_where: ClassVar[bool] = False
     """The aggregation means nothing without its own ``where:`` (count_if, sum_if)."""
     may_be_null: ClassVar[bool] = False
-    """A group's result may be null although the group has events (variance of one event,
-    a ratio over a zero denominator); any result may be null under the aggregation's where:."""
+    """A group's result may be null although the group has values (variance of one value,
+    a ratio over a zero denominator); any result may be null under the aggregation's where:
+    or over a nullable column (SQL's aggregate over no value)."""
+    counts: ClassVar[bool] = False
+    """Over no value it gives 0, not null: the counts (count, count_distinct, the distinct
+    estimates, histogram bins), as SQL's ``count`` does."""
 
     @property
     def nullable(self) -> bool:
         """Whether an output row of this aggregation may hold a null."""
-        return self.may_be_null or self.where is not None
+        if self.counts:
+            return self.may_be_null
+        return self.may_be_null or self.where is not None or self.spec.nullable_input
 
     @classmethod
     def check_params(cls, params: dict[str, Any]) -> str | None:
@@ -143,18 +189,37 @@ class Aggregator(ABC, Generic[S]):
             return columns[names[0]]
         return Columns(columns[name] for name in names)
 
-    def rows(self, columns: dict[str, np.ndarray]) -> np.ndarray | None:
-        """The batch rows this aggregation's ``where:`` keeps (None: all of them)."""
-        return None if self.where is None else self.where.mask(columns)
+    def rows(
+        self, columns: dict[str, np.ndarray], masks: NullMasks | None = None
+    ) -> np.ndarray | None:
+        """The batch rows this aggregation reads (None: all of them): those its ``where:``
+        keeps and where none of its :meth:`input_columns` is null (SQL's aggregates skip
+        nulls). ``masks`` says where the batch's columns are null (None: nowhere)."""
+        keep = None
+        if self.where is not None:
+            seen = columns if masks is None else with_nulls(columns, masks, self.where.fields)
+            keep = self.where.mask(seen)
+        present = None if masks is None else masks.present(self.input_columns())
+        if present is not None:
+            keep = present if keep is None else keep & present
+        return keep
 
     def only(self, column: Column) -> Column:
-        """``column`` where this aggregation's filter holds, else null (Spark aggregates skip
-        nulls, so a filtered aggregate sees exactly the rows the stream's does)."""
-        if self.where is None:
-            return column
+        """``column`` where this aggregation's filter holds and none of its inputs is null,
+        else null (Spark aggregates skip nulls, so it sees exactly the rows the stream's does:
+        a pair such as max_by's (by, value) is skipped when either is null, as the stream
+        skips the row)."""
         from pyspark.sql import functions as F
 
-        return F.when(self.where.spark(), column)
+        kept = [F.col(name).isNotNull() for name in self.input_columns()]
+        if self.where is not None:
+            kept.insert(0, self.where.spark())
+        if not kept:
+            return column
+        test = kept[0]
+        for more in kept[1:]:
+            test = test & more
+        return F.when(test, column)
 
     def spark_input(self, name: str | None = None) -> Column:
         """An input column (``col_name`` by default), filtered by :meth:`only`."""
@@ -248,6 +313,34 @@ class JsonState(Aggregator[Any]):
     def deserialize_many(self, blobs: Sequence[bytes]) -> list[Any]:
         values = json_values(blobs)
         return super().deserialize_many(blobs) if values is None else values
+
+
+def number_type(agg: Aggregator) -> pa.DataType:
+    """A sum's type: an exact integer over a long column, a double otherwise."""
+    return pa.int64() if agg.spec.col_kind == "int" else pa.float64()
+
+
+_SPARK_TYPES = {pa.int64(): "long", pa.float64(): "double", pa.bool_(): "boolean"}
+
+
+def spark_type(agg: Aggregator) -> str:
+    """The Spark type of ``agg``'s one output column (what its Spark aggregate is cast to)."""
+    return _SPARK_TYPES.get(agg.result_type(), "string")
+
+
+def exact_value(agg: Aggregator, value: Any) -> Any:
+    """A state's value as ``agg``'s one output column holds it (an int stays exact)."""
+    kind = agg.result_type()
+    if kind == pa.int64():
+        return int(value)
+    if kind == pa.float64():
+        return float(value)
+    return value
+
+
+def python_value(value: Any) -> Any:
+    """A numpy scalar as the Python value JSON states hold (other values as they are)."""
+    return value.item() if isinstance(value, np.generic) else value
 
 
 def json_values(blobs: Sequence[bytes]) -> list[Any] | None:

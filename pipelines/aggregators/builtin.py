@@ -15,9 +15,14 @@ from pipelines.aggregators.base import (
     Aggregator,
     InputKind,
     JsonState,
+    exact_value,
     json_state,
     json_values,
+    number_type,
+    python_value,
     spark_functions,
+    spark_type,
+    value_type,
 )
 from pipelines.aggregators.description import Description, Measure, Range, Reconciled
 from pipelines.aggregators.registry import register
@@ -35,6 +40,7 @@ __all__ = [
     "Sum",
     "TopK",
     "fold_best_pairs",
+    "item_texts",
     "pair_state",
 ]
 
@@ -52,6 +58,7 @@ class Count(_JsonState):
     name = "count"
     description = Description(Range.NON_NEGATIVE, Measure.COUNT, Reconciled.EVENT_COUNT)
     input_kind = InputKind.NONE
+    counts = True
 
     def initialize(self) -> int:
         return 0
@@ -82,48 +89,63 @@ class Count(_JsonState):
 
 @register
 class Sum(_JsonState):
+    """The sum of the values: null over no value (all null, or none its ``where:`` keeps), as
+    SQL's ``sum``. A long column's sum is an exact integer; a double column's is summed in
+    doubles, in another order by Spark (the reconciliation allows for it)."""
+
     name = "sum"
     description = Description(Range.SIGN_OF_INPUT)
     input_kind = InputKind.NUMERIC
 
-    def initialize(self) -> float:
-        return 0
+    def initialize(self) -> float | None:
+        return None
 
     def update(self, state, values, times):
-        return state + values.sum().item()
+        if not len(values):
+            return state
+        total = values.sum().item()
+        return total if state is None else state + total
 
     def update_groups(self, states, values, times, bounds):
         if not self.own_update(Sum) or not _integers(values):
             return self.update_each(states, values, times, bounds)
         sums = np.add.reduceat(values, bounds[:-1]).tolist()  # int64 wraps as .sum() does
-        states[:] = [s + x for s, x in zip(states, sums, strict=True)]
+        states[:] = [x if s is None else s + x for s, x in zip(states, sums, strict=True)]
 
     def merge(self, a, b):
+        if a is None or b is None:
+            return b if a is None else a
         return a + b
 
     def result(self, state) -> dict[str, Any]:
-        return {self.out: float(state)}
+        return {self.out: None if state is None else exact_value(self, state)}
+
+    def result_type(self) -> pa.DataType:
+        return number_type(self)
 
     def spark_state(self, event_time):
-        return json_state(_F().coalesce(_F().sum(self.spark_input()), _F().lit(0)))
+        return json_state(_F().sum(self.spark_input()))
 
     def spark_columns(self, event_time):
-        # 0, not null, where the aggregation's ``where:`` keeps no event (as the stream's state)
-        total = _F().coalesce(_F().sum(self.spark_input()), _F().lit(0))
-        return [total.cast("double").alias(self.out)]
+        return [_F().sum(self.spark_input()).cast(spark_type(self)).alias(self.out)]
 
 
 @register
 class Min(_JsonState):
+    """The smallest value (any type: a timestamp in epoch ms, false before true, strings by
+    code point as Spark and DuckDB order UTF-8 bytes)."""
+
     name = "min"
     description = Description(Range.OF_INPUT)
-    input_kind = InputKind.NUMERIC
+    input_kind = InputKind.ANY
 
     def initialize(self):
         return None
 
     def update(self, state, values, times):
-        low = values.min().item()
+        if not len(values):
+            return state
+        low = python_value(values.min())
         return low if state is None or low < state else state
 
     def update_groups(self, states, values, times, bounds):
@@ -138,13 +160,16 @@ class Min(_JsonState):
         return min(a, b)
 
     def result(self, state) -> dict[str, Any]:
-        return {self.out: None if state is None else float(state)}
+        return {self.out: None if state is None else exact_value(self, state)}
+
+    def result_type(self) -> pa.DataType:
+        return value_type(self.spec.col_kind, pa.float64())
 
     def spark_state(self, event_time):
         return json_state(_F().min(self.spark_input()))
 
     def spark_columns(self, event_time):
-        return [_F().min(self.spark_input()).cast("double").alias(self.out)]
+        return [_F().min(self.spark_input()).cast(spark_type(self)).alias(self.out)]
 
 
 @register
@@ -153,7 +178,9 @@ class Max(Min):
     description = Description(Range.OF_INPUT)
 
     def update(self, state, values, times):
-        high = values.max().item()
+        if not len(values):
+            return state
+        high = python_value(values.max())
         return high if state is None or high > state else state
 
     def update_groups(self, states, values, times, bounds):
@@ -171,7 +198,7 @@ class Max(Min):
         return json_state(_F().max(self.spark_input()))
 
     def spark_columns(self, event_time):
-        return [_F().max(self.spark_input()).cast("double").alias(self.out)]
+        return [_F().max(self.spark_input()).cast(spark_type(self)).alias(self.out)]
 
 
 @register
@@ -217,6 +244,7 @@ class CountDistinct(Aggregator[set]):
 
     name = "count_distinct"
     description = Description(Range.NON_NEGATIVE, Measure.DISTINCT)
+    counts = True
 
     def initialize(self) -> set:
         return set()
@@ -269,6 +297,8 @@ class ApproxCountDistinct(Aggregator[Any]):
 
     name = "approx_count_distinct"
     description = Description(Range.NON_NEGATIVE, Measure.ESTIMATE, Reconciled.REPRODUCED_SKETCH)
+    input_kind = InputKind.HASHED
+    counts = True
     params_schema = {"lg_k": int}
 
     @property
@@ -461,19 +491,14 @@ class TopK(Aggregator[Any]):
         return ds.frequent_strings_sketch(self.lg_max_map_size)
 
     def update(self, state, values, times):
-        items = values.tolist()
-        if values.dtype != object:
-            items = [str(item) for item in items]
-        for item, count in Counter(items).items():
+        for item, count in Counter(item_texts(values)).items():
             state.update(item, count)
         return state
 
     def update_groups(self, states, values, times, bounds):
         if not self.own_update(TopK):
             return self.update_each(states, values, times, bounds)
-        items, cuts = values.tolist(), bounds.tolist()
-        if values.dtype != object:
-            items = [str(item) for item in items]
+        items, cuts = item_texts(values), bounds.tolist()
         for g, state in enumerate(states):
             for item, count in Counter(items[cuts[g] : cuts[g + 1]]).items():
                 state.update(item, count)
@@ -491,6 +516,8 @@ class TopK(Aggregator[Any]):
         return ds.frequent_strings_sketch.deserialize(data)
 
     def result(self, state) -> dict[str, Any]:
+        if state.is_empty():  # no value: null, as every aggregation but the counts
+            return {self.out: None}
         rows = state.get_frequent_items(ds.frequent_items_error_type.NO_FALSE_POSITIVES)
         ranked = sorted(((int(est), item) for item, est, _lb, _ub in rows), key=_rank)
         top = [{"item": item, "count": count} for count, item in ranked[: self.k]]
@@ -515,8 +542,8 @@ class TopK(Aggregator[Any]):
         from pyspark.sql import Window
 
         F = _F()
-        # Items a ``where:`` drops become null: ranked last and never listed, so a group
-        # whose events all fail the filter still has its row (an empty list, as the stream).
+        # Items a ``where:`` drops, and null items, become null: ranked last and never
+        # listed, so a group with no item still has its row (null, as the stream's).
         item = self.spark_input().cast("string").alias("item")
         counts = events.groupBy(*keys, item).agg(F.count(F.lit(1)).alias("count"))
         dropped = F.col("item").isNull()
@@ -524,7 +551,8 @@ class TopK(Aggregator[Any]):
         ranked = counts.withColumn("rank", F.row_number().over(best)).where(F.col("rank") <= self.k)
         listed = F.when(~dropped, F.struct("rank", "item", "count"))
         top = F.array_sort(F.collect_list(listed))
-        return ranked.groupBy(*keys).agg(F.to_json(F.transform(top, self.entry)).alias(self.out))
+        listing = F.when(F.size(top) > 0, F.to_json(F.transform(top, self.entry)))
+        return ranked.groupBy(*keys).agg(listing.alias(self.out))
 
     def entry(self, ranked_item):
         """One listed item as the stream writes it (``spark_frame`` renders each so)."""
@@ -556,6 +584,16 @@ def fold_best_pairs(
     for g, (state, key) in enumerate(zip(states, best.tolist(), strict=True)):
         candidate = [key, picked[g]]
         states[g] = candidate if state is None else agg.merge(state, candidate)
+
+
+def item_texts(values: np.ndarray) -> list[str]:
+    """Items as ranked by top_k and frequent_items: text, as Spark casts them to string
+    (a boolean as ``true``/``false``)."""
+    if values.dtype == object:
+        return values.tolist()
+    if values.dtype.kind == "b":
+        return ["true" if item else "false" for item in values.tolist()]
+    return [str(item) for item in values.tolist()]
 
 
 def _integers(values: Any) -> bool:
@@ -597,7 +635,7 @@ class _ByEventTime(_JsonState):
         return {self.out: None if state is None else state[1]}
 
     def result_type(self) -> pa.DataType:
-        return pa.int64() if self.spec.col_kind == "int" else pa.string()
+        return value_type(self.spec.col_kind)
 
     def spark_state(self, event_time):
         F = _F()

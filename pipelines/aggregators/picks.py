@@ -9,11 +9,17 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-import numpy as np
 import orjson
 import pyarrow as pa
 
-from pipelines.aggregators.base import Aggregator, InputKind, JsonState, spark_functions
+from pipelines.aggregators.base import (
+    Aggregator,
+    InputKind,
+    JsonState,
+    python_value,
+    spark_functions,
+    value_type,
+)
 from pipelines.aggregators.builtin import fold_best_pairs, pair_state
 from pipelines.aggregators.description import Description, Range
 from pipelines.aggregators.registry import register
@@ -22,11 +28,10 @@ __all__ = ["MaxBy", "MinBy", "Mode"]
 
 
 def _value_type(agg: Aggregator) -> pa.DataType:
-    return pa.int64() if agg.spec.col_kind == "int" else pa.string()
+    return value_type(agg.spec.col_kind)
 
 
-def _python(value: Any) -> Any:
-    return value.item() if isinstance(value, np.generic) else value
+_python = python_value
 
 
 @register

@@ -15,7 +15,7 @@ import datasketches as ds
 import orjson
 import pyarrow as pa
 
-from pipelines.aggregators.base import Aggregator, spark_functions, split_label
+from pipelines.aggregators.base import Aggregator, InputKind, spark_functions, split_label
 from pipelines.aggregators.builtin import ApproxCountDistinct, Quantiles, TopK
 from pipelines.aggregators.description import Description, Measure, Range, Reconciled
 from pipelines.aggregators.registry import register
@@ -102,6 +102,8 @@ class ThetaDistinct(Aggregator[Any]):
 
     name = "theta_distinct"
     description = Description(Range.NON_NEGATIVE, Measure.ESTIMATE, Reconciled.REPRODUCED_SKETCH)
+    input_kind = InputKind.HASHED
+    counts = True
     params_schema = {"lg_k": int}
 
     @property
@@ -262,6 +264,7 @@ class Histogram(_SplitPoints):
     name = "histogram"
     description = Description(Range.NON_NEGATIVE, reconciled=Reconciled.BIN_RANK)
     value_type = pa.int64()
+    counts = True
 
     def column_names(self) -> list[str]:
         names = [f"{self.out}_to_{split_label(p)}" for p in self.split_points]
@@ -301,6 +304,8 @@ class FrequentItems(TopK):
     description = Description(Range.ANY, reconciled=Reconciled.FREQUENCY_BOUNDS, spark_state=False)
 
     def result(self, state) -> dict[str, Any]:
+        if state.is_empty():
+            return {self.out: None}
         rows = state.get_frequent_items(ds.frequent_items_error_type.NO_FALSE_POSITIVES)
         ranked = sorted(rows, key=lambda row: (-int(row[1]), row[0]))[: self.k]
         top = [

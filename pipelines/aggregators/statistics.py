@@ -18,7 +18,9 @@ from pipelines.aggregators.base import (
     InputKind,
     JsonState,
     json_state,
+    python_value,
     spark_functions,
+    value_type,
 )
 from pipelines.aggregators.builtin import Count, Sum
 from pipelines.aggregators.description import Description, Measure, Range
@@ -84,8 +86,9 @@ class Variance(Aggregator[list]):
 
     def spark_state(self, event_time):
         F = spark_functions()
-        x = self.spark_input().cast("decimal(38,0)")
-        zero = F.lit(0).cast("decimal(38,0)")
+        exact = "decimal(38,0)" if self.spec.col_kind == "int" else "double"
+        x = self.spark_input().cast(exact)
+        zero = F.lit(0).cast(exact)
         return json_state(F.count(x), F.coalesce(F.sum(x), zero), F.coalesce(F.sum(x * x), zero))
 
     def spark_columns(self, event_time):
@@ -164,8 +167,8 @@ class CountIf(Count):
 
 @register
 class SumIf(Sum):
-    """The sum over events that pass the aggregation's own ``where:`` (required); 0 when none
-    does."""
+    """The sum over events that pass the aggregation's own ``where:`` (required); null when
+    none does, as SQL's ``sum``."""
 
     name = "sum_if"
     description = Description(Range.SIGN_OF_INPUT)
@@ -184,8 +187,9 @@ class AnyValue(JsonState):
         return None
 
     def update(self, state, values, times):
-        low = values.min()
-        low = low.item() if hasattr(low, "item") else low
+        if not len(values):
+            return state
+        low = python_value(values.min())
         return low if state is None or low < state else state
 
     def merge(self, a, b):
@@ -197,7 +201,7 @@ class AnyValue(JsonState):
         return {self.out: state}
 
     def result_type(self) -> pa.DataType:
-        return pa.int64() if self.spec.col_kind == "int" else pa.string()
+        return value_type(self.spec.col_kind)
 
     def spark_state(self, event_time):
         return json_state(spark_functions().min(self.spark_input()))

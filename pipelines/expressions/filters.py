@@ -8,15 +8,16 @@ Grammar (keywords in any case)::
     test    := FIELD OP literal | FIELD ["not"] "in" "(" literal ("," literal)* ")"
              | FIELD "is" ["not"] "null"
     OP      := "=" | "==" | "!=" | "<>" | "<" | "<=" | ">" | ">="
-    literal := number | 'text' | "text"       (a quote inside doubles: 'it''s')
+    literal := number | 'text' | "text" | true | false   (a quote inside doubles: 'it''s')
 
 A filter is parsed once into a tree and never evaluated as Python. The tree compiles to a
 numpy mask for the stream (:meth:`Filter.mask`), a Spark column for the correction
 (:meth:`Filter.spark`) and DuckDB SQL for the reconciliation's causes (:meth:`Filter.sql`).
 Fields are checked against the event schema and literals against the field's type, so a
 mistake is an error naming the position, never a filter that silently matches nothing. SQL's
-rule holds everywhere: a comparison with a null is not true (valid events have no nulls, so
-``is null`` is false for every event field today).
+rule holds everywhere: a comparison with a null is not true. In a numpy column a null is None
+(or NaN); the stream hands a filter a nullable long, double or boolean column with nulls as
+an object array holding None there (:func:`pipelines.aggregators.nulls.with_nulls`).
 """
 
 from __future__ import annotations
@@ -181,13 +182,20 @@ class _Parser:
 
     def literal(self, field: str) -> Any:
         token = self.take()
+        declared = None if self.columns is None else self.columns[field]
+        truth = token.kind == "word" and str(token.value).lower() in ("true", "false")
+        if truth and declared in (None, ColumnType.BOOLEAN):
+            return str(token.value).lower() == "true"
         if self.columns is None:  # untyped: the literal as written
             if token.kind in ("number", "text"):
                 return token.value
-            self.expect("a number or a quoted string", False, token)
-        declared = self.columns[field]
+            self.expect("a number, a quoted string, true or false", False, token)
         if declared is ColumnType.BOOLEAN:
-            raise FilterError(f"comparing the boolean {field} is not supported yet (issue 46)")
+            self.expect("true or false", token.kind in ("number", "text", "word"), token)
+            raise FilterError(
+                f"{field} is a boolean: compare it with true or false, not {_shown(token)} "
+                f"(at {token.at + 1})"
+            )
         numeric = declared is not ColumnType.STRING  # long, double, timestamp (epoch ms)
         if token.kind == "number" and numeric:
             return token.value
@@ -328,6 +336,8 @@ def _spark(node: Any) -> Column:
 
 
 def _sql_literal(value: Any, spark: bool) -> str:
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
     if isinstance(value, str):
         if spark:  # Spark SQL reads backslash escapes in string literals; DuckDB does not
             value = value.replace("\\", "\\\\")

@@ -27,6 +27,9 @@ from pipelines.views.model import WINDOW_END, WINDOW_START, View, format_duratio
 __all__ = ["rollup_view", "window_states"]
 
 DAY_MS = 86_400_000
+_MISSING = object()
+"""A window's state the correction did not build, told apart from a state that is None
+(a min, a sum, ... over no value)."""
 
 
 def window_states(
@@ -37,9 +40,10 @@ def window_states(
     prefer: str = "newest",
     *,
     tables: Tables,
+    missing: Any = None,
 ) -> dict[tuple, tuple[str, list[Any]]]:
     """Per (window start, *groups) starting in ``[start_ms, end_ms)``: where it was served
-    from and one state per aggregation (None where a correction holds no state for it).
+    from and one state per aggregation (``missing`` where a correction holds no state for it).
 
     Corrected windows come from the view's table (their states are columns of it), the
     others from the stream's partial states of their segment."""
@@ -47,7 +51,7 @@ def window_states(
     out: dict[tuple, tuple[str, list[Any]]] = {}
     done: set[int] = set()
     if prefer != "realtime":
-        corrected = _table_states(tables, view, start_ms, end_ms)
+        corrected = _table_states(tables, view, start_ms, end_ms, missing)
         out.update(corrected)
         done = {view.segment_start(key[0]) for key in corrected}
     if prefer != "batch":
@@ -61,7 +65,7 @@ def window_states(
 
 
 def _table_states(
-    tables: Tables, view: View, start_ms: int, end_ms: int
+    tables: Tables, view: View, start_ms: int, end_ms: int, missing: Any = None
 ) -> dict[tuple, tuple[str, list[Any]]]:
     rows = read_rows(tables, view, start_ms, end_ms, batch_only=True, states=True)
     out: dict[tuple, tuple[str, list[Any]]] = {}
@@ -73,7 +77,7 @@ def _table_states(
             *(row[c] for c in view.grouping_cols),
         )
         states = [
-            None if row[name] is None else agg.deserialize(row[name])
+            missing if row[name] is None else agg.deserialize(row[name])
             for name, agg in zip(names, view.aggregators, strict=True)
         ]
         out[key] = (row[SOURCE], states)
@@ -99,7 +103,7 @@ def rollup_view(
     merged: dict[tuple, tuple[set[str], list[Any]]] = {}
     aggs = view.aggregators
     for key, (label, states) in window_states(
-        store, view, first, last, prefer, tables=tables
+        store, view, first, last, prefer, tables=tables, missing=_MISSING
     ).items():
         coarse = (key[0] - key[0] % granularity_ms, *key[1:])
         held = merged.get(coarse)
@@ -110,13 +114,13 @@ def rollup_view(
         labels.add(label)
         for j, agg in enumerate(aggs):
             a, b = current[j], states[j]
-            current[j] = None if a is None or b is None else agg.merge(a, b)
+            current[j] = _MISSING if a is _MISSING or b is _MISSING else agg.merge(a, b)
     rows = []
     for (start, *groups), (labels, states) in sorted(merged.items(), key=_order):
         row: dict[str, Any] = {WINDOW_START: start, WINDOW_END: start + granularity_ms}
         row.update(zip(view.grouping_cols, groups, strict=True))
         for agg, state in zip(aggs, states, strict=True):
-            if state is None:
+            if state is _MISSING:
                 row.update(dict.fromkeys(f.name for f in agg.output_fields()))
             else:
                 row.update(agg.result(state))

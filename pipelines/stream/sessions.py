@@ -38,9 +38,12 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from pipelines.aggregators.nulls import NullMasks, with_nulls
+from pipelines.archive.schema import arrow_type
+from pipelines.events.declaration import EVENT_TIME, ColumnType
 from pipelines.events.decode import NO_WATERMARK, DecodedBatch
 from pipelines.segments import segment_schema, state_column, written_for
-from pipelines.stream.state import fold_groups
+from pipelines.stream.state import fold_groups, null_masks
 from pipelines.views.model import (
     EVENT_COUNT,
     KEPT_DROPPED,
@@ -54,6 +57,9 @@ from pipelines.views.model import (
 __all__ = ["SessionState", "kept_event_type", "session_table_schema"]
 
 _OFFSET = "__offset"
+_NULL = "__null:"
+"""Prefix of a pending column that masks the nulls of a long, double or boolean column (a
+string's are None in the column itself)."""
 SETTLE_AT_PENDING = 200_000
 """Pending events beyond this are folded in before the next flush, to bound memory."""
 
@@ -96,6 +102,13 @@ class SessionState:
             {self.spec.key, *self.spec.kept_fields}
             | {c for a in self.aggregators for c in a.columns_read()} - {"event_time"}
         )
+        declaration = view.declaration
+        self._nullable = None if declaration is None else declaration.nullable_columns()
+        declared = {} if declaration is None else declaration.columns()
+        self._masked = [
+            c for c in self.columns if c in (self._nullable or ()) and declared[c] != "string"
+        ]
+        """The nullable non-string columns whose null masks are kept beside pending events."""
         self._kept_names = ("event_time", *self.spec.kept_fields)
         self._kept_type = kept_event_type(self._kept_names)
         self.pending: list[dict[str, np.ndarray]] = []
@@ -130,7 +143,10 @@ class SessionState:
         late = times < batch.prior_watermark - self.view.allowed_lateness_ms
         passed = None
         if self.view.filter is not None:  # an event the where: drops is processed, not late
-            passed = self.view.filter.mask(batch.columns)
+            masks = null_masks(self.view, batch)
+            passed = self.view.filter.mask(
+                with_nulls(batch.columns, masks, self.view.filter.fields)
+            )
             late &= passed
         n_late = int(late.sum())
         self.late += n_late
@@ -139,6 +155,9 @@ class SessionState:
         if passed is not None:
             keep = passed & ~late
         part = {c: batch.columns[c][keep] for c in self.columns}
+        for c in self._masked:
+            null = batch.nulls.get(c)
+            part[_NULL + c] = np.zeros(len(times), bool)[keep] if null is None else null[keep]
         part["event_time"] = times[keep]
         part[_OFFSET] = batch.offsets[keep]
         n = len(part["event_time"])
@@ -183,8 +202,11 @@ class SessionState:
         inputs = [
             None if (values := a.inputs(rows)) is None else values[order] for a in self.aggregators
         ]
-        wheres = [None if (m := a.rows(rows)) is None else m[order] for a in self.aggregators]
-        kept = [rows[c][order].tolist() for c in spec.kept_fields]  # sliced per session
+        masks = NullMasks(rows, {c: rows[_NULL + c] for c in self._masked}, self._nullable)
+        wheres = [
+            None if (m := a.rows(rows, masks)) is None else m[order] for a in self.aggregators
+        ]
+        kept = [self._kept_values(rows, c, order) for c in spec.kept_fields]  # per session
         # Pieces: runs of one key with no gap as long as the inactivity gap, found in one
         # pass; a piece that outlasts max_duration, or that may join the key's open session,
         # is cut by :meth:`_pieces` (rare, or once per key that has an open session).
@@ -231,6 +253,14 @@ class SessionState:
             np.array(starts, dtype=np.int64),
         )
         self._close_rows(closed)
+
+    def _kept_values(self, rows: dict[str, np.ndarray], column: str, order: np.ndarray) -> list:
+        """A kept field's values in ``order``: None where it is null (not the 0 it holds)."""
+        values = rows[column][order].tolist()
+        if column not in self._masked:
+            return values
+        null = rows[_NULL + column][order].tolist()
+        return [None if missing else v for v, missing in zip(values, null, strict=True)]
 
     def _pieces(
         self, key: str, times: np.ndarray, a: int, b: int, first: bool
@@ -443,8 +473,11 @@ class SessionState:
     def pending_table(self) -> pa.Table:
         """Accepted events not settled yet (checkpointed beside the sessions)."""
         rows = _concat(self.pending) if self.pending else {}
-        names = ["event_time", _OFFSET, *self.columns]
-        return pa.table({n: pa.array(rows.get(n, []), type=_arrow_type(n)) for n in names})
+        names = ["event_time", _OFFSET, *self.columns, *(_NULL + c for c in self._masked)]
+        declared = None if self.view.declaration is None else self.view.declaration.columns()
+        return pa.table(
+            {n: pa.array(rows.get(n, []), type=_arrow_type(n, declared)) for n in names}
+        )
 
     def load(self, table: pa.Table, pending: pa.Table | None = None) -> None:
         """Restore from :meth:`all_table` and :meth:`pending_table` output (a checkpoint)."""
@@ -493,15 +526,25 @@ def _concat(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     return {c: np.concatenate([p[c] for p in parts]) for c in parts[0]}
 
 
-def _arrow_type(name: str) -> pa.DataType:
+def _arrow_type(name: str, declared: dict[str, ColumnType] | None = None) -> pa.DataType:
+    """A pending column's type: as the declared column's archive type (a decoded batch holds
+    it so), else as the generator's field's."""
     from pipelines.events.schema import EVENT_FIELDS
 
-    if name == _OFFSET or EVENT_FIELDS[name].numeric:
+    if name.startswith(_NULL):
+        return pa.bool_()
+    if name in (_OFFSET, EVENT_TIME):
         return pa.int64()
-    return pa.string()
+    if declared is not None and name in declared:
+        return arrow_type(declared[name])
+    return pa.int64() if EVENT_FIELDS[name].numeric else pa.string()
 
 
 def _numpy(column: pa.ChunkedArray) -> np.ndarray:
+    if pa.types.is_boolean(column.type):
+        return column.to_numpy().astype(bool)
     if pa.types.is_integer(column.type):
         return column.to_numpy().astype(np.int64)
+    if pa.types.is_floating(column.type):
+        return column.to_numpy().astype(np.float64)
     return np.array(column.to_pylist(), dtype=object)

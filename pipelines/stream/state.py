@@ -22,24 +22,36 @@ import pandas as pd
 import pyarrow as pa
 
 from pipelines.aggregators import Aggregator
+from pipelines.aggregators.nulls import NullMasks, with_nulls
 from pipelines.events.decode import DecodedBatch
 from pipelines.segments import segment_schema, state_column
 from pipelines.views.model import WINDOW_START, View
 
-__all__ = ["WindowState", "code_time_order", "fold_groups"]
+__all__ = ["WindowState", "code_time_order", "fold_groups", "group_labels", "null_masks"]
 
 GroupKey = tuple  # (window_start_ms, *group values)
 
 
 def _factorized(batch: DecodedBatch, col: str) -> tuple[np.ndarray, np.ndarray]:
-    """Integer codes of one column of the batch, computed once for all views."""
+    """Integer codes of one column of the batch and its group labels (strings, None for the
+    null group: a group of its own, as SQL's GROUP BY makes it), computed once for all views."""
     cached = batch.codes.get(col)
     if cached is None:
-        values = batch.columns[col]
-        if values.dtype != object:  # group keys are strings, as in the realtime segments
-            values = values.astype(str).astype(object)
-        cached = batch.codes[col] = pd.factorize(values)
+        values = group_labels(batch.columns[col], batch.nulls.get(col))
+        codes, uniques = pd.factorize(values, use_na_sentinel=False)
+        uniques = np.array([u if type(u) is str else None for u in uniques], dtype=object)
+        cached = batch.codes[col] = (codes, uniques)
     return cached
+
+
+def group_labels(values: np.ndarray, null: np.ndarray | None = None) -> np.ndarray:
+    """A column's values as group keys: strings, as in the realtime segments, written by the
+    same Arrow cast that turns the correction's groups into strings (a boolean ``true`` or
+    ``false``, a long its digits, a double its shortest form: ``100``, ``0.1``), None where
+    the value is null (``null``: the batch's mask of a non-string column)."""
+    if values.dtype == object:
+        return values
+    return pa.array(values, mask=null).cast(pa.string()).to_numpy(zero_copy_only=False)
 
 
 def _time_order(batch: DecodedBatch, col: str) -> tuple[np.ndarray, np.ndarray]:
@@ -105,8 +117,12 @@ def fold_groups(
             groups[g][j] = state
 
 
-def _label(value: Any) -> str:
-    return value if type(value) is str else str(value)
+def null_masks(view: View, batch: DecodedBatch) -> NullMasks:
+    """Where the batch's columns are null; only the columns the view's declaration lets be
+    null are looked at (every column of a view without one)."""
+    declaration = view.declaration
+    nullable = None if declaration is None else declaration.nullable_columns()
+    return NullMasks(batch.columns, batch.nulls, nullable)
 
 
 class WindowState:
@@ -131,8 +147,9 @@ class WindowState:
         starts = times - times % step  # the window, or the pane of sliding windows
         late = starts + (step + view.allowed_lateness_ms) <= batch.prior_watermark
         keep = None
+        masks = null_masks(view, batch)
         if view.filter is not None:  # an event the view's where: drops is processed, not late
-            keep = view.filter.mask(batch.columns)
+            keep = view.filter.mask(with_nulls(batch.columns, masks, view.filter.fields))
             late &= keep
         n_late = int(late.sum())
         self.late += n_late
@@ -161,7 +178,10 @@ class WindowState:
             self.aggregators,
             groups,
             [None if (v := agg.inputs(columns)) is None else v[at] for agg in self.aggregators],
-            [None if (m := agg.rows(columns)) is None else m[at] for agg in self.aggregators],
+            [
+                None if (m := agg.rows(columns, masks)) is None else m[at]
+                for agg in self.aggregators
+            ],
             times,
             firsts,
         )
@@ -203,7 +223,7 @@ class WindowState:
             np.not_equal(codes[1:], codes[:-1], out=change[1:])
             change[1:] |= starts[1:] != starts[:-1]
             firsts = np.flatnonzero(change)
-            labels = [_label(v) for v in batch.columns[col][at[firsts]].tolist()]
+            labels = _factorized(batch, col)[1][codes[firsts]].tolist()
             keys = list(zip(starts[firsts].tolist(), labels, strict=True))
             return at, ordered, starts, firsts, keys
         rows = np.arange(len(times)) if keep is None else np.flatnonzero(keep)
@@ -221,9 +241,10 @@ class WindowState:
         heads = at[firsts]
         ordered_times = times[at]
         starts = ordered_times - ordered_times % step
-        labels = [
-            [_label(v) for v in batch.columns[col][heads].tolist()] for col in view.grouping_cols
-        ]
+        labels = []
+        for col in view.grouping_cols:
+            codes, uniques = _factorized(batch, col)
+            labels.append(uniques[codes[heads]].tolist())
         keys = [tuple(k) for k in zip(starts[firsts].tolist(), *labels, strict=True)]
         return at, ordered_times, starts, firsts, keys
 

@@ -7,7 +7,7 @@ here. An unknown name is its own error type, so the loader can raise ``UnknownAg
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
@@ -43,7 +43,7 @@ _COL_KINDS = {ColumnType.LONG: "int", ColumnType.TIMESTAMP: "int"}
 
 
 def _type_refusal(
-    name: str, col: str, declared: tuple[str, dict[str, ColumnType]], takes: tuple[ColumnType, ...]
+    name: str, col: str, declared: tuple[str, dict[str, ColumnType]], takes: tuple[str, ...]
 ) -> str:
     topic, columns = declared
     kinds = f"{', '.join(takes[:-1])} or {takes[-1]}"
@@ -116,7 +116,7 @@ class AggregationDefinition(DefinitionModel):
         default=None,
         validate_default=True,
         description="The declared column aggregated; count takes none, sum/mean/quantiles a "
-        "long or double one.",
+        "long or double one (docs/aggregations.md lists each aggregation's types).",
     )
     aggregated_col_name: OutputName = Field(description="The output column's name.")
     params: dict[str, Any] | None = Field(
@@ -148,8 +148,9 @@ class AggregationDefinition(DefinitionModel):
         if col not in columns:
             shown = "" if needs == InputKind.NONE else f" ({listing(topic, columns, bool)})"
             raise problem(f"unknown column {col!r}{shown}")
-        if needs == InputKind.NUMERIC and columns[col] not in NUMERIC_TYPES:
-            raise problem(_type_refusal(str(name), col, declared, NUMERIC_TYPES))
+        takes = InputKind.types(needs)
+        if needs != InputKind.NONE and columns[col] not in takes:
+            raise problem(_type_refusal(str(name), col, declared, takes))
         return col
 
     @field_validator("params", mode="before")
@@ -163,8 +164,15 @@ class AggregationDefinition(DefinitionModel):
             raise problem(f"{self.aggregation} needs a where: (the events it counts or sums)")
         return self
 
-    def to_spec(self, columns: Mapping[str, ColumnType] | None = None) -> AggregationSpec:
-        """The spec; ``columns``, the topic's declared ones, give its column's kind."""
+    def to_spec(
+        self, columns: Mapping[str, ColumnType] | None = None, nullable: Collection[str] = ()
+    ) -> AggregationSpec:
+        """The spec; ``columns``, the topic's declared ones, give its column's kind, and
+        ``nullable``, those that may be null, whether it may have no value."""
+        read = [
+            self.col_name,
+            *((self.params or {}).get(p) for p in get(self.aggregation).column_params),
+        ]
         kind = None
         declared = None if columns is None or self.col_name is None else columns.get(self.col_name)
         if get(self.aggregation).input_kind != InputKind.NONE and declared is not None:
@@ -176,6 +184,7 @@ class AggregationDefinition(DefinitionModel):
             dict(self.params or {}),
             kind,
             self.where,
+            any(c in nullable for c in read if c is not None),
         )
 
 

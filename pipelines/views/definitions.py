@@ -164,6 +164,7 @@ class WindowViewDefinition(_ViewDefinition):
 
     def to_view(self, declaration: TopicDeclaration | None = None) -> View:
         columns = None if declaration is None else declaration.columns()
+        nullable = () if declaration is None else declaration.nullable_columns()
         return View(
             name=self.name,
             topic=self.topic,
@@ -171,7 +172,7 @@ class WindowViewDefinition(_ViewDefinition):
             interval_ms=self.interval,
             slide_ms=0 if self.slide in (None, self.interval) else self.slide,
             allowed_lateness_ms=self.allowed_lateness,
-            aggregations=tuple(a.to_spec(columns) for a in self.aggregation_info),
+            aggregations=tuple(a.to_spec(columns, nullable) for a in self.aggregation_info),
             description=self.description,
             disabled=self.disabled,
             where=self.where,
@@ -253,13 +254,14 @@ class SessionViewDefinition(_ViewDefinition):
 
     def to_view(self, declaration: TopicDeclaration | None = None) -> View:
         columns = None if declaration is None else declaration.columns()
+        nullable = () if declaration is None else declaration.nullable_columns()
         return View(
             name=self.name,
             topic=self.topic,
             grouping_cols=(),
             interval_ms=0,
             allowed_lateness_ms=self.allowed_lateness,
-            aggregations=tuple(a.to_spec(columns) for a in self.aggregation_info),
+            aggregations=tuple(a.to_spec(columns, nullable) for a in self.aggregation_info),
             description=self.description,
             disabled=self.disabled,
             where=self.where,

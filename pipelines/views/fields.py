@@ -199,6 +199,11 @@ def _session_key(value: Any, info: ValidationInfo) -> Any:
     if not isinstance(value, str) or columns.get(value) is not ColumnType.STRING:
         strings = listing(topic, columns, lambda c: columns[c] is ColumnType.STRING)
         raise problem(f"{value!r} is not a string column (string {strings})")
+    if value in info.context[_VIEW_TOPIC].nullable_columns():
+        raise problem(
+            f"{value!r} may be null in topic {topic!r}: a session key must be a required "
+            "string column (sessions of a null key are not supported yet)"
+        )
     return value
 
 

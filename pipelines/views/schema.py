@@ -45,7 +45,7 @@ def _rules_of(name: str) -> dict[str, Any]:
     required = ["params"] if cls.required_params else []
     if cls.needs_where:
         required.append("where")
-    if cls.input_kind in (InputKind.NUMERIC, InputKind.ANY):
+    if cls.input_kind != InputKind.NONE:
         required.append("col_name")
     if required:
         then["required"] = sorted(required)

@@ -60,6 +60,7 @@ from quality.reconcile.metrics import (
     counted_metric,
     other_metric,
     sample,
+    within_tolerance,
 )
 from quality.reconcile.results import Reconciliation, TablesRead
 
@@ -213,16 +214,14 @@ class _Sessions:
 
 def _differing(expected: pa.Array, actual: pa.Array) -> np.ndarray:
     """Positions of the aligned rows whose values are not :func:`close`."""
-    if (
-        expected.type == actual.type
-        and (pa.types.is_integer(expected.type) or pa.types.is_floating(expected.type))
-        and expected.null_count == 0
-        and actual.null_count == 0
-    ):
-        e = expected.to_numpy(zero_copy_only=False).astype(np.float64)
-        a = actual.to_numpy(zero_copy_only=False).astype(np.float64)
-        within = np.abs(a - e) <= 1e-9 * np.maximum(1.0, np.abs(e))
-        return np.flatnonzero(~within)
+    if expected.type == actual.type and expected.null_count == 0 and actual.null_count == 0:
+        if pa.types.is_integer(expected.type):  # exact, as close() compares integers
+            e = expected.to_numpy(zero_copy_only=False)
+            return np.flatnonzero(e != actual.to_numpy(zero_copy_only=False))
+        if pa.types.is_floating(expected.type):
+            e = expected.to_numpy(zero_copy_only=False).astype(np.float64)
+            a = actual.to_numpy(zero_copy_only=False).astype(np.float64)
+            return np.flatnonzero(~within_tolerance(e, a))
     pairs = zip(expected.to_pylist(), actual.to_pylist(), strict=True)
     return np.array([i for i, (e, a) in enumerate(pairs) if not close(e, a)], dtype=np.int64)
 

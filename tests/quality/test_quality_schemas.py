@@ -329,10 +329,10 @@ def test_query_results_reject_a_metric_of_the_wrong_type_and_a_range_break(
 ) -> None:
     frame = served.copy()
     frame["events"] = frame["events"].astype("float64")
-    frame.loc[0, "bytes_min"] = -1.0  # bytes_tx >= 0, so its min is too
+    frame.loc[0, "bytes_min"] = -1  # bytes_tx >= 0, so its min is too (an exact long)
     message = _query_rejects(streamed, frame)
     assert "column 'events' fails dtype('int64'): got 'float64'" in message
-    assert "column 'bytes_min' fails '>= 0' in 1 row(s), e.g. -1.0" in message
+    assert "column 'bytes_min' fails '>= 0' in 1 row(s), e.g. -1" in message
 
 
 def _batch_rows(served: pd.DataFrame, view: View) -> pd.DataFrame:

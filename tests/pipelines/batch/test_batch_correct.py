@@ -237,14 +237,14 @@ def oracle_values(agg, group: pd.DataFrame) -> dict[str, Any]:
     match agg.name:
         case "count":
             return {agg.out: len(group)}
-        case "sum":
-            return {agg.out: float(values.sum())}
+        case "sum":  # a long column's: an exact integer
+            return {agg.out: int(values.sum())}
         case "mean":
             return {agg.out: float(values.mean())}
         case "min":
-            return {agg.out: float(values.min())}
+            return {agg.out: int(values.min())}
         case "max":
-            return {agg.out: float(values.max())}
+            return {agg.out: int(values.max())}
         case "count_distinct" | "approx_count_distinct":
             return {agg.out: int(values.nunique())}
         case "quantiles":
@@ -254,6 +254,8 @@ def oracle_values(agg, group: pd.DataFrame) -> dict[str, Any]:
                 for q in agg.quantiles
             }
         case "top_k":
+            if not len(values):  # SQL: an aggregate over no value is null
+                return {agg.out: None}
             counts = values.astype(str).value_counts()
             ranked = sorted(counts.items(), key=lambda pair: (-pair[1], pair[0]))[: agg.k]
             top = [{"item": item, "count": int(count)} for item, count in ranked]
@@ -284,8 +286,8 @@ def new_oracle_values(agg, group: pd.DataFrame) -> dict[str, Any]:
     match agg.name:
         case "count_if":
             return {agg.out: len(group)}
-        case "sum_if":
-            return {agg.out: float(values.sum())}
+        case "sum_if":  # SQL's sum: null over no event the where: keeps
+            return {agg.out: int(values.sum()) if len(values) else None}
         case "variance" | "stddev":
             var = float(values.astype(float).var(ddof=1)) if len(values) > 1 else None
             sd = None if var is None else float(np.sqrt(var))
@@ -303,6 +305,8 @@ def new_oracle_values(agg, group: pd.DataFrame) -> dict[str, Any]:
             counts = values.value_counts()
             return {agg.out: _plain(min(counts[counts == counts.max()].index))}
         case "frequent_items":
+            if not len(values):
+                return {agg.out: None}
             counts = values.astype(str).value_counts()
             ranked = sorted(counts.items(), key=lambda pair: (-pair[1], pair[0]))[: agg.k]
             top = [

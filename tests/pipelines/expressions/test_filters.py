@@ -180,13 +180,22 @@ PAYMENTS = TopicDeclaration(
         ("org = 'a'", "unknown field 'org' at 1 (event fields: event_time, payment_id, merchant"),
         ("amount = 'x'", "amount is a number: compare it with a number, not 'x'"),
         ("merchant > 3", "merchant is a string: compare it with a quoted string, not 3"),
-        ("refunded = 1", "comparing the boolean refunded is not supported yet (issue 46)"),
+        ("refunded = 1", "refunded is a boolean: compare it with true or false, not 1"),
+        ("refunded in ('yes')", "refunded is a boolean: compare it with true or false, not 'yes'"),
+        ("amount = true", "expected a number or a quoted string at 10, found 'true'"),
     ],
 )
 def test_a_declaration_types_the_fields_of_a_filter(text, message):
     with pytest.raises(FilterError) as raised:
         parse_filter(text, PAYMENTS)
     assert message in str(raised.value)
+
+
+def test_a_boolean_is_compared_with_true_or_false_in_every_engine():
+    f = parse_filter("refunded = TRUE or not refunded != false", PAYMENTS)
+    values = np.array([True, False, None], dtype=object)  # a null, as the stream hands it
+    assert f.mask({"refunded": values}).tolist() == [True, True, False]
+    assert f.sql() == '(("refunded" = TRUE) OR (NOT ("refunded" <> FALSE)))'
 
 
 def test_a_declared_filter_reads_its_own_columns():
