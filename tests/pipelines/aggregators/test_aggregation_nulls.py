@@ -29,12 +29,6 @@ from tests.fixtures.nulls import (
 )
 
 
-@pytest.fixture(autouse=True)
-def nullable_columns_are_carried(monkeypatch) -> None:
-    """The archive's refusal of nullable columns is not this test's subject."""
-    monkeypatch.setattr("pipelines.views.topics.not_supported_yet", lambda declaration: [])
-
-
 def _groups(rows: list[dict], grouping: tuple[str, ...]) -> dict[tuple, list[dict]]:
     found: dict[tuple, list[dict]] = {}
     for row in rows:

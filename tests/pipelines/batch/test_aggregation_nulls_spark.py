@@ -36,12 +36,6 @@ _SPARK_TYPES = {
 }
 
 
-@pytest.fixture(autouse=True)
-def nullable_columns_are_carried(monkeypatch) -> None:
-    """The archive's refusal of nullable columns is not this test's subject."""
-    monkeypatch.setattr("pipelines.views.topics.not_supported_yet", lambda declaration: [])
-
-
 def _label(value) -> str | None:
     if value is None:
         return None
