@@ -5,7 +5,7 @@ An hour's directory holds the files of every topic (each file's name starts with
 Per hour of the run's partition range the check reads each topic's event files as one table
 and validates it against that topic's declaration (:func:`quality.schemas.archive_events_spec`;
 a column the declaration gained after a file was written reads as null, as every reader of
-the archive reads it), and the hour's dead-letter files as one table (so a Kafka position
+the archive reads it, and a column it has since dropped is left out, unchecked), and the hour's dead-letter files as one table (so a Kafka position
 archived twice, in two files, is caught). Files, rows and violations per hour become
 metadata. The check is blocking by default: a correction computed from an archive that
 breaks its schema would overshadow the realtime values with wrong ones.
@@ -143,12 +143,15 @@ def _hour_topics(store: ObjectStore, hour_ms: int) -> tuple[dict[str, list[str]]
 
 
 def _with_declared_columns(table: pa.Table, declaration: TopicDeclaration) -> pa.Table:
-    """``table`` with each declared column it lacks as nulls: files written before the column
-    was declared read so everywhere (a required column's nulls then break its schema)."""
-    for field in archive_schema(declaration):
+    """``table`` with the declaration's columns only: each declared column it lacks as nulls
+    (files written before the column was declared read so everywhere; a required column's
+    nulls then break its schema), and the columns of an older declaration that this one no
+    longer has left out (every reader ignores them)."""
+    schema = archive_schema(declaration)
+    for field in schema:
         if field.name not in table.column_names:
             table = table.append_column(field.name, pa.nulls(table.num_rows, field.type))
-    return table
+    return table.select(schema.names)
 
 
 def _validate_events(
