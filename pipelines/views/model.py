@@ -8,6 +8,8 @@ aggregator registry) and the Spark correction (through the same registry's Spark
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -18,7 +20,7 @@ from pipelines.events.declaration import TopicDeclaration
 from pipelines.expressions import Filter, parse_filter
 from pipelines.segments import HOUR_MS
 
-__all__ = ["SESSION_COLUMNS", "SessionSpec", "View", "format_duration"]
+__all__ = ["SESSION_COLUMNS", "SessionSpec", "View", "declaration_digest", "format_duration"]
 
 
 WINDOW_START = "window_start"
@@ -189,7 +191,9 @@ class View:
 
     @property
     def fingerprint(self) -> str:
-        """Changes whenever the windowing or any aggregation's state would change meaning."""
+        """Changes whenever the windowing, any aggregation's state or the topic's declaration
+        (how its messages read) would change meaning: a declaration change redeploys every
+        view of the topic."""
         parts = [self.topic, ",".join(self.grouping_cols), str(self.interval_ms)]
         if self.session is not None:
             parts.append(f"session:{self.session.fingerprint}")
@@ -198,7 +202,19 @@ class View:
         if self.is_sliding:
             parts.append(f"slide:{self.slide_ms}")
         parts += [f"{a.out}={a.state_key}" for a in self.aggregators]
+        if self.declaration is not None:
+            parts.append(f"declared:{declaration_digest(self.declaration)}")
         return "|".join(parts)
+
+
+def declaration_digest(declaration: TopicDeclaration) -> str:
+    """A short digest of what decides how ``declaration``'s messages read (its descriptions
+    and the fields' docs left out: rewording them changes nothing)."""
+    meaning = declaration.model_dump(
+        mode="json", exclude={"description": True, "fields": {"__all__": {"doc"}}}
+    )
+    text = json.dumps(meaning, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def format_duration(ms: int) -> str:
