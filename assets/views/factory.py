@@ -29,23 +29,16 @@ from assets.constants import (
 from assets.partitions import HOURLY, partition_key_for
 from orchestration.control_plane.spark.correction_job import SEGMENT_RULES_CHECK, CorrectionRequest
 from orchestration.resources import ControlStoreResource, SparkResource, StorageResource
-from pipelines.archive.archived import archived_types
 from pipelines.config import get_settings
 from pipelines.exceptions import DeclarationChangeRefused
 from pipelines.kinds import kind_of
 from pipelines.segments import hours_in_window
-from pipelines.storage import ObjectStore
 from pipelines.tables import Tables, batch_hours
 from pipelines.views import View, format_duration, parse_views
-from pipelines.views.evolution import check_deployments, check_types
+from pipelines.views.evolution import check_against
 from pipelines.views.topics import declarations_of
 
-__all__ = [
-    "build_corrected_assets",
-    "build_realtime_asset",
-    "build_view_assets",
-    "refuse_unfollowable",
-]
+__all__ = ["build_corrected_assets", "build_realtime_asset", "build_view_assets"]
 
 log = logging.getLogger(__name__)
 
@@ -86,27 +79,11 @@ def _view_metadata(view: View) -> dict[str, Any]:
     }
 
 
-def refuse_unfollowable(
-    view: View, deployments: Sequence[Mapping[str, Any]], store: ObjectStore
-) -> None:
-    """Refuse to deploy ``view`` if its topic's declaration changed in a way the archive or
-    the other deployed views of the topic cannot follow (:mod:`pipelines.views.evolution`):
-    a column's type differs from the archive's newest hour, or a deployed view uses a column
-    the declaration no longer has."""
-    if view.declaration is None:
-        return
-    archived = archived_types(store, view.topic)
-    if archived is not None:
-        after = {view.topic: view.declaration.columns()}
-        check_types({view.topic: archived}, after, "the archive's newest hour")
-    others = [d for d in deployments if d["name"] != view.name]
-    check_deployments(others, {view.topic: view.declaration})
-
-
 def build_realtime_asset(view: View, definition: Mapping[str, Any]) -> dg.AssetsDefinition:
     """``realtime_<view>``: materializing it (re)deploys the definition to the stream fleet,
-    unless its topic's declaration changed in a way that is refused (the asset fails and what
-    was deployed stays)."""
+    unless its topic's declaration changed in a way the archive or the other deployed views of
+    the topic cannot follow (:func:`~pipelines.views.evolution.check_against`): the asset
+    fails with the reason and what was deployed stays."""
     definition = dict(definition)
 
     @dg.asset(
@@ -129,7 +106,7 @@ def build_realtime_asset(view: View, definition: Mapping[str, Any]) -> dg.Assets
         control = control_store.open()
         try:
             try:
-                refuse_unfollowable(view, control.deployed_views(), storage.open())
+                check_against([view], control.deployed_views(), storage.open())
             except DeclarationChangeRefused as exc:
                 raise dg.Failure(
                     description=f"view {view.name} not deployed: {exc}", allow_retries=False

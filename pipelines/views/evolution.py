@@ -13,12 +13,24 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from pipelines.archive.archived import archived_types
 from pipelines.events.declaration import ColumnType, TopicDeclaration
 from pipelines.exceptions import DeclarationChangeRefused, ViewDefinitionError
+from pipelines.storage import ObjectStore
 from pipelines.views.loader import parse_views
 from pipelines.views.model import View
 
-__all__ = ["check_deployments", "check_types", "declared_types", "type_changes"]
+__all__ = [
+    "ARCHIVED",
+    "check_against",
+    "check_deployments",
+    "check_types",
+    "declared_types",
+    "type_changes",
+]
+
+ARCHIVED = "the archive's newest hour"
+"""Where :func:`check_against` found the types a declaration is compared with."""
 
 
 def declared_types(views: Iterable[View]) -> dict[str, dict[str, ColumnType]]:
@@ -77,3 +89,19 @@ def check_deployments(
             "declaration change refused: deployed views no longer read with it (a column they "
             "use was removed or changed); redeploy or disable them first:\n  " + "\n  ".join(broken)
         )
+
+
+def check_against(
+    views: Iterable[View], deployments: Iterable[Mapping[str, Any]], store: ObjectStore
+) -> None:
+    """Refuse ``views`` if their topics' declarations change a column's type from the one of
+    the topic's newest archived hour in ``store``, or no longer read a deployed view of those
+    topics (deployments of the views' own names left out: ``views`` replace them)."""
+    views = list(views)
+    declarations = {v.topic: v.declaration for v in views if v.declaration is not None}
+    for topic, declaration in declarations.items():
+        archived = archived_types(store, topic)
+        if archived is not None:
+            check_types({topic: archived}, {topic: declaration.columns()}, ARCHIVED)
+    names = {v.name for v in views}
+    check_deployments([d for d in deployments if d["name"] not in names], declarations)
