@@ -23,6 +23,11 @@ class ViewDefinitionError(SluiceError):
     """A view definition (YAML) is invalid; the message names the view and the field."""
 
 
+class DeclarationChangeRefused(ViewDefinitionError):
+    """A topic's declaration changed in a way its archive or its deployed views cannot follow
+    (a column's type changed, or a column a deployed view uses was removed)."""
+
+
 class UnknownAggregation(ViewDefinitionError):
     """A view asks for an aggregation that is not registered."""
 

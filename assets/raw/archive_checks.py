@@ -5,7 +5,8 @@ An hour's directory holds the files of every topic (each file's name starts with
 Per hour of the run's partition range the check reads each topic's event files as one table
 and validates it against that topic's declaration (:func:`quality.schemas.archive_events_spec`;
 a column the declaration gained after a file was written reads as null, as every reader of
-the archive reads it), and the hour's dead-letter files as one table (so a Kafka position
+the archive reads it, even a required one, which is held to not-null in the files that have
+it; a column the declaration has since dropped is left out, unchecked), and the hour's dead-letter files as one table (so a Kafka position
 archived twice, in two files, is caught). Files, rows and violations per hour become
 metadata. The check is blocking by default: a correction computed from an archive that
 breaks its schema would overshadow the realtime values with wrong ones.
@@ -13,7 +14,7 @@ breaks its schema would overshadow the realtime values with wrong ones.
 """
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,15 +105,23 @@ def read_archive_hour(
     return _read_files(store, hour_ms, keys)
 
 
-def _read_files(
-    store: ObjectStore, hour_ms: int, keys: Sequence[str]
-) -> tuple[pa.Table | None, list[str]]:
+def _read_tables(store: ObjectStore, keys: Sequence[str]) -> dict[str, pa.Table]:
     tables: dict[str, pa.Table] = {}
     for key in keys:
         try:
             tables[key] = read_parquet(store.get(key))
         except FileNotFoundError:  # removed by a task discarding uncommitted ranges
             continue
+    return tables
+
+
+def _read_files(
+    store: ObjectStore, hour_ms: int, keys: Sequence[str]
+) -> tuple[pa.Table | None, list[str]]:
+    return _concat(hour_ms, _read_tables(store, keys))
+
+
+def _concat(hour_ms: int, tables: dict[str, pa.Table]) -> tuple[pa.Table | None, list[str]]:
     if not tables:
         return None, []
     try:
@@ -143,12 +152,14 @@ def _hour_topics(store: ObjectStore, hour_ms: int) -> tuple[dict[str, list[str]]
 
 
 def _with_declared_columns(table: pa.Table, declaration: TopicDeclaration) -> pa.Table:
-    """``table`` with each declared column it lacks as nulls: files written before the column
-    was declared read so everywhere (a required column's nulls then break its schema)."""
-    for field in archive_schema(declaration):
+    """``table`` with the declaration's columns only: each declared column it lacks as nulls
+    (files written before the column was declared read so everywhere), and the columns of an
+    older declaration that this one no longer has left out (every reader ignores them)."""
+    schema = archive_schema(declaration)
+    for field in schema:
         if field.name not in table.column_names:
             table = table.append_column(field.name, pa.nulls(table.num_rows, field.type))
-    return table
+    return table.select(schema.names)
 
 
 def _validate_events(
@@ -164,17 +175,47 @@ def _validate_events(
         declaration = declaration_for(topic, declarations)
     except ViewDefinitionError as exc:
         return 0, 0, f"topic {topic!r}: no declaration to check its events against: {exc}"
+    tables = _read_tables(store, keys)
     try:
-        table, read = _read_files(store, hour_ms, keys)
+        table, read = _concat(hour_ms, tables)
     except SchemaViolation as exc:
         return 0, 0, f"topic {topic!r}: {exc}"
     if table is None:
         return 0, 0, None
+    checked, since = _declared_since(tables.values(), declaration)
+    problems = [
+        f"archived events of topic {topic!r}: required column {name!r} is null in {nulls} "
+        "row(s) of the files that hold it"
+        for name in since
+        if (
+            nulls := sum(
+                t.column(name).null_count for t in tables.values() if name in t.schema.names
+            )
+        )
+    ]
     try:
-        validate_archive_events(_with_declared_columns(table, declaration), declaration)
+        validate_archive_events(_with_declared_columns(table, checked), checked)
     except SchemaViolation as exc:
-        return len(read), table.num_rows, str(exc)
-    return len(read), table.num_rows, None
+        problems.insert(0, str(exc))
+    return len(read), table.num_rows, "\n".join(problems) or None
+
+
+def _declared_since(
+    tables: Iterable[pa.Table], declaration: TopicDeclaration
+) -> tuple[TopicDeclaration, list[str]]:
+    """``declaration`` with each required field that some files lack (archived before it was
+    declared) made nullable, and those fields: the older files read them as null, which their
+    hours hold; the files that have them are held to not-null apart."""
+    names = [t.schema.names for t in tables]
+    required = [f.name for f in declaration.fields if f.name not in declaration.nullable_columns()]
+    since = [c for c in required if any(c not in n for n in names)]
+    if not since:
+        return declaration, []
+    fields = tuple(
+        f.model_copy(update={"nullable": True}) if f.name in since else f
+        for f in declaration.fields
+    )
+    return declaration.model_copy(update={"fields": fields}), since
 
 
 def _validate_dead_letters(store: ObjectStore, hour_ms: int) -> tuple[int, int, str | None]:

@@ -30,10 +30,12 @@ from assets.partitions import HOURLY, partition_key_for
 from orchestration.control_plane.spark.correction_job import SEGMENT_RULES_CHECK, CorrectionRequest
 from orchestration.resources import ControlStoreResource, SparkResource, StorageResource
 from pipelines.config import get_settings
+from pipelines.exceptions import DeclarationChangeRefused
 from pipelines.kinds import kind_of
 from pipelines.segments import hours_in_window
 from pipelines.tables import Tables, batch_hours
 from pipelines.views import View, format_duration, parse_views
+from pipelines.views.evolution import check_against
 from pipelines.views.topics import declarations_of
 
 __all__ = ["build_corrected_assets", "build_realtime_asset", "build_view_assets"]
@@ -78,7 +80,10 @@ def _view_metadata(view: View) -> dict[str, Any]:
 
 
 def build_realtime_asset(view: View, definition: Mapping[str, Any]) -> dg.AssetsDefinition:
-    """``realtime_<view>``: materializing it (re)deploys the definition to the stream fleet."""
+    """``realtime_<view>``: materializing it (re)deploys the definition to the stream fleet,
+    unless its topic's declaration changed in a way the archive or the other deployed views of
+    the topic cannot follow (:func:`~pipelines.views.evolution.check_against`): the asset
+    fails with the reason and what was deployed stays."""
     definition = dict(definition)
 
     @dg.asset(
@@ -91,11 +96,21 @@ def build_realtime_asset(view: View, definition: Mapping[str, Any]) -> dg.Assets
         "seconds; materialize to deploy or update the definition.",
         metadata=_view_metadata(view),
     )
-    def _realtime(context: dg.AssetExecutionContext, control_store: ControlStoreResource):
+    def _realtime(
+        context: dg.AssetExecutionContext,
+        control_store: ControlStoreResource,
+        storage: StorageResource,
+    ):
         topics = None if view.declaration is None else {view.topic: view.declaration}
         parse_views([definition], source=f"view {view.name}", topics=topics)  # what is deployed
         control = control_store.open()
         try:
+            try:
+                check_against([view], control.deployed_views(), storage.open())
+            except DeclarationChangeRefused as exc:
+                raise dg.Failure(
+                    description=f"view {view.name} not deployed: {exc}", allow_retries=False
+                ) from None
             changed = control.deploy_view(view.name, view.fingerprint, definition)
             state = next(
                 (d["state"] for d in control.deployed_views() if d["name"] == view.name), None

@@ -35,6 +35,7 @@ EXAMPLES: dict[str, list[str]] = {
     "views validate": [
         "sluice views validate data/views.yaml",
         "sluice views validate my.yaml --json",
+        "sluice views validate my.yaml --deployed",
     ],
     "views list": ["sluice views list", "sluice views list --views data/views.yaml --json"],
     "views schema": ["sluice views schema > data/views.schema.json"],

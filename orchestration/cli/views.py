@@ -1,7 +1,8 @@
 """`sluice views validate FILE | list | schema`: check a views file before anything runs it.
 
 ``validate`` prints every mistake of a file at once, each with its path, and exits 2 if there
-is one; ``list`` shows the views in force (the file's, or a newer deployment's:
+is one (with ``--deployed``, also a declaration change the archive or the deployed views
+cannot follow: :mod:`pipelines.views.evolution`); ``list`` shows the views in force (the file's, or a newer deployment's:
 :mod:`pipelines.views.resolve`) with their state and source, then the declaration of each topic
 they read (its columns and types, event time and id); ``schema`` prints the JSON Schema
 that editors validate ``views.yaml`` with (``data/views.schema.json`` is its output).
@@ -21,7 +22,7 @@ from rich.table import Table
 
 from orchestration.control_plane.runtime import Runtime
 from pipelines.events.declaration import EVENT_TIME, ColumnType, TopicDeclaration
-from pipelines.exceptions import ViewDefinitionError
+from pipelines.exceptions import DeclarationChangeRefused, ViewDefinitionError
 from pipelines.kinds import by_kind, kind_of
 from pipelines.views import (
     ResolvedView,
@@ -30,6 +31,7 @@ from pipelines.views import (
     read_views_document,
     views_json_schema,
 )
+from pipelines.views.evolution import check_against
 
 __all__ = ["declaration_rows", "register", "view_row"]
 
@@ -51,6 +53,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     validate.add_argument("file", metavar="FILE", help="a views file, e.g. data/views.yaml")
     validate.add_argument("--json", action="store_true", help="the result as JSON")
+    validate.add_argument(
+        "--deployed",
+        action="store_true",
+        help="also refuse a change of its topics' declarations that the archive (the storage "
+        "root) or the views deployed in the control store cannot follow, as a deploy would",
+    )
     validate.set_defaults(func=run_validate)
     listing = commands.add_parser(
         "list",
@@ -79,6 +87,12 @@ def run_validate(args: argparse.Namespace) -> int:
         lines = [p.line(args.file) for p in problems]
     except ViewDefinitionError as exc:  # unreadable, or not YAML
         views, lines = [], [str(exc)]
+    if args.deployed and not lines:
+        runtime = Runtime.from_env()
+        try:
+            check_against(views, runtime.deployments(), runtime.store)
+        except DeclarationChangeRefused as exc:
+            lines = [f"{args.file}: {exc}"]
     if args.json:
         result = {"file": args.file, "valid": not lines, "errors": lines, "views": len(views)}
         print(json.dumps(result, indent=2))

@@ -78,15 +78,19 @@ class Runtime:
         """Every view resolved (disabled ones marked) and the definition each deploys. A
         control store that does not exist yet is not created, and one that cannot be read
         leaves the file alone to decide (with a warning): a code location must still load."""
-        path = path or self.settings.views_file
+        return views_in_force(path or self.settings.views_file, self.deployments())
+
+    def deployments(self) -> list[dict[str, Any]]:
+        """The views deployed in the control store; none from a control store that does not
+        exist yet (it is not created) or that cannot be read (with a warning)."""
         url = self.settings.resolved_control_store_url
-        deployments: list[dict[str, Any]] = []
-        if not (url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists()):
-            try:
-                deployments = self.control.deployed_views()
-            except SQLAlchemyError as exc:
-                log.warning("views: control store unreadable (%s); using the views file alone", exc)
-        return views_in_force(path, deployments)
+        if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
+            return []
+        try:
+            return self.control.deployed_views()
+        except SQLAlchemyError as exc:
+            log.warning("views: control store unreadable (%s); using the views file alone", exc)
+            return []
 
     def active_views(self, path: str | Path | None = None) -> list[View]:
         """The views workers run: resolved, minus those whose newest change disabled them."""

@@ -8,6 +8,8 @@ aggregator registry) and the Spark correction (through the same registry's Spark
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -19,7 +21,7 @@ from pipelines.expressions import Filter, parse_filter
 from pipelines.expressions.derived import Derived, used_derived
 from pipelines.segments import HOUR_MS
 
-__all__ = ["SESSION_COLUMNS", "SessionSpec", "View", "format_duration"]
+__all__ = ["SESSION_COLUMNS", "SessionSpec", "View", "declaration_digest", "format_duration"]
 
 
 WINDOW_START = "window_start"
@@ -190,7 +192,9 @@ class View:
 
     @property
     def fingerprint(self) -> str:
-        """Changes whenever the windowing or any aggregation's state would change meaning."""
+        """Changes whenever the windowing, any aggregation's state or the topic's declaration
+        (how its messages read) would change meaning: a declaration change redeploys every
+        view of the topic."""
         parts = [self.topic, ",".join(self.grouping_cols), str(self.interval_ms)]
         if self.session is not None:
             parts.append(f"session:{self.session.fingerprint}")
@@ -200,6 +204,8 @@ class View:
             parts.append(f"slide:{self.slide_ms}")
         parts += [f"{a.out}={a.state_key}" for a in self.aggregators]
         parts += [f"derived:{d.name}={d.text}" for d in self._derived_read()]
+        if self.declaration is not None:
+            parts.append(f"declared:{declaration_digest(self.declaration)}")
         return "|".join(parts)
 
     def _derived_read(self) -> list[Derived]:
@@ -212,6 +218,18 @@ class View:
         if self.session is not None:
             read |= {self.session.key, *self.session.kept_fields}
         return used_derived(self.declaration.derived_columns(), read)
+
+
+def declaration_digest(declaration: TopicDeclaration) -> str:
+    """A short digest of what decides how ``declaration``'s messages read (its descriptions
+    and the fields' docs left out: rewording them changes nothing; so are the derived columns,
+    which change the fingerprint of the views that read them only)."""
+    meaning = declaration.model_dump(
+        mode="json",
+        exclude={"description": True, "derived": True, "fields": {"__all__": {"doc"}}},
+    )
+    text = json.dumps(meaning, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def format_duration(ms: int) -> str:

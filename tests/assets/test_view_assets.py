@@ -97,7 +97,10 @@ def test_raw_archive_records_completeness_per_hour(archive, storage_root: Path) 
 def test_realtime_asset_deploys_the_view_once(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'control.db'}"
     asset = _asset(realtime_assets, realtime_key("traffic_by_org"))
-    resources = {"control_store": LocalControlStoreResource(sqlite_url=url)}
+    resources = {
+        "control_store": LocalControlStoreResource(sqlite_url=url),
+        "storage": LocalStorageResource(root=str(tmp_path / "storage")),
+    }
     first = dg.materialize([asset], resources=resources)
     second = dg.materialize([asset], resources=resources)
     changed = [

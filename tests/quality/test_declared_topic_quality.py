@@ -190,6 +190,57 @@ def test_the_archive_check_holds_each_topic_to_its_own_declaration(tmp_path: Pat
     assert any("topic 'payments': no declaration" in p for p in problems)
 
 
+def test_an_older_file_with_a_column_removed_since_passes_the_archive_check(tmp_path) -> None:
+    """A file written under an older declaration keeps a column the declaration no longer has:
+    only the declared columns are checked, so the hours from before the change stay valid."""
+    store = LocalObjectStore(tmp_path / "storage")
+    rows = _rows(30)
+    _write(store, "payments", _table(rows, PAYMENTS))  # written while tip_cents was declared
+    newer = TopicDeclaration.model_validate(
+        {**PAYMENTS.model_dump(), "fields": [f for f in FIELDS if f["name"] != "tip_cents"]}
+    )
+    later = [{**r, "offset": r["offset"] + 100} for r in _rows(10, seed=5)]
+    _write(store, "payments", _table(later, newer), first=100)
+    result = evaluate_archive_schema(store, [HOUR], {"payments": newer})
+    assert result.passed, result.description
+    assert result.metadata["events"].value == 40
+
+    # the declared columns are still checked in the older file
+    older = [{**r, "offset": r["offset"] + 200} for r in rows]
+    broken = _set(_table(older, PAYMENTS), "items", 3, None)
+    broken = broken.cast(pa.schema([f.with_nullable(True) for f in broken.schema]))
+    _write(store, "payments", broken, first=200)
+    result = evaluate_archive_schema(store, [HOUR], {"payments": newer})
+    assert not result.passed
+    (problem,) = next(iter(result.metadata["violations"].value.values()))
+    assert "column 'items' fails not-null in 1 row(s)" in problem
+
+
+def test_a_required_column_declared_since_is_null_in_older_files_only(tmp_path) -> None:
+    """Files archived before a required field was declared lack it: their rows read it as
+    null and pass; a file that has the column is still held to not-null."""
+    store = LocalObjectStore(tmp_path / "storage")
+    rows = _rows(30)
+    older = TopicDeclaration.model_validate(
+        {**PAYMENTS.model_dump(), "fields": [f for f in FIELDS if f["name"] != "items"]}
+    )
+    _write(store, "payments", _table(rows, older))  # written before items was declared
+    later = [{**r, "offset": r["offset"] + 100} for r in _rows(10, seed=5)]
+    _write(store, "payments", _table(later, PAYMENTS), first=100)
+    result = evaluate_archive_schema(store, [HOUR], {"payments": PAYMENTS})
+    assert result.passed, result.description
+
+    broken = _set(
+        _table([{**r, "offset": r["offset"] + 100} for r in later], PAYMENTS), "items", 1, None
+    )
+    broken = broken.cast(pa.schema([f.with_nullable(True) for f in broken.schema]))
+    _write(store, "payments", broken, first=200)
+    result = evaluate_archive_schema(store, [HOUR], {"payments": PAYMENTS})
+    assert not result.passed
+    (problem,) = next(iter(result.metadata["violations"].value.values()))
+    assert "required column 'items' is null in 1 row(s) of the files that hold it" in problem
+
+
 # --- causes: duplicates only by a declared id ---------------------------------------------------
 
 WINDOWED = {

@@ -20,7 +20,11 @@ without it. Input never stops the agent itself.
 
 When the views in force change (a deployment in the control store, a Disabled state, an edit
 of the views file) the agent reloads them and restarts its tasks in place, each at a
-checkpoint, within ``VIEW_CHECK_S``; no supervisor is needed for that on other machines.
+checkpoint, within ``VIEW_CHECK_S``; no supervisor is needed for that on other machines. A
+change of a topic's declaration that the archive or the deployed views cannot follow (a
+column's type changed, a column a deployed view uses removed: :mod:`pipelines.views.evolution`)
+is refused: the agent keeps the views it runs and logs why, once per change
+(:attr:`Agent.refused`).
 
 With ``SLUICE_SPOT_IMDS_URL`` set, a third thread polls the instance metadata service: on a
 spot interruption notice the agent evacuates itself (draining: every task stops at a
@@ -53,10 +57,12 @@ from orchestration.control_plane.fleet.rebucketing import Rebucketer
 from orchestration.control_plane.fleet.rescales import RescaleMeter
 from orchestration.control_plane.runtime import Runtime
 from pipelines.control import TaskCrash, crash_plan
+from pipelines.exceptions import ViewDefinitionError
 from pipelines.kafka import partitions_of
 from pipelines.stopping import StopDeadline
 from pipelines.stream import StreamWorker, TaskId, open_worker_clients
 from pipelines.stream.worker import TaskEvent
+from pipelines.views.evolution import check_types, declared_types
 from pipelines.views.model import View
 
 __all__ = ["VIEW_CHECK_S", "Agent"]
@@ -83,6 +89,8 @@ class Agent:
         self.views: Sequence[View]
         self.views, self.view_version = runtime.running_views(views_file)
         self.next_view_check = time.monotonic() + VIEW_CHECK_S
+        self.refused: str | None = None
+        """Why the newest change of the views in force was refused (None: none is)."""
         self.reloading: set[str] = set()
         """Tasks stopped at a checkpoint to start again with new views (not released)."""
         self.stale_starts: set[str] = set()
@@ -270,9 +278,17 @@ class Agent:
         if now < self.next_view_check:
             return False
         self.next_view_check = now + VIEW_CHECK_S
-        views, version = self.runtime.running_views(self.views_file)
-        if version == self.view_version:
+        try:
+            views, version = self.runtime.running_views(self.views_file)
+            if version == self.view_version:
+                self.refused = None
+                return False
+            before = declared_types(self.views)
+            check_types(before, declared_types(views), "the views this agent runs")
+        except ViewDefinitionError as exc:
+            self._refuse(str(exc))
             return False
+        self.refused = None
         self.views, self.view_version = views, version
         self.runtime.mark_deployed_running()
         log.info("agent %s: the views in force changed; restarting its tasks", self.agent_id)
@@ -284,6 +300,15 @@ class Agent:
             # a start still queued in the worker runs the views it was given: the old ones
             self.stale_starts |= set(self.requested) - {str(task) for task in running}
         return True
+
+    def _refuse(self, reason: str) -> None:
+        if reason != self.refused:
+            log.error(
+                "agent %s: the new views in force are refused; it keeps running the old ones: %s",
+                self.agent_id,
+                reason,
+            )
+        self.refused = reason
 
     # --- following the job model ---------------------------------------------------------
 

@@ -9,12 +9,17 @@ import sys
 import time
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
 from orchestration.cli import main
+from pipelines.archive.schema import archive_schema
 from pipelines.config import PROJECT_ROOT, get_settings
 from pipelines.control import ControlStore
+from pipelines.events.declaration import TopicDeclaration
+from pipelines.segments import archive_events_key
 from tests.fixtures.processes import PROJECT
 
 VIEW = {
@@ -188,3 +193,57 @@ def test_list_shows_a_topic_s_record_and_derived_columns() -> None:
         ("card_uc", "string", "derived: upper(card), nullable"),
         ("hour_of_day", "long", "derived: hour(event_time)"),
     ]
+
+
+PAYMENTS_FIELDS = [
+    {"name": "merchant", "type": "string"},
+    {"name": "amount", "type": "double"},
+    {"name": "cents", "type": "long", "nullable": True},
+]
+REVENUE = {
+    "name": "revenue",
+    "topic": "payments",
+    "grouping_cols": ["merchant"],
+    "interval": "1h",
+    "aggregation_info": [
+        {"aggregation": "sum", "col_name": "amount", "aggregated_col_name": "revenue"}
+    ],
+}
+
+
+def _declaring(path: Path, fields: list[dict]) -> Path:
+    document = {"topics": [{"topic": "payments", "fields": fields}], "views": [REVENUE]}
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def test_validate_deployed_refuses_what_a_deploy_would(env, capsys) -> None:
+    """``--deployed`` holds the file's declarations to the deployed views and the archive."""
+    control = ControlStore(get_settings().resolved_control_store_url)
+    top = {**REVENUE, "name": "top_cents"}
+    top["aggregation_info"] = [
+        {"aggregation": "max", "col_name": "cents", "aggregated_col_name": "t"}
+    ]
+    control.deploy_view("top_cents", "fp", top)
+    control.close()
+    path = _declaring(env / "payments.yaml", PAYMENTS_FIELDS[:2])  # cents removed
+    assert main(["views", "validate", str(path)]) == 0  # the file alone is valid
+    capsys.readouterr()
+    assert main(["views", "validate", str(path), "--deployed"]) == 2
+    out = capsys.readouterr().out
+    assert "declaration change refused: deployed views no longer read with it" in out
+    assert "deployed view top_cents" in out and "unknown column 'cents'" in out
+
+    declared = TopicDeclaration.model_validate({"topic": "payments", "fields": PAYMENTS_FIELDS})
+    schema = archive_schema(declared)
+    archived = get_settings().resolved_storage_root
+    key = Path(archived) / archive_events_key(
+        1_700_000_000_000 // 3_600_000 * 3_600_000, "payments", 0, 0, 1
+    )
+    key.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({f.name: pa.nulls(0, f.type) for f in schema}, schema), key)
+    retyped = [{**f, "type": "long"} if f["name"] == "amount" else f for f in PAYMENTS_FIELDS]
+    assert main(["views", "validate", str(_declaring(path, retyped)), "--deployed"]) == 2
+    out = capsys.readouterr().out
+    assert "column 'amount' is double in the archive's newest hour, declared long now" in out
+    assert main(["views", "validate", str(_declaring(path, PAYMENTS_FIELDS)), "--deployed"]) == 0

@@ -18,6 +18,7 @@ import yaml
 
 from orchestration.control_plane.fleet.agent import Agent
 from orchestration.control_plane.runtime import Runtime
+from pipelines.config import PROJECT_ROOT
 from tests.fixtures.agent_runtime import agent_runtime
 
 pytestmark = pytest.mark.broker
@@ -121,5 +122,51 @@ def test_a_task_handed_off_as_the_views_change_goes_to_its_new_owner(runtime) ->
         agent.sync()
         agent.worker._apply_commands()
         assert moving not in {str(t) for t in agent.worker.running()}
+    finally:
+        _close(agent)
+
+
+def _declare(runtime: Runtime, fields: list[dict]) -> None:
+    """Give the views file a declaration of the runtime's topic of its own, with ``fields``."""
+    path = Path(runtime.settings.views_file)
+    document = yaml.safe_load(path.read_text())
+    (shipped,) = yaml.safe_load((PROJECT_ROOT / "data" / "topics.yaml").read_text())["topics"]
+    document["topics"] = [{**shipped, "topic": runtime.settings.topic, "fields": fields}]
+    path.write_text(yaml.safe_dump(document))
+
+
+def _shipped_fields() -> list[dict]:
+    (shipped,) = yaml.safe_load((PROJECT_ROOT / "data" / "topics.yaml").read_text())["topics"]
+    return shipped["fields"]
+
+
+def test_a_declaration_change_the_views_cannot_follow_is_refused_and_the_old_views_run(
+    runtime,
+) -> None:
+    agent = _agent(runtime)
+    try:
+        before = {v.name: v.fingerprint for v in agent.views}
+        fields = _shipped_fields()
+        retyped = [{**f, "type": "double"} if f["name"] == "bytes_tx" else f for f in fields]
+        _declare(runtime, retyped)
+        assert not _due(agent)
+        assert {v.name: v.fingerprint for v in agent.views} == before
+        assert agent.refused is not None
+        assert "column 'bytes_tx' is long in the views this agent runs, declared double" in (
+            agent.refused
+        )
+
+        _declare(runtime, [f for f in fields if f["name"] != "bytes_tx"])  # the views sum it
+        assert not _due(agent)
+        assert {v.name: v.fingerprint for v in agent.views} == before
+        assert "bytes_tx" in agent.refused
+
+        added = [*fields, {"name": "region", "type": "string", "nullable": True}]
+        _declare(runtime, added)  # an added field is followed: every view redeploys once
+        assert _due(agent) and agent.refused is None
+        after = {v.name: v.fingerprint for v in agent.views}
+        assert after.keys() == before.keys()
+        assert all(after[name] != before[name] for name in before)
+        assert all("region" in v.declaration.columns() for v in agent.views)
     finally:
         _close(agent)
