@@ -263,6 +263,13 @@ class SluiceSettings(SluiceBaseSettings):
         description="How often the realtime publisher (run by the agent holding the coordinator "
         "lease) commits the hours whose realtime partial states changed to the views' tables.",
     )
+    table_lag_alert_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="The realtime_lag sensor alerts when a view's table lag (how long the oldest "
+        "change a task flushed has waited for the publisher) exceeds this; sluice status and "
+        "the realtime asset's metadata show the lag.",
+    )
     tables_snapshot_retention_h: float = Field(
         default=72.0,
         gt=0,

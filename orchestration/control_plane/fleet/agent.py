@@ -175,9 +175,9 @@ class Agent:
             control.join(timeout=1.0)
             # A pass under way ends before the process does: a daemon thread frozen inside
             # pyiceberg's or Arrow's I/O when the interpreter finalizes can hang the exit for
-            # good (CI met an agent that logged its stop, then never exited). The stop deadline
-            # bounds this wait like every other.
-            self.publisher.join(timeout_s=self.settings.stop_timeout_s)
+            # good (CI met an agent that logged its stop, then never exited). A leader then
+            # publishes what its tasks' last flush wrote. The stop deadline bounds both.
+            self.publisher.final(timeout_s=self.settings.stop_timeout_s)
             try:
                 self.jobs.release_lease(COORDINATOR_LEASE, self.agent_id)
                 self.jobs.set_agent_state(self.agent_id, "stopped", "stopped gracefully")
