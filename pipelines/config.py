@@ -143,7 +143,11 @@ class SluiceSettings(SluiceBaseSettings):
     )
     partitions: int = Field(default=4, ge=1, description="Partitions of a topic Sluice creates.")
     flush_interval_s: float = Field(
-        default=60.0, ge=1.0, description="How often a task writes its realtime segments."
+        default=30.0,
+        ge=1.0,
+        description="How often a task writes its realtime segments (and the archive since its "
+        "last flush); with the publisher acting within SLUICE_PUBLISH_INTERVAL_S of a flush, "
+        "realtime rows reach the views' tables within about this plus a pass.",
     )
     checkpoint_interval_s: float = Field(
         default=60.0, ge=1.0, description="How often a task checkpoints state and offsets."
@@ -258,10 +262,11 @@ class SluiceSettings(SluiceBaseSettings):
         description='Extra pyiceberg catalog properties as JSON, e.g. {"glue.region": "eu-west-1"}.',
     )
     publish_interval_s: float = Field(
-        default=30.0,
+        default=5.0,
         gt=0,
         description="How often the realtime publisher (run by the agent holding the coordinator "
-        "lease) commits the hours whose realtime partial states changed to the views' tables.",
+        "lease) looks at the change log and commits the hours the tasks' flushes rewrote to the "
+        "views' tables; a pass with nothing flushed since the last costs one listing per view.",
     )
     table_lag_alert_s: float = Field(
         default=300.0,

@@ -38,7 +38,7 @@ from pipelines.segments import (
 )
 from pipelines.serving.query import realtime_table
 from pipelines.storage import ObjectStore
-from pipelines.tables import REALTIME, ViewTables, replace_hours, table_rows
+from pipelines.tables import REALTIME, TableBusyError, ViewTables, replace_hours, table_rows
 from pipelines.tables.maintenance import expire_snapshots
 from pipelines.views.model import WINDOW_END, View
 
@@ -58,6 +58,8 @@ class PublishPass:
     skipped: dict[str, list[int]] = field(default_factory=dict)
     """View -> hours left alone because the batch corrected them."""
     snapshots: dict[str, int] = field(default_factory=dict)
+    deferred: list[str] = field(default_factory=list)
+    """Views left for the next pass: a correction held the table's next commit."""
     expired: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
     cpu_seconds: float = 0.0
@@ -69,7 +71,7 @@ class RealtimePublisher:
         store: ObjectStore,
         tables: ViewTables,
         views: Callable[[], Sequence[View]] | Sequence[View],
-        interval_s: float = 30.0,
+        interval_s: float = 5.0,
         retention_ms: int = 72 * HOUR_MS,
         realtime_retention_ms: int = HOUR_MS,
         expire_every_s: float = EXPIRE_EVERY_S,
@@ -175,7 +177,12 @@ class RealtimePublisher:
                 continue
             changed[segment] = (text, [read_parquet(data) for _, data in blobs])
         if changed:
-            self._commit(view, changed, result)
+            try:
+                self._commit(view, changed, result)
+            except TableBusyError:  # a correction goes first; its records wait for the next pass
+                log.info("%s: a correction holds the table; published at the next pass", view.name)
+                result.deferred.append(view.name)
+                return
         self.scanned.add((view.name, view.fingerprint))
         for record in records:  # published (or unchanged): consumed
             self.store.delete(record.key)

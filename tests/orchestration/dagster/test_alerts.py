@@ -244,7 +244,10 @@ def test_a_view_whose_table_lags_is_posted_once_and_its_lag_observed(hook, tmp_p
         (observation,) = [e for e in result.asset_events if isinstance(e, dg.AssetObservation)]
         return observation.metadata["table_lag_s"].value
 
-    assert observed_lag(tick()) == 0.0 and hook.received() == []  # nothing waits: no alert
+    first = tick()
+    assert observed_lag(first) == 0.0 and hook.received() == []  # nothing waits: no alert
+    (started,) = [e for e in first.asset_events if isinstance(e, dg.AssetMaterialization)]
+    assert started.metadata["table_lag_s"].value == 0.0  # the realtime asset carries it too
     old = int((time.time() - 900) * 1000)  # a flush 15 minutes ago, never published
     key = record_change(store, "traffic_by_org", [0], "events", 0, 1, at_ms=old)
     assert observed_lag(tick()) >= 900
