@@ -20,6 +20,7 @@ May import: ``pipelines.exceptions`` and ``pipelines.storage`` only.
 
 from pipelines.segments.changes import (
     CHANGES_PREFIX,
+    ChangeLog,
     ChangeRecord,
     change_records,
     changes_prefix,
@@ -77,6 +78,7 @@ __all__ = [
     "REPORT_FORMATS",
     "SEGMENT_KINDS",
     "STATE_SUFFIX",
+    "ChangeLog",
     "ChangeRecord",
     "ParquetStream",
     "RangeRecord",

@@ -11,6 +11,11 @@ it names; a record written during the pass survives to the next one. The log liv
 object store, not the control store, so it works alike for the local (SQLite) and PostgreSQL
 setups and for a stream worker with no control store at all. The oldest record's time is the
 view's table lag: the oldest change not yet published.
+
+A task keeps at most one record per view (:class:`ChangeLog`): while its last record is still
+there (no publisher took it yet), the next flush writes one record of both flushes' segments,
+dated by the older, then deletes the last. A fleet without a publisher (``sluice stream``
+alone) thus holds one record per view and task, not one per flush.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from pipelines.storage import ObjectStore
 
 __all__ = [
     "CHANGES_PREFIX",
+    "ChangeLog",
     "ChangeRecord",
     "change_records",
     "changes_prefix",
@@ -116,3 +122,36 @@ def table_lag_s(store: ObjectStore, view: str, now_s: float | None = None) -> fl
         return 0.0
     now = time.time() if now_s is None else now_s
     return max(0.0, now - oldest / 1000)
+
+
+class ChangeLog:
+    """One task's records: at most one per view (see the module's docstring)."""
+
+    def __init__(
+        self, store: ObjectStore, topic: str, partition: int, bucket: int = 0, factor: int = 1
+    ) -> None:
+        self.store = store
+        self.where = (topic, partition)
+        self.bucket, self.factor = bucket, factor
+        self.last: dict[str, ChangeRecord] = {}
+
+    def record(self, view: str, segments: Iterable[int], generation: int) -> str:
+        """Record that a flush rewrote ``segments`` of ``view``; the record's key. The record
+        is written before the last one is deleted, so every change stays in some record until
+        a publisher that listed it has committed."""
+        now = int(time.time() * 1000)
+        at, merged = now, set(segments)
+        prior = self.last.get(view)
+        if prior is not None and self.store.exists(prior.key):
+            at, merged = min(prior.at_ms, now), merged | set(prior.segments)
+        topic, partition = self.where
+        key = record_change(
+            self.store, view, merged, topic, partition, generation, self.bucket, self.factor, at
+        )
+        if prior is not None:
+            self.store.delete(prior.key)
+        label = task_label(partition, self.bucket, self.factor)
+        self.last[view] = ChangeRecord(
+            key, at, f"{topic}-{label}", generation, tuple(sorted(merged))
+        )
+        return key

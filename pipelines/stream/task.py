@@ -49,7 +49,7 @@ from pipelines.events.decode import (
     decode_batch,
 )
 from pipelines.exceptions import TaskFenced, ViewCrash
-from pipelines.segments import read_parquet, realtime_key, record_change, to_parquet
+from pipelines.segments import ChangeLog, read_parquet, realtime_key, to_parquet
 from pipelines.storage import ObjectStore
 from pipelines.stream.buckets import backlog_share, key_hashes
 from pipelines.stream.checkpoint import TaskCheckpoint, load_checkpoint, save_checkpoint
@@ -125,6 +125,8 @@ class StreamTask:
         self.state_bytes = 0
         """Window state in the last checkpoint written or restored (what a move carries)."""
         self.archive = ArchiveBuffer(topic, partition, 0, bucket, factor)
+        self.changes = ChangeLog(store, topic, partition, bucket, factor)
+        """The records of the segments its flushes rewrote, for the publisher."""
         self.seconds: Counter[str] = Counter()
         """Wall seconds spent hashing keys, decoding, aggregating and buffering the archive."""
         self.seen = 0
@@ -467,15 +469,7 @@ class StreamTask:
                 table = state.segment_table(segment, lambda key=key: self._current(key))
                 self.store.put(key, to_parquet(table))
             if rewritten:  # after the files: a publisher that sees the record sees them
-                record_change(
-                    self.store,
-                    state.view.name,
-                    rewritten,
-                    self.topic,
-                    self.partition,
-                    self.generation or 0,
-                    *self.id.where,
-                )
+                self.changes.record(state.view.name, rewritten, self.generation or 0)
             state.flushed(checkpoint)
         self.sink.flush()  # 3
 

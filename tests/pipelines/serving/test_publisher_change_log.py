@@ -9,15 +9,13 @@ import uuid
 import pytest
 
 from pipelines.config import SluiceSettings
-from pipelines.segments import HOUR_MS, change_records, oldest_change_ms
+from pipelines.segments import HOUR_MS, ChangeLog, change_records, oldest_change_ms
 from pipelines.serving.publisher import RealtimePublisher
 from pipelines.storage import LocalObjectStore
 from pipelines.stream.task import StreamTask
 from pipelines.tables import TablesConfig, ViewTables
 from pipelines.testing import CollectingDeadLetters
 from tests.fixtures.stream import make_stream, read_records, table_problems
-
-pytestmark = pytest.mark.broker
 
 OLD_LOOKBACK_MS = 3 * HOUR_MS
 """How far behind the newest hour the publisher used to look."""
@@ -32,6 +30,7 @@ def _flushing(task: StreamTask, records: list, publisher: RealtimePublisher) -> 
         publisher.publish_once()
 
 
+@pytest.mark.broker
 def test_a_lagging_partition_fills_its_old_hours_in_the_table(
     broker, control_url, tmp_path
 ) -> None:
@@ -63,3 +62,22 @@ def test_a_lagging_partition_fills_its_old_hours_in_the_table(
     for view in views:  # the last pass consumed the log: no change is left unpublished
         assert change_records(store, view.name) == [] and oldest_change_ms(store, view.name) is None
     tables.close()
+
+
+def test_a_task_keeps_one_record_per_view_dated_by_its_oldest_unpublished_flush(tmp_path) -> None:
+    store = LocalObjectStore(tmp_path / "root")
+    log = ChangeLog(store, "events", 3, 1, 2)
+    log.record("v", [HOUR_MS], 4)
+    (first,) = change_records(store, "v")
+    for n in range(2, 5):  # no publisher takes them: still one record, of every flush
+        log.record("v", [n * HOUR_MS], 4)
+    (folded,) = change_records(store, "v")
+    assert folded.segments == (HOUR_MS, 2 * HOUR_MS, 3 * HOUR_MS, 4 * HOUR_MS)
+    assert folded.at_ms == first.at_ms == oldest_change_ms(store, "v")
+    assert (folded.task, folded.generation) == ("events-3-b1of2", 4)
+    store.delete(folded.key)  # a publisher took it
+    log.record("v", [5 * HOUR_MS], 4)
+    (fresh,) = change_records(store, "v")
+    assert fresh.segments == (5 * HOUR_MS,) and fresh.at_ms >= folded.at_ms
+    ChangeLog(store, "events", 0).record("v", [HOUR_MS], 1)  # another task: its own record
+    assert len(change_records(store, "v")) == 2
