@@ -8,8 +8,8 @@ compare-and-swap (``metadata_location`` in the SQL catalog) fails the commit if 
 committed meanwhile, and the attempt starts over. Two corrections of one hour therefore end
 with one of them, whole; a realtime commit never replaces an hour that holds batch rows.
 
-A correction never waits behind the publisher: before each attempt it claims the table's next
-turn (a small file beside the table, ``<table location>.batch-turn``, valid for
+A correction never waits behind the publisher: before its first attempt it claims the table's
+next turn (a small file beside the table, ``<table location>.batch-turn``, valid for
 :data:`BATCH_TURN_S`), and a realtime commit that finds a live claim gives way
 (:class:`TableBusyError`; the publisher tries again at its next pass). A correction whose commit
 lost to a realtime commit already under way thus commits at its next attempt.
@@ -222,8 +222,9 @@ def _attempts(
     for attempt in range(1, MAX_ATTEMPTS + 1):
         table = tables.load(view)
         if source == BATCH:
-            _claim_turn(table)
-            claimed[:] = [table]
+            if not claimed:  # once: a claim rewritten would look empty while it is written
+                _claim_turn(table)
+                claimed[:] = [table]
         elif _batch_waiting(table):
             raise TableBusyError(f"{view.name}: a correction holds the table's next commit")
         corrected = batch_hours(table, view, wanted)
