@@ -75,6 +75,7 @@ class RealtimePublisher:
         retention_ms: int = 72 * HOUR_MS,
         realtime_retention_ms: int = HOUR_MS,
         expire_every_s: float = EXPIRE_EVERY_S,
+        leading: Callable[[], bool] | None = None,
     ) -> None:
         self.store = store
         self.tables = tables
@@ -90,6 +91,9 @@ class RealtimePublisher:
         self.realtime_retention_ms = realtime_retention_ms
         self.expire_every_s = expire_every_s
         self.next_expiry = time.monotonic() + expire_every_s
+        self.leading = leading
+        """Asked just before each commit: False once another agent leads (a former leader's
+        pass, paused and resumed, then commits nothing and leaves the records)."""
 
     def due(self, now: float | None = None) -> bool:
         return (time.monotonic() if now is None else now) >= self.next_pass
@@ -176,6 +180,10 @@ class RealtimePublisher:
             if self.digests.get((view.name, view.fingerprint, segment)) == text:
                 continue
             changed[segment] = (text, [read_parquet(data) for _, data in blobs])
+        if changed and self.leading is not None and not self.leading():
+            log.info("%s: another agent leads now; its publisher commits this", view.name)
+            result.deferred.append(view.name)
+            return
         if changed:
             try:
                 self._commit(view, changed, result)

@@ -120,6 +120,7 @@ class Agent:
             lambda: runtime.tables,
             lambda: self.views,
             self.settings,
+            self._no_other_leader,
         )
         """Commits the views' realtime hours to their tables while this agent leads."""
         self.worker = StreamWorker(
@@ -133,6 +134,15 @@ class Agent:
             topic=self.topic,
             on_event=self._on_event,
         )
+
+    def _no_other_leader(self) -> bool:
+        """Asked before each realtime commit: False once another agent holds the coordinator
+        lease (this one's own, even expired during a graceful stop, still counts)."""
+        try:
+            lease = self.jobs.lease(COORDINATOR_LEASE)
+        except SQLAlchemyError:
+            return False
+        return lease is None or lease["holder"] == self.agent_id
 
     def _partitions(self) -> list[int]:
         return partitions_of(self.runtime.bootstrap(), self.runtime.kafka, self.topic)

@@ -3,8 +3,9 @@
 One publisher per fleet: the leader's control tick starts a pass of
 :class:`pipelines.serving.publisher.RealtimePublisher` in a thread of its own when
 ``SLUICE_PUBLISH_INTERVAL_S`` has passed since the last one, so a slow commit never delays a
-heartbeat. A leader that loses the lease starts no more passes; a pass under way finishes (a
-realtime commit never replaces a corrected hour, so two publishers at a hand-over are harmless).
+heartbeat. A leader that loses the lease starts no more passes; a pass under way asks the
+control store before each commit and commits nothing once another agent leads (its records stay
+for the new leader).
 A leader that stops gracefully runs one last pass after its tasks' final flush (:meth:`final`),
 so what they flushed does not wait for the next leader.
 """
@@ -38,6 +39,7 @@ class PublisherRunner:
         tables: Callable[[], ViewTables],
         views: Callable[[], Sequence[View]],
         settings: SluiceSettings,
+        leading: Callable[[], bool] | None = None,
     ) -> None:
 
         def open_publisher() -> RealtimePublisher:
@@ -50,6 +52,7 @@ class PublisherRunner:
                 settings.publish_interval_s,
                 retention_ms=int(settings.tables_snapshot_retention_h * HOUR_MS),
                 realtime_retention_ms=int(settings.tables_realtime_snapshot_retention_m * 60_000),
+                leading=leading,
             )
 
         self._open = open_publisher

@@ -5,17 +5,28 @@ The table is read through DuckDB and compared with an oracle from the topic (kaf
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 
 import pytest
 
-from pipelines.config import SluiceSettings
+from pipelines.config import PROJECT_ROOT, SluiceSettings
+from pipelines.generator import GeneratorOptions, load_trace, synthesize
 from pipelines.segments import HOUR_MS, ChangeLog, change_records, oldest_change_ms
 from pipelines.serving.publisher import RealtimePublisher
 from pipelines.storage import LocalObjectStore
 from pipelines.stream.task import StreamTask
 from pipelines.tables import TablesConfig, ViewTables
 from pipelines.testing import CollectingDeadLetters
+from pipelines.views import load_views
 from tests.fixtures.stream import make_stream, read_records, table_problems
+
+
+@dataclass
+class Rec:
+    offset: int
+    timestamp: int
+    value: bytes
+
 
 OLD_LOOKBACK_MS = 3 * HOUR_MS
 """How far behind the newest hour the publisher used to look."""
@@ -81,3 +92,29 @@ def test_a_task_keeps_one_record_per_view_dated_by_its_oldest_unpublished_flush(
     assert fresh.segments == (5 * HOUR_MS,) and fresh.at_ms >= folded.at_ms
     ChangeLog(store, "events", 0).record("v", [HOUR_MS], 1)  # another task: its own record
     assert len(change_records(store, "v")) == 2
+
+
+def test_a_former_leaders_pass_commits_nothing_and_leaves_the_records(tmp_path) -> None:
+    views = load_views(PROJECT_ROOT / "data" / "views.yaml")
+    store = LocalObjectStore(tmp_path / "root")
+    tables = ViewTables(
+        TablesConfig(warehouse=store.root, catalog_url=f"sqlite:///{tmp_path / 'c.db'}")
+    )
+    options = GeneratorOptions(max_events=2_000, peak_rate=20_000, speedup=60, warmup_events=0)
+    messages = synthesize(load_trace("nyc_taxi"), options)
+    task = StreamTask(
+        "events", 0, views, store, CollectingDeadLetters(), SluiceSettings(state_dir=tmp_path)
+    )
+    task.start_at(0)
+    task.process([Rec(i, 1_000 + i, m.value) for i, m in enumerate(messages)])
+    task.flush()
+    leads = [False]
+    publisher = RealtimePublisher(store, tables, views, leading=lambda: leads[0])
+    passed = publisher.publish_once()
+    assert passed.committed == {} and set(passed.deferred) == {v.name for v in views}
+    assert all(tables.find(v.name) is None for v in views), "a former leader committed"
+    assert all(change_records(store, v.name) for v in views), "its records were consumed"
+    leads[0] = True
+    assert set(publisher.publish_once().committed) == {v.name for v in views}
+    assert not any(change_records(store, v.name) for v in views)
+    tables.close()
