@@ -305,6 +305,7 @@ def test_lag_sensor_records_observations_only_for_new_reports(tmp_path: Path) ->
         "_deployed",
         "_marked",
         "_reporting",
+        "_table_alerted",
     }
     assert set(cursor["_lag_tracker"]["samples"]) == {f"events:{p}" for p in range(4)}
     with dg.build_sensor_context(
