@@ -4,9 +4,10 @@ Prints, with the machine:
 
   (a) freshness: an event fed to a stream task (in this process, at a steady rate, as a live
       stream would arrive) -> counted by a DuckDB query of ``traffic_by_org``'s table through
-      pyiceberg; p50/p95 over the run, with the flush (``--flush-interval``, the stream's
-      default 60 s) and publish (``--publish-interval``, default 30 s) intervals; the
-      publisher's commit time per pass and its CPU (thread time) as a share of one core;
+      pyiceberg; p50/p95 over the run, with the flush (``--flush-interval``) and publish
+      (``--publish-interval``) intervals, the settings' defaults unless given; the publisher
+      commits what the change log names; its commit time per pass and its CPU (thread time)
+      as a share of one core;
   (b) a query of one view-day: DuckDB over the table (pyiceberg scan -> DuckDB) against the
       same day through `sluice query`'s code over today's layout (merging every task's partial
       states) and through the tables (``query_view`` on the tables);

@@ -120,6 +120,7 @@ defs = dg.Definitions(
             lag_sla_s=SETTINGS.realtime_lag_sla_s,
             waiting_max_s=get_settings().task_waiting_max_s,
             fresh_minutes=SETTINGS.realtime_fresh_minutes,
+            table_lag_alert_s=get_settings().table_lag_alert_s,
         ),
         make_events_sensor(),
         *make_alert_sensors(SETTINGS.automation_interval_s),

@@ -157,7 +157,11 @@ class SluiceSettings(SluiceBaseSettings):
     )
     partitions: int = Field(default=4, ge=1, description="Partitions of a topic Sluice creates.")
     flush_interval_s: float = Field(
-        default=60.0, ge=1.0, description="How often a task writes its realtime segments."
+        default=30.0,
+        ge=1.0,
+        description="How often a task writes its realtime segments (and the archive since its "
+        "last flush); with the publisher acting within SLUICE_PUBLISH_INTERVAL_S of a flush, "
+        "realtime rows reach the views' tables within about this plus a pass.",
     )
     checkpoint_interval_s: float = Field(
         default=60.0, ge=1.0, description="How often a task checkpoints state and offsets."
@@ -272,10 +276,18 @@ class SluiceSettings(SluiceBaseSettings):
         description='Extra pyiceberg catalog properties as JSON, e.g. {"glue.region": "eu-west-1"}.',
     )
     publish_interval_s: float = Field(
-        default=30.0,
+        default=5.0,
         gt=0,
         description="How often the realtime publisher (run by the agent holding the coordinator "
-        "lease) commits the hours whose realtime partial states changed to the views' tables.",
+        "lease) looks at the change log and commits the hours the tasks' flushes rewrote to the "
+        "views' tables; a pass with nothing flushed since the last costs one listing per view.",
+    )
+    table_lag_alert_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="The realtime_lag sensor alerts when a view's table lag (how long the oldest "
+        "change a task flushed has waited for the publisher) exceeds this; sluice status and "
+        "the realtime asset's metadata show the lag.",
     )
     tables_snapshot_retention_h: float = Field(
         default=72.0,

@@ -1,4 +1,5 @@
-"""`sluice status`: per task, messages in, %util, backlog, time lag and heartbeat, live.
+"""`sluice status`: per task, messages in, %util, backlog, time lag and heartbeat, live; per
+view, its table lag (the oldest change not yet published to its table).
 
 With agents, each task also shows its job-model state (Mist's Waiting, Scheduled, Running,
 Disabled), its generation and its disabled views, and the agents are listed with the
@@ -37,6 +38,7 @@ from orchestration.control_plane.runtime import Runtime
 from orchestration.control_plane.spark.server import SparkConnectServer
 from pipelines.control import AgentRecord, Assignment
 from pipelines.exceptions import SluiceError
+from pipelines.segments import table_lag_s
 from pipelines.stopping import StopDeadline, on_stop_signals, run_until_stopped
 from pipelines.views import ResolvedView
 
@@ -348,18 +350,39 @@ def render_agents(job: JobView) -> Table:
     return table
 
 
-def render_views(views: dict[str, ResolvedView]) -> Table:
-    """Each view's state and where its definition in force comes from (newest change wins)."""
+def render_views(
+    views: dict[str, ResolvedView], table_lags: dict[str, float] | None = None
+) -> Table:
+    """Each view's state, where its definition in force comes from (newest change wins) and
+    its table lag: how long the oldest change a task flushed has waited for the publisher."""
+    table_lags = table_lags or {}
     table = Table(title="Views", title_justify="left")
-    for name in ("view", "state", "source", "changed", "fingerprint"):
+    for name in ("view", "state", "source", "changed", "fingerprint", "table lag"):
         table.add_column(name)
     for name, resolved in views.items():
         style = "dim" if not resolved.runs else None
         changed = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(resolved.changed_at))
         table.add_row(
-            name, resolved.state, resolved.source, changed, resolved.view.fingerprint, style=style
+            name,
+            resolved.state,
+            resolved.source,
+            changed,
+            resolved.view.fingerprint,
+            _fmt_s(table_lags.get(name)),
+            style=style,
         )
     return table
+
+
+def table_lags(runtime: Runtime, views: dict[str, ResolvedView]) -> dict[str, float]:
+    """Each view's table lag in seconds (:func:`pipelines.segments.table_lag_s`); {} when the
+    storage cannot be read (status must show what it can)."""
+    try:
+        store = runtime.store
+        return {name: table_lag_s(store, name) for name in views}
+    except Exception as exc:  # a disk or S3 error alike: status must show what it can
+        log.warning("cannot read the change log: %s", exc)
+        return {}
 
 
 def _views(runtime: Runtime) -> dict[str, ResolvedView]:
@@ -425,13 +448,15 @@ def show(runtime: Runtime, args: argparse.Namespace, stop: threading.Event) -> N
         return
     console = Console()
     if args.once or not (args.watch or sys.stdout.isatty()):
-        console.print(render_views(_views(runtime)))
+        views = _views(runtime)
+        console.print(render_views(views, table_lags(runtime, views)))
         lags = collect_task_lags(runtime, args.stale_after)
         tracker = LagTracker(stale_after_s=args.stale_after)
         console.print(render(lags, tracker.update(lags), job_view(runtime), console.width))
         console.print(_spark_line(runtime))
         return
-    console.print(render_views(_views(runtime)))
+    views = _views(runtime)
+    console.print(render_views(views, table_lags(runtime, views)))
     tracker = LagTracker(stale_after_s=args.stale_after)
     probe = ProducedProbe(runtime.bootstrap, runtime.kafka)
 

@@ -30,7 +30,7 @@ class Alert:
     """One incident: what (a title), why (details), where to look (a UI path), and its kind."""
 
     kind: str
-    """``run_failure``, ``check_failure`` or ``realtime_lag``."""
+    """``run_failure``, ``check_failure``, ``realtime_lag`` or ``table_lag``."""
     title: str
     details: str
     ui_path: str

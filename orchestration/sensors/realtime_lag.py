@@ -18,7 +18,9 @@ the stream keeps up and overdue once it stops or falls behind. Dagster 1.13 judg
 by materializations only, not observations.
 
 A view whose tasks turn STALL, STOP or ERR is posted to the alert webhook once per incident
-(:mod:`orchestration.control_plane.alerts`). Every tick also alerts (a warning in the sensor's log)
+(:mod:`orchestration.control_plane.alerts`), and so is a view whose table lag (the oldest change
+a task flushed that the publisher has not committed yet) exceeds ``SLUICE_TABLE_LAG_ALERT_S``.
+Every tick also alerts (a warning in the sensor's log)
 on each task of a view's topic that has been Waiting longer than ``SLUICE_TASK_WAITING_MAX_S`` (the
 coordinator's watchdog should have scheduled it: something blocks it), whether or not tasks
 reported.
@@ -39,10 +41,11 @@ from assets.views.lag_check import evaluate_lag
 from orchestration.control_plane.alerts import Alert, post_alert
 from orchestration.control_plane.fleet.scheduling import waiting_too_long
 from orchestration.control_plane.lag import LagTracker, task_lags, worst
-from orchestration.resources import ControlStoreResource
+from orchestration.resources import ControlStoreResource, StorageResource
 from pipelines.config import get_settings
 from pipelines.control import Assignment, TaskStatus
 from pipelines.exceptions import SluiceError
+from pipelines.segments import table_lag_s
 from pipelines.views import ResolvedView, View, resolve_views_file
 
 __all__ = ["make_realtime_lag_sensor", "realtime_observations"]
@@ -65,8 +68,10 @@ def realtime_observations(
     *,
     now: float | None = None,
     stale_after_s: float = STALE_AFTER_S,
+    table_lags: dict[str, float] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Per view with reporting tasks: the lag and freshness metadata of its observation."""
+    """Per view with reporting tasks: the lag and freshness metadata of its observation
+    (``table_lag_s`` from ``table_lags``: how long the oldest unpublished change has waited)."""
     now = time.time() if now is None else now
     result: dict[str, dict[str, Any]] = {}
     lags = task_lags(statuses, stale_after_s=stale_after_s, now=now)
@@ -101,6 +106,8 @@ def realtime_observations(
             "utilization_mean": round(sum(lag.status.utilization for lag in mine) / len(mine), 4),
             "deployment_state": deployed.get(view.name, "not deployed"),
         }
+        if table_lags is not None and view.name in table_lags:
+            result[view.name]["table_lag_s"] = round(table_lags[view.name], 3)
     return result
 
 
@@ -170,7 +177,13 @@ def realtime_materializations(
             **deployment,
             **{
                 k: freshness[k]
-                for k in ("newest_event_time", "event_time_watermark", "time_lag_s", "backlog")
+                for k in (
+                    "newest_event_time",
+                    "event_time_watermark",
+                    "time_lag_s",
+                    "backlog",
+                    "table_lag_s",
+                )
                 if k in freshness
             },
         }
@@ -208,8 +221,42 @@ def _alert_once(
     )
 
 
+def _alert_table_lag(alerted: dict[str, bool], view: str, lag_s: float, limit_s: float) -> bool:
+    """Post one alert when ``view``'s table lag exceeds ``limit_s`` (an incident), none while
+    it lasts; the incident ends when the lag is back within it. True when posted."""
+    if lag_s <= limit_s:
+        alerted.pop(view, None)
+        return False
+    if alerted.get(view):
+        return False
+    alerted[view] = True
+    post_alert(
+        Alert(
+            kind="table_lag",
+            title=f"view {view}: its table lags the stream by {lag_s:.0f} s",
+            details=f"the oldest change a task flushed has waited {lag_s:.0f} s for the realtime "
+            f"publisher (SLUICE_TABLE_LAG_ALERT_S {limit_s:g} s): is an agent leading, and "
+            "do its publish passes fail? (sluice status, the leader's log)",
+            ui_path=f"/assets/{realtime_key(view).path[-1]}",
+        )
+    )
+    return True
+
+
+def _table_lags(storage: StorageResource, views: Sequence[View], now: float) -> dict[str, float]:
+    """Each enabled view's table lag; {} when the storage cannot be read (logged)."""
+    try:
+        store = storage.open()
+        return {v.name: table_lag_s(store, v.name, now) for v in views if not v.disabled}
+    except Exception as exc:  # a disk or S3 error alike: the other observations still count
+        log.warning("realtime_lag: cannot read the change log: %s", exc)
+        return {}
+
+
 ALERTED_KEY = "_alerted"
 """Cursor key: the views whose broken tasks have been alerted on (an incident under way)."""
+TABLE_ALERTED_KEY = "_table_alerted"
+"""Cursor key: the views whose table lag has been alerted on (an incident under way)."""
 DEPLOYED_KEY = "_deployed"
 MARKED_KEY = "_marked"
 REPORTING_KEY = "_reporting"
@@ -260,6 +307,7 @@ def make_realtime_lag_sensor(
     lag_sla_s: float | None = None,
     waiting_max_s: float = 60.0,
     fresh_minutes: float = 10.0,
+    table_lag_alert_s: float = 300.0,
     clock: Callable[[], float] = time.time,
 ) -> dg.SensorDefinition:
     """A sensor recording an observation of ``realtime_<view>`` whenever its tasks reported
@@ -267,7 +315,9 @@ def make_realtime_lag_sensor(
     stopped reporting fails it: that is when it matters). It alerts on tasks Waiting longer
     than ``waiting_max_s`` (``SLUICE_TASK_WAITING_MAX_S``), and records the realtime
     materializations (:func:`realtime_materializations`; a current view every quarter of
-    ``fresh_minutes``)."""
+    ``fresh_minutes``). Each view's table lag (the oldest change not yet published, from the
+    change log in ``storage``) is in its observation and materializations, and alerted on once
+    it exceeds ``table_lag_alert_s``."""
     views = list(views)
 
     @dg.sensor(
@@ -277,7 +327,9 @@ def make_realtime_lag_sensor(
         description="Records lag and freshness of every realtime view from the control store.",
     )
     def _sensor(
-        context: dg.SensorEvaluationContext, control_store: ControlStoreResource
+        context: dg.SensorEvaluationContext,
+        control_store: ControlStoreResource,
+        storage: StorageResource,
     ) -> dg.SensorResult | dg.SkipReason:  # observations and check evaluations
         cursor: dict[str, Any] = json.loads(context.cursor) if context.cursor else {}
         cursor.pop("_samples", None)  # the windows as kept before the LagTracker
@@ -292,9 +344,20 @@ def make_realtime_lag_sensor(
             control.close()
         deployed = {d["name"]: d["state"] for d in deployments}
         overdue = _waiting_too_long(context, views, assignments, waiting_max_s)
+        table_lags = _table_lags(storage, views, now)
         observed = realtime_observations(
-            views, statuses, deployed, stale_after_s=stale_after_s, now=now
+            views, statuses, deployed, stale_after_s=stale_after_s, now=now, table_lags=table_lags
         )
+        for view_name, lag_s in table_lags.items():
+            if _alert_table_lag(
+                cursor.setdefault(TABLE_ALERTED_KEY, {}), view_name, lag_s, table_lag_alert_s
+            ):
+                context.log.warning(
+                    "pipeline alert for %s: table lag %.0f s (over %g s)",
+                    view_name,
+                    lag_s,
+                    table_lag_alert_s,
+                )
         checks = {
             view.name: evaluate_lag(view, statuses, lag_sla_s or 600.0, now=now)
             for view in views

@@ -8,6 +8,7 @@ root imports them from here::
     archive/dead_letters/hour=<hour>/<topic>-<partition>-<first>-<end>.parquet
     archive/ranges/<topic>/<partition>/<first>-<end>.json             what one flush archived
     reports/<YYYY-MM-DD>/reconciliation.{html,md,json}                a day's reconciliation report
+    changes/<view>/<at>-<topic>-<partition>-g<generation>-<nonce>.json  segments a flush rewrote
 
 ``<segment>`` and ``<hour>`` are UTC hours such as ``2015-02-26T21`` (:mod:`.time`); times
 inside files are epoch milliseconds. Parquet files are zstd (:mod:`.parquet`). Corrections
@@ -17,6 +18,16 @@ the tables is known only to ``sluice tables migrate`` (:mod:`pipelines.serving.o
 May import: ``pipelines.exceptions`` and ``pipelines.storage`` only.
 """
 
+from pipelines.segments.changes import (
+    CHANGES_PREFIX,
+    ChangeLog,
+    ChangeRecord,
+    change_records,
+    changes_prefix,
+    oldest_change_ms,
+    record_change,
+    table_lag_s,
+)
 from pipelines.segments.columns import STATE_SUFFIX, is_state_column, state_column
 from pipelines.segments.layout import (
     RANGES_PREFIX,
@@ -61,12 +72,15 @@ from pipelines.segments.time import (
 )
 
 __all__ = [
+    "CHANGES_PREFIX",
     "HOUR_MS",
     "RANGES_PREFIX",
     "REPORTS_PREFIX",
     "REPORT_FORMATS",
     "SEGMENT_KINDS",
     "STATE_SUFFIX",
+    "ChangeLog",
+    "ChangeRecord",
     "ParquetStream",
     "RangeRecord",
     "SegmentMeta",
@@ -75,6 +89,8 @@ __all__ = [
     "archive_range_key",
     "archive_ranges_prefix",
     "bucket_suffix",
+    "change_records",
+    "changes_prefix",
     "checkpoint_generation",
     "checkpoint_key",
     "checkpoint_prefix",
@@ -85,6 +101,7 @@ __all__ = [
     "hours_with_events",
     "is_state_column",
     "legacy_checkpoint_key",
+    "oldest_change_ms",
     "parse_checkpoint_key",
     "parse_hour_label",
     "parse_range_name",
@@ -94,11 +111,13 @@ __all__ = [
     "read_range_records",
     "realtime_key",
     "realtime_prefix",
+    "record_change",
     "report_keys",
     "segment_meta",
     "segment_prefix",
     "segment_schema",
     "state_column",
+    "table_lag_s",
     "task_label",
     "to_parquet",
     "view_prefix",

@@ -79,7 +79,7 @@ def migrate_store(
             )
             migrated.append(segment)
         result.batch_segments[view.name] = len(migrated)
-    publisher = RealtimePublisher(store, tables, views, lookback_ms=2**62)
+    publisher = RealtimePublisher(store, tables, views)
     published = publisher.publish_once()
     result.realtime_hours = {name: len(hours) for name, hours in published.committed.items()}
     if remove_old:

@@ -2,16 +2,20 @@
 
 The per-task partial states stay the stream's crash-safe working format. One publisher per fleet
 (the agent holding the coordinator lease runs it, :mod:`orchestration.control_plane.fleet.agent`)
-reads each view's realtime files, and for every hour whose files changed since its last pass merges
-them (as the query did) and commits those hours, one snapshot per view and pass, at most every
-``SLUICE_PUBLISH_INTERVAL_S``. An hour the batch has corrected is never replaced:
+reads each view's realtime files, and for every segment a task's flush rewrote since its last
+pass merges them (as the query did) and commits those hours, one snapshot per view and pass, at
+most every ``SLUICE_PUBLISH_INTERVAL_S``. An hour the batch has corrected is never replaced:
 :func:`pipelines.tables.replace_hours` checks it on the snapshot it commits on, and the publisher
 stops looking at that hour.
 
-Which hours: every hour with realtime files on the first pass; then the hours within
-``lookback_ms`` of the view's newest realtime hour (where the stream still writes) and hours
-never published. A file's content, not its listing, says whether it changed (a replay after a
-crash rewrites identical files: nothing to commit).
+Which segments: every segment with realtime files on the first pass (and the first after a
+view's definition changed); then those the change log names (:mod:`pipelines.segments.changes`:
+every flush records the segments it rewrote, with the task and its generation). A task that
+lags by days, restarts from its checkpoint or fills an old hour late is published like any
+other: what it wrote, not where the newest hour is, decides. The records a pass listed are
+deleted once its commit succeeded; a failed pass leaves them for the next. A file's content,
+not its record, says whether it changed (a replay after a crash rewrites identical files:
+nothing to commit).
 """
 
 from __future__ import annotations
@@ -24,10 +28,17 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from pipelines.segments import HOUR_MS, parse_hour_label, read_parquet, view_prefix
+from pipelines.segments import (
+    HOUR_MS,
+    change_records,
+    parse_hour_label,
+    read_parquet,
+    realtime_prefix,
+    view_prefix,
+)
 from pipelines.serving.query import realtime_table
 from pipelines.storage import ObjectStore
-from pipelines.tables import REALTIME, ViewTables, replace_hours, table_rows
+from pipelines.tables import REALTIME, TableBusyError, ViewTables, replace_hours, table_rows
 from pipelines.tables.maintenance import expire_snapshots
 from pipelines.views.model import WINDOW_END, View
 
@@ -35,7 +46,6 @@ __all__ = ["PublishPass", "RealtimePublisher"]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_LOOKBACK_MS = 3 * HOUR_MS
 EXPIRE_EVERY_S = 600.0
 
 
@@ -48,6 +58,8 @@ class PublishPass:
     skipped: dict[str, list[int]] = field(default_factory=dict)
     """View -> hours left alone because the batch corrected them."""
     snapshots: dict[str, int] = field(default_factory=dict)
+    deferred: list[str] = field(default_factory=list)
+    """Views left for the next pass: a correction held the table's next commit."""
     expired: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
     cpu_seconds: float = 0.0
@@ -59,17 +71,18 @@ class RealtimePublisher:
         store: ObjectStore,
         tables: ViewTables,
         views: Callable[[], Sequence[View]] | Sequence[View],
-        interval_s: float = 30.0,
-        lookback_ms: int = DEFAULT_LOOKBACK_MS,
+        interval_s: float = 5.0,
         retention_ms: int = 72 * HOUR_MS,
         realtime_retention_ms: int = HOUR_MS,
         expire_every_s: float = EXPIRE_EVERY_S,
+        leading: Callable[[], bool] | None = None,
     ) -> None:
         self.store = store
         self.tables = tables
         self.views = views if callable(views) else (lambda: views)
         self.interval_s = interval_s
-        self.lookback_ms = lookback_ms
+        self.scanned: set[tuple[str, str]] = set()
+        """(view, fingerprint) whose every segment a pass has looked at."""
         self.digests: dict[tuple[str, str, int], str] = {}
         """(view, fingerprint, segment) -> digest of the realtime files last committed."""
         self.corrected: set[tuple[str, int]] = set()
@@ -78,6 +91,9 @@ class RealtimePublisher:
         self.realtime_retention_ms = realtime_retention_ms
         self.expire_every_s = expire_every_s
         self.next_expiry = time.monotonic() + expire_every_s
+        self.leading = leading
+        """Asked just before each commit: False once another agent leads (a former leader's
+        pass, paused and resumed, then commits nothing and leaves the records)."""
 
     def due(self, now: float | None = None) -> bool:
         return (time.monotonic() if now is None else now) >= self.next_pass
@@ -120,8 +136,8 @@ class RealtimePublisher:
             except Exception:
                 log.exception("expiring %s's snapshots failed; retried later", view.name)
 
-    def _segments(self, view: View) -> dict[int, list[str]]:
-        """Segment start -> its realtime files, for the segments worth looking at."""
+    def _all_segments(self, view: View) -> dict[int, list[str]]:
+        """Segment start -> its realtime files, for every segment with any."""
         found: dict[int, list[str]] = {}
         for key in self.store.list(view_prefix(view.name)):
             parts = key.split("/")  # segments/<view>/<segment>/realtime/<task>.parquet
@@ -132,23 +148,30 @@ class RealtimePublisher:
             except ValueError:
                 continue
             found.setdefault(segment, []).append(key)
-        if not found:
-            return {}
-        newest = max(found)
-        return {
-            s: keys
-            for s, keys in found.items()
-            if (view.name, s) not in self.corrected
-            and (
-                s >= newest - self.lookback_ms
-                or (view.name, view.fingerprint, s) not in self.digests
-            )
-        }
+        return found
+
+    def _segments(self, view: View, named: set[int]) -> dict[int, list[str]]:
+        """Segment start -> its realtime files, for the segments worth looking at: all of them
+        on the view's first pass, else those the change log names."""
+        if (view.name, view.fingerprint) not in self.scanned:
+            found = self._all_segments(view)
+        else:
+            found = {s: self.store.list(realtime_prefix(view.name, s)) for s in sorted(named)}
+        return {s: keys for s, keys in found.items() if (view.name, s) not in self.corrected}
 
     def _publish_view(self, view: View, result: PublishPass) -> None:
+        records = change_records(self.store, view.name)
+        named = {s for r in records for s in r.segments}
         changed: dict[int, tuple[str, list[pa.Table]]] = {}
-        for segment, keys in sorted(self._segments(view).items()):
-            blobs = [(key, self.store.get(key)) for key in sorted(keys)]
+        for segment, keys in sorted(self._segments(view, named).items()):
+            blobs = []
+            for key in sorted(keys):
+                try:
+                    blobs.append((key, self.store.get(key)))
+                except FileNotFoundError:  # a split or merge removed it since the listing
+                    continue
+            if not blobs:
+                continue
             digest = hashlib.blake2b(digest_size=16)
             for key, data in blobs:
                 digest.update(key.encode())
@@ -157,8 +180,24 @@ class RealtimePublisher:
             if self.digests.get((view.name, view.fingerprint, segment)) == text:
                 continue
             changed[segment] = (text, [read_parquet(data) for _, data in blobs])
-        if not changed:
+        if changed and self.leading is not None and not self.leading():
+            log.info("%s: another agent leads now; its publisher commits this", view.name)
+            result.deferred.append(view.name)
             return
+        if changed:
+            try:
+                self._commit(view, changed, result)
+            except TableBusyError:  # a correction goes first; its records wait for the next pass
+                log.info("%s: a correction holds the table; published at the next pass", view.name)
+                result.deferred.append(view.name)
+                return
+        self.scanned.add((view.name, view.fingerprint))
+        for record in records:  # published (or unchanged): consumed
+            self.store.delete(record.key)
+
+    def _commit(
+        self, view: View, changed: dict[int, tuple[str, list[pa.Table]]], result: PublishPass
+    ) -> None:
         segments = [files for _, files in changed.values()]
         merged = realtime_table(view, segments, _row_schema(view))
         data = table_rows(view, merged, REALTIME, 0)

@@ -14,7 +14,8 @@ not counted again.
 
 Realtime segments: the segments still open in the old tasks' state are rewritten under the
 new tasks' names, then the old tasks' files of those segments are removed (a query in that
-instant may count those rows twice; it never misses one). Closed segments' files stay where
+instant may count those rows twice; it never misses one), and the segments are recorded in the
+change log so the publisher reads them again once settled. Closed segments' files stay where
 they are: every file holds partials the query merges, so it does not matter who wrote them.
 Session views are not split: a session must stay whole in one task.
 """
@@ -29,7 +30,7 @@ import pyarrow as pa
 
 from pipelines.exceptions import SluiceError
 from pipelines.kinds import kind_of
-from pipelines.segments import read_parquet, realtime_key, to_parquet
+from pipelines.segments import read_parquet, realtime_key, record_change, to_parquet
 from pipelines.storage import ObjectStore
 from pipelines.stream.buckets import children, value_hashes
 from pipelines.stream.checkpoint import TaskCheckpoint, load_checkpoint, save_checkpoint
@@ -148,6 +149,7 @@ def split_task(
                 if part.num_rows:
                     store.put(_realtime(view, segment, child), to_parquet(part))
             store.delete(_realtime(view, segment, task))
+        _record(store, view, _segments(view, table).tolist(), low_id, parent.generation)
     log.info("split %s at offset %d into %s and %s", task, parent.next_offset, low_id, high_id)
     return low_id, high_id
 
@@ -186,12 +188,15 @@ def merge_tasks(
                 counters[name]["late"] += checkpoint.views[name]["late"]
         table = state.all_table()
         states[name] = to_parquet(table)
+        moved = set(_segments(view, table).tolist())
         for segment in _segments(view, table).tolist():
             store.put(_realtime(view, segment, merged_id), to_parquet(state.segment_table(segment)))
         for child, checkpoint, current in zip((low_id, high_id), pair, currents, strict=True):
             if name in current:
                 for segment in _segments(view, read_parquet(checkpoint.states[name])).tolist():
                     store.delete(_realtime(view, segment, child))
+                    moved.add(segment)
+        _record(store, view, sorted(moved), merged_id, max(low.generation, high.generation))
     dead = dict(low.dead_lettered)
     for reason, n in high.dead_lettered.items():
         dead[reason] = dead.get(reason, 0) + n
@@ -220,6 +225,17 @@ def merge_tasks(
         start,
     )
     return merged_id
+
+
+def _record(
+    store: ObjectStore, view: View, segments: list[int], task: TaskId, generation: int
+) -> None:
+    """Tell the publisher these segments' files moved, once the old files are gone: a pass
+    that read them mid-rewrite is then followed by one that reads them settled."""
+    if segments:
+        record_change(
+            store, view.name, segments, task.topic, task.partition, generation, *task.where
+        )
 
 
 def _realtime(view: View, segment: int, task: TaskId) -> str:

@@ -51,7 +51,7 @@ from pipelines.events.decode import (
     decode_batch,
 )
 from pipelines.exceptions import TaskFenced, ViewCrash
-from pipelines.segments import read_parquet, realtime_key, to_parquet
+from pipelines.segments import ChangeLog, read_parquet, realtime_key, to_parquet
 from pipelines.storage import ObjectStore
 from pipelines.stream.buckets import backlog_share, key_hashes
 from pipelines.stream.checkpoint import TaskCheckpoint, load_checkpoint, save_checkpoint
@@ -143,6 +143,8 @@ class StreamTask:
         self.archive = ArchiveBuffer(
             topic, partition, 0, bucket, factor, declaration=self.declaration
         )
+        self.changes = ChangeLog(store, topic, partition, bucket, factor)
+        """The records of the segments its flushes rewrote, for the publisher."""
         self.seconds: Counter[str] = Counter()
         """Wall seconds spent hashing keys, decoding, aggregating and buffering the archive."""
         self.seen = 0
@@ -459,7 +461,9 @@ class StreamTask:
            view's from memory plus the closed sessions its file holds; those then leave
            memory). A task replaying what an earlier owner had already flushed
            (:attr:`replay_until`) leaves the files as they are until it gets past that: they
-           are ahead of its state, and served results must not go back.
+           are ahead of its state, and served results must not go back. Each view's rewritten
+           segments are then recorded in the change log the publisher consumes
+           (:mod:`pipelines.segments.changes`).
         3. Wait until the dead-letter topic has every dead letter sent so far.
 
         Under a job model the fence is asked first: a fenced owner writes nothing.
@@ -471,12 +475,15 @@ class StreamTask:
             state.settle(self.watermark)
             if holding:
                 continue
-            for segment in sorted(state.dirty):
+            rewritten = sorted(state.dirty)
+            for segment in rewritten:
                 key = realtime_key(
                     state.view.name, segment, self.topic, self.partition, *self.id.where
                 )
                 table = state.segment_table(segment, lambda key=key: self._current(key))
                 self.store.put(key, to_parquet(table))
+            if rewritten:  # after the files: a publisher that sees the record sees them
+                self.changes.record(state.view.name, rewritten, self.generation or 0)
             state.flushed(checkpoint)
         self.sink.flush()  # 3
 

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from pipelines.tables.commit import (
         SUMMARY_PREFIX,
         CommitOutcome,
+        TableBusyError,
         TableConflictError,
         batch_hours,
         hour_files,
@@ -54,6 +55,7 @@ __all__ = [
     "SUMMARY_PREFIX",
     "AsOf",
     "CommitOutcome",
+    "TableBusyError",
     "TableConflictError",
     "TableLocationError",
     "Tables",
@@ -84,6 +86,7 @@ _EXPORTS = {
     "ViewTables": "pipelines.tables.catalog",
     "CommitOutcome": "pipelines.tables.commit",
     "SUMMARY_PREFIX": "pipelines.tables.commit",
+    "TableBusyError": "pipelines.tables.commit",
     "TableConflictError": "pipelines.tables.commit",
     "batch_hours": "pipelines.tables.commit",
     "hour_files": "pipelines.tables.commit",

@@ -7,11 +7,18 @@ table, so what it decides is decided on the snapshot it commits on top of: the c
 compare-and-swap (``metadata_location`` in the SQL catalog) fails the commit if another writer
 committed meanwhile, and the attempt starts over. Two corrections of one hour therefore end
 with one of them, whole; a realtime commit never replaces an hour that holds batch rows.
+
+A correction never waits behind the publisher: before its first attempt it claims the table's
+next turn (a small file beside the table, ``<table location>.batch-turn``, valid for
+:data:`BATCH_TURN_S`), and a realtime commit that finds a live claim gives way
+(:class:`TableBusyError`; the publisher tries again at its next pass). A correction whose commit
+lost to a realtime commit already under way thus commits at its next attempt.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import random
 import time
@@ -50,8 +57,10 @@ from pipelines.tables.schema import (
 from pipelines.views.model import View
 
 __all__ = [
+    "BATCH_TURN_S",
     "SUMMARY_PREFIX",
     "CommitOutcome",
+    "TableBusyError",
     "TableConflictError",
     "batch_hours",
     "hour_files",
@@ -65,10 +74,17 @@ log = logging.getLogger(__name__)
 
 SUMMARY_PREFIX = "sluice."
 MAX_ATTEMPTS = 20
+BATCH_TURN_S = 60.0
+"""How long a correction's claim on the next commit holds unless released (a correction that
+died mid-commit blocks the publisher no longer than this)."""
 
 
 class TableConflictError(SluiceError, RuntimeError):
     """Every attempt met a concurrent commit (reported, never a half-written hour)."""
+
+
+class TableBusyError(SluiceError, RuntimeError):
+    """A realtime commit gave way to a correction that claimed the table's next turn."""
 
 
 @dataclass(frozen=True)
@@ -183,10 +199,34 @@ def _replace(
     summary: Mapping[str, str] | None,
     force_version: int | None,
 ) -> CommitOutcome:
+    claimed: list[Table] = []
+    try:
+        return _attempts(groups, view, tables, rows, source, summary, force_version, claimed)
+    finally:
+        for table in claimed[:1]:
+            _release_turn(table)
+
+
+def _attempts(
+    groups: list[list[int]],
+    view: View,
+    tables: Tables,
+    rows: Callable[[list[int]], pa.Table] | pa.Table,
+    source: str,
+    summary: Mapping[str, str] | None,
+    force_version: int | None,
+    claimed: list[Table],
+) -> CommitOutcome:
     wanted = sorted({h for group in groups for h in group})
     by_filter = False
     for attempt in range(1, MAX_ATTEMPTS + 1):
         table = tables.load(view)
+        if source == BATCH:
+            if not claimed:  # once: a claim rewritten would look empty while it is written
+                _claim_turn(table)
+                claimed[:] = [table]
+        elif _batch_waiting(table):
+            raise TableBusyError(f"{view.name}: a correction holds the table's next commit")
         corrected = batch_hours(table, view, wanted)
         if source == REALTIME:
             todo = [h for h in wanted if h not in corrected]
@@ -262,6 +302,36 @@ def _replace(
         f"{view.name}: {MAX_ATTEMPTS} commits of {source} rows for "
         f"{', '.join(hour_label(h) for h in wanted)} met concurrent commits; nothing replaced"
     )
+
+
+def _turn_path(table: Table) -> str:
+    return f"{table.location().rstrip('/')}.batch-turn"
+
+
+def _claim_turn(table: Table) -> None:
+    """Claim the table's next commit for a correction, for :data:`BATCH_TURN_S`."""
+    until = int((time.time() + BATCH_TURN_S) * 1000)
+    with table.io.new_output(_turn_path(table)).create(overwrite=True) as out:
+        out.write(json.dumps({"until_ms": until}).encode())
+
+
+def _release_turn(table: Table) -> None:
+    try:
+        table.io.delete(_turn_path(table))
+    except Exception:  # expires by itself
+        log.debug("could not release %s", _turn_path(table), exc_info=True)
+
+
+def _batch_waiting(table: Table) -> bool:
+    """Whether a correction holds a live claim on the table's next commit."""
+    try:
+        with table.io.new_input(_turn_path(table)).open() as claim:
+            until = int(json.loads(claim.read())["until_ms"])
+    except FileNotFoundError:
+        return False
+    except (ValueError, KeyError, TypeError):  # a claim cut short: take it as none
+        return False
+    return until > time.time() * 1000
 
 
 def _overwrite(tx: Transaction, props: dict[str, str]) -> Any:

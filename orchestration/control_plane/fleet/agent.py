@@ -128,6 +128,7 @@ class Agent:
             lambda: runtime.tables,
             lambda: self.views,
             self.settings,
+            self._no_other_leader,
         )
         """Commits the views' realtime hours to their tables while this agent leads."""
         self.worker = StreamWorker(
@@ -141,6 +142,15 @@ class Agent:
             topic=self.topic,
             on_event=self._on_event,
         )
+
+    def _no_other_leader(self) -> bool:
+        """Asked before each realtime commit: False once another agent holds the coordinator
+        lease (this one's own, even expired during a graceful stop, still counts)."""
+        try:
+            lease = self.jobs.lease(COORDINATOR_LEASE)
+        except SQLAlchemyError:
+            return False
+        return lease is None or lease["holder"] == self.agent_id
 
     def _partitions(self) -> list[int]:
         return partitions_of(self.runtime.bootstrap(), self.runtime.kafka, self.topic)
@@ -183,9 +193,9 @@ class Agent:
             control.join(timeout=1.0)
             # A pass under way ends before the process does: a daemon thread frozen inside
             # pyiceberg's or Arrow's I/O when the interpreter finalizes can hang the exit for
-            # good (CI met an agent that logged its stop, then never exited). The stop deadline
-            # bounds this wait like every other.
-            self.publisher.join(timeout_s=self.settings.stop_timeout_s)
+            # good (CI met an agent that logged its stop, then never exited). A leader then
+            # publishes what its tasks' last flush wrote. The stop deadline bounds both.
+            self.publisher.final(timeout_s=self.settings.stop_timeout_s)
             try:
                 self.jobs.release_lease(COORDINATOR_LEASE, self.agent_id)
                 self.jobs.set_agent_state(self.agent_id, "stopped", "stopped gracefully")

@@ -3,14 +3,18 @@
 One publisher per fleet: the leader's control tick starts a pass of
 :class:`pipelines.serving.publisher.RealtimePublisher` in a thread of its own when
 ``SLUICE_PUBLISH_INTERVAL_S`` has passed since the last one, so a slow commit never delays a
-heartbeat. A leader that loses the lease starts no more passes; a pass under way finishes (a
-realtime commit never replaces a corrected hour, so two publishers at a hand-over are harmless).
+heartbeat. A leader that loses the lease starts no more passes; a pass under way asks the
+control store before each commit and commits nothing once another agent leads (its records stay
+for the new leader).
+A leader that stops gracefully runs one last pass after its tasks' final flush (:meth:`final`),
+so what they flushed does not wait for the next leader.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -35,6 +39,7 @@ class PublisherRunner:
         tables: Callable[[], ViewTables],
         views: Callable[[], Sequence[View]],
         settings: SluiceSettings,
+        leading: Callable[[], bool] | None = None,
     ) -> None:
 
         def open_publisher() -> RealtimePublisher:
@@ -47,17 +52,21 @@ class PublisherRunner:
                 settings.publish_interval_s,
                 retention_ms=int(settings.tables_snapshot_retention_h * HOUR_MS),
                 realtime_retention_ms=int(settings.tables_realtime_snapshot_retention_m * 60_000),
+                leading=leading,
             )
 
         self._open = open_publisher
         self.publisher: RealtimePublisher | None = None
         self.thread: threading.Thread | None = None
         self.last: PublishPass | None = None
+        self.leading = False
+        """Whether the last tick held the coordinator lease."""
 
     def tick(self, leader: bool) -> None:
         """Start a pass if this agent leads, none is running and one is due (the first pass
         also opens the publisher, in its thread: importing pyiceberg and opening the tables
         takes seconds, which in the heartbeat's thread can cost a new leader its lease)."""
+        self.leading = leader
         if not leader or (self.thread is not None and self.thread.is_alive()):
             return
         if self.publisher is not None and not self.publisher.due():
@@ -80,3 +89,14 @@ class PublisherRunner:
     def join(self, timeout_s: float) -> None:
         if self.thread is not None:
             self.thread.join(timeout_s)
+
+    def final(self, timeout_s: float) -> None:
+        """A graceful stop's last pass, once the worker's tasks flushed: if this agent led, wait
+        for a pass under way, then run one more (both within ``timeout_s``)."""
+        deadline = time.monotonic() + timeout_s
+        self.join(timeout_s)
+        if not self.leading or (self.thread is not None and self.thread.is_alive()):
+            return
+        self.thread = threading.Thread(target=self._run, name="realtime-publisher", daemon=True)
+        self.thread.start()
+        self.thread.join(max(0.0, deadline - time.monotonic()))

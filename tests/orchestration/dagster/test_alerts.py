@@ -12,9 +12,11 @@ import pytest
 
 from orchestration.control_plane.alerts import Alert, post_alert
 from orchestration.control_plane.settings import get_dagster_settings
-from orchestration.resources import LocalControlStoreResource
+from orchestration.resources import LocalControlStoreResource, LocalStorageResource
 from orchestration.sensors import make_alert_sensors, make_realtime_lag_sensor
 from pipelines.control import ControlStore, TaskStatus
+from pipelines.segments import record_change
+from pipelines.storage import LocalObjectStore
 from tests.fixtures.dagster_fixture import example_views
 from tests.fixtures.webhook import webhook_server
 
@@ -191,7 +193,9 @@ def test_a_view_whose_tasks_stop_is_posted_once(hook, tmp_path: Path) -> None:
 
     def tick() -> None:
         nonlocal cursor
-        with dg.build_sensor_context(resources={"control_store": control}, cursor=cursor) as ctx:
+        with dg.build_sensor_context(
+            resources={"control_store": control, "storage": LocalStorageResource()}, cursor=cursor
+        ) as ctx:
             cursor = sensor.evaluate_tick(ctx).cursor
 
     report(time.time() - 100)  # stopped reporting with a backlog: STOP
@@ -202,3 +206,58 @@ def test_a_view_whose_tasks_stop_is_posted_once(hook, tmp_path: Path) -> None:
     assert "realtime view traffic_by_org: 2 task(s) STOP" in text
     assert "http://ui.example:3000/assets/realtime_traffic_by_org" in text
     store.close()
+
+
+def test_a_view_whose_table_lags_is_posted_once_and_its_lag_observed(hook, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'control.db'}"
+    control_store = ControlStore(url)
+    store = LocalObjectStore(tmp_path / "root")
+    storage = LocalStorageResource(root=str(tmp_path / "root"))
+    views = [v for v in example_views() if v.name == "traffic_by_org"]
+    sensor = make_realtime_lag_sensor(views, stale_after_s=30.0, table_lag_alert_s=300.0)
+    cursor = None
+
+    def tick() -> dg.SensorResult:
+        nonlocal cursor
+        control_store.report_tasks(
+            [
+                TaskStatus(
+                    task="events:0",
+                    topic="events",
+                    partition=0,
+                    worker_id="w1",
+                    pid=1,
+                    next_offset=100,
+                    end_offset=100,
+                    last_processed_ts=time.time() * 1000,
+                    heartbeat_at=time.time(),
+                )
+            ]
+        )
+        resources = {"control_store": LocalControlStoreResource(sqlite_url=url), "storage": storage}
+        with dg.build_sensor_context(resources=resources, cursor=cursor) as ctx:
+            result = sensor.evaluate_tick(ctx)
+        cursor = result.cursor
+        return result
+
+    def observed_lag(result: dg.SensorResult) -> float:
+        (observation,) = [e for e in result.asset_events if isinstance(e, dg.AssetObservation)]
+        return observation.metadata["table_lag_s"].value
+
+    first = tick()
+    assert observed_lag(first) == 0.0 and hook.received() == []  # nothing waits: no alert
+    (started,) = [e for e in first.asset_events if isinstance(e, dg.AssetMaterialization)]
+    assert started.metadata["table_lag_s"].value == 0.0  # the realtime asset carries it too
+    old = int((time.time() - 900) * 1000)  # a flush 15 minutes ago, never published
+    key = record_change(store, "traffic_by_org", [0], "events", 0, 1, at_ms=old)
+    assert observed_lag(tick()) >= 900
+    tick()
+    assert len(hook.received()) == 1, "one alert per incident"
+    posted = hook.received()[0]
+    assert posted["sluice_kind"] == "table_lag" and "traffic_by_org" in posted["text"]
+    store.delete(key)  # published: the incident ends
+    assert observed_lag(tick()) == 0.0
+    record_change(store, "traffic_by_org", [0], "events", 0, 1, at_ms=old)
+    tick()
+    assert len(hook.received()) == 2, "a new incident is posted again"
+    control_store.close()

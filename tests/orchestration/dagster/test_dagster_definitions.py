@@ -269,7 +269,9 @@ def test_lag_sensor_records_observations_only_for_new_reports(tmp_path: Path) ->
     views = example_views()
     sensor = make_realtime_lag_sensor(views)
     control = LocalControlStoreResource(sqlite_url=url)
-    with dg.build_sensor_context(resources={"control_store": control}) as ctx:
+    with dg.build_sensor_context(
+        resources={"control_store": control, "storage": LocalStorageResource()}
+    ) as ctx:
         result = sensor.evaluate_tick(ctx)
     observations = {
         e.asset_key: e for e in result.asset_events if isinstance(e, dg.AssetObservation)
@@ -303,9 +305,13 @@ def test_lag_sensor_records_observations_only_for_new_reports(tmp_path: Path) ->
         "_deployed",
         "_marked",
         "_reporting",
+        "_table_alerted",
     }
     assert set(cursor["_lag_tracker"]["samples"]) == {f"events:{p}" for p in range(4)}
-    with dg.build_sensor_context(resources={"control_store": control}, cursor=result.cursor) as ctx:
+    with dg.build_sensor_context(
+        resources={"control_store": control, "storage": LocalStorageResource()},
+        cursor=result.cursor,
+    ) as ctx:
         again = sensor.evaluate_tick(ctx)
     assert not again.asset_events
     assert "no new task reports" in again.skip_message
@@ -314,7 +320,9 @@ def test_lag_sensor_records_observations_only_for_new_reports(tmp_path: Path) ->
     # with an SLA, each view's lag check is recorded on every tick, new reports or not
     checked = make_realtime_lag_sensor(views, lag_sla_s=600.0)
     for cursor in (None, result.cursor):
-        with dg.build_sensor_context(resources={"control_store": control}, cursor=cursor) as ctx:
+        with dg.build_sensor_context(
+            resources={"control_store": control, "storage": LocalStorageResource()}, cursor=cursor
+        ) as ctx:
             tick = checked.evaluate_tick(ctx)
         evaluations = {
             e.asset_key: e for e in tick.asset_events if isinstance(e, dg.AssetCheckEvaluation)
@@ -348,7 +356,9 @@ def test_lag_sensor_alerts_on_a_task_waiting_longer_than_the_watchdog_allows(
     sensor = make_realtime_lag_sensor(views, waiting_max_s=60.0)
     control = LocalControlStoreResource(sqlite_url=url)
     capfd.readouterr()
-    with dg.build_sensor_context(resources={"control_store": control}) as ctx:
+    with dg.build_sensor_context(
+        resources={"control_store": control, "storage": LocalStorageResource()}
+    ) as ctx:
         sensor.evaluate_tick(ctx)  # no task reported: it alerts all the same
     logged = capfd.readouterr().err.splitlines()  # the sensor's log, where its alerts go
     alerts = [line for line in logged if "Waiting longer than 60s" in line]
@@ -356,6 +366,8 @@ def test_lag_sensor_alerts_on_a_task_waiting_longer_than_the_watchdog_allows(
     assert all("events:1 Waiting for @merge for 12" in a for a in alerts), alerts
     assert not any("events:0" in a for a in alerts)
     patient = make_realtime_lag_sensor(views, waiting_max_s=600.0)
-    with dg.build_sensor_context(resources={"control_store": control}) as ctx:
+    with dg.build_sensor_context(
+        resources={"control_store": control, "storage": LocalStorageResource()}
+    ) as ctx:
         patient.evaluate_tick(ctx)
     assert "Waiting longer" not in capfd.readouterr().err

@@ -15,7 +15,7 @@ import pytest
 
 from assets.constants import realtime_key
 from orchestration.control_plane.lag import LagTracker, task_lags
-from orchestration.resources import LocalControlStoreResource
+from orchestration.resources import LocalControlStoreResource, LocalStorageResource
 from orchestration.sensors import make_realtime_lag_sensor
 from pipelines.control import ControlStore, TaskStatus
 from pipelines.views import View
@@ -69,7 +69,10 @@ def test_a_hand_off_is_not_an_error_for_the_sensor_nor_for_status(tmp_path: Path
         for generation, agent, offset, end in TICKS:
             status = _report(store, generation, agent, offset, end)
             with dg.build_sensor_context(
-                resources={"control_store": LocalControlStoreResource(sqlite_url=url)},
+                resources={
+                    "control_store": LocalControlStoreResource(sqlite_url=url),
+                    "storage": LocalStorageResource(),
+                },
                 cursor=cursor,
             ) as ctx:
                 with caplog.at_level(logging.WARNING):

@@ -23,6 +23,7 @@ from pipelines.storage import LocalObjectStore
 from pipelines.tables import (
     BATCH,
     REALTIME,
+    TableBusyError,
     TablesConfig,
     ViewTables,
     batch_hours,
@@ -187,7 +188,12 @@ def test_realtime_commits_never_replace_a_corrected_hour(control_url, tmp_path, 
         try:
             while not stop.is_set():
                 seen = corrected.is_set()
-                outcome = replace_hours(tables, view, [H, H + HOUR_MS], realtime, source=REALTIME)
+                try:
+                    outcome = replace_hours(
+                        tables, view, [H, H + HOUR_MS], realtime, source=REALTIME
+                    )
+                except TableBusyError:  # the correction's turn: the publisher tries again
+                    continue
                 if seen:
                     after.append((outcome.hours, outcome.skipped))
                 # a commit every 0.1 s (the fleet's publisher: one every 30 s): back to back,
@@ -234,6 +240,70 @@ def test_realtime_commits_never_replace_a_corrected_hour(control_url, tmp_path, 
         if snapshot.sequence_number > first_batch.sequence_number:
             rows = _hour_rows(table, view, H, snapshot.snapshot_id)
             assert {r["source"] for r in rows} <= {BATCH}
+    tables.close()
+
+
+CORRECTIONS = 5
+
+
+def test_a_correction_lands_at_its_second_attempt_at_worst_under_continuous_publishing(
+    control_url, tmp_path, views
+) -> None:
+    """A publisher commits back to back (no pause) while corrections of another hour commit:
+    each correction lands within two attempts (a realtime commit under way can win once; then
+    the publisher gives way), and the publisher keeps publishing between them."""
+    view = views["traffic_by_org"]
+    root = tmp_path / "root"
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    published: list[int] = []
+    gave_way: list[int] = []
+    realtime = table_rows(view, _window_rows(view, H + HOUR_MS, 5), REALTIME, 0)
+
+    def publish() -> None:
+        tables = _tables(control_url, root)
+        try:
+            while not stop.is_set():
+                try:
+                    replace_hours(tables, view, [H + HOUR_MS], realtime, source=REALTIME)
+                    published.append(1)
+                except TableBusyError:
+                    gave_way.append(1)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            tables.close()
+
+    tables = _tables(control_url, root)
+    tables.load(view)  # created before both writers start
+    publisher = threading.Thread(target=publish)
+    publisher.start()
+    attempts = []
+    try:
+        deadline = time.monotonic() + 60
+        while not published and time.monotonic() < deadline and not errors:
+            time.sleep(0.01)
+        for n in range(CORRECTIONS):
+            before = len(published)
+            outcome = replace_hours(
+                tables,
+                view,
+                [H],
+                table_rows(view, _window_rows(view, H, 10 + n), BATCH, n + 1),
+                source=BATCH,
+            )
+            attempts.append(outcome.attempts)
+            deadline = time.monotonic() + 60  # the publisher publishes again between them
+            while len(published) <= before and time.monotonic() < deadline and not errors:
+                time.sleep(0.01)
+    finally:
+        stop.set()
+        publisher.join(timeout=60)
+    assert not errors, errors
+    assert max(attempts) <= 2, attempts
+    assert len(published) > CORRECTIONS, "the publisher kept committing in between"
+    rows = _hour_rows(tables.load(view), view, H)
+    assert {(r["source"], r["events"]) for r in rows} == {(BATCH, 10 + CORRECTIONS - 1)}
     tables.close()
 
 

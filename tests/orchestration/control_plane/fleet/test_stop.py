@@ -51,3 +51,30 @@ def test_a_stop_waits_for_the_publish_pass_under_way(runtime) -> None:
     agent.worker.stop_event.set()  # a stop before the worker ran: run() goes straight to its end
     assert agent.run() == 0
     assert publisher.finished.is_set(), "the agent ended while its publisher was mid-pass"
+
+
+class CountingPublisher:
+    """A publisher that counts its passes; one is due at a time."""
+
+    def __init__(self) -> None:
+        self.passes = 0
+
+    def due(self) -> bool:
+        return self.passes == 0
+
+    def publish_once(self) -> None:
+        self.passes += 1
+
+
+@pytest.mark.parametrize("leader", [True, False])
+def test_a_leader_publishes_once_more_when_it_stops(runtime, leader) -> None:
+    agent = Agent(runtime, "a0", topic=runtime.settings.topic)
+    agent.jobs.register_agent("a0", "host", os.getpid(), runtime.settings.topic)
+    publisher = CountingPublisher()
+    agent.publisher.publisher = publisher  # type: ignore[assignment]
+    agent.publisher.tick(leader=leader)
+    agent.publisher.join(10)
+    assert publisher.passes == (1 if leader else 0)
+    agent.worker.stop_event.set()
+    assert agent.run() == 0
+    assert publisher.passes == (2 if leader else 0), "a leader's stop runs one last pass"
