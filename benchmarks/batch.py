@@ -39,7 +39,7 @@ import pyarrow.parquet as pq
 from pipelines.archive import archive_schema
 from pipelines.batch import SparkSettings, build_spark, correct_hours
 from pipelines.config import PROJECT_ROOT
-from pipelines.events.schema import EVENT_TYPES
+from pipelines.generator.events import EVENT_TYPES
 from pipelines.kinds.session import SESSIONS
 from pipelines.kinds.windowed import WINDOWED
 from pipelines.segments import HOUR_MS, archive_events_key, parse_hour_label

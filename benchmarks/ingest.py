@@ -253,7 +253,8 @@ def _one_view(topic: str, specs: list[dict], interval: str, slide: str | None = 
 
 def _decoded(batches: dict[int, list[RecordBatch]]) -> dict[int, list]:
     """Every partition's batches decoded once, in order (what a task hands its views)."""
-    from pipelines.events.decode import NO_WATERMARK, decode_batch
+    from pipelines.events.decode import NO_WATERMARK
+    from pipelines.generator.decoder import decode_batch
 
     out: dict[int, list] = {}
     for partition in sorted(batches):
@@ -397,7 +398,7 @@ def decoder_cost(batches: dict[int, list[RecordBatch]], repeat: int) -> dict[str
     decoder built from the generator's declaration (data/topics.yaml) on the same batches,
     interleaved, one figure per round each."""
     from pipelines.events.declared import decoder_for
-    from pipelines.events.decode import decode_batch
+    from pipelines.generator.decoder import decode_batch
 
     declared = decoder_for(_generator_declaration())
     figures: dict[str, list[float]] = {"hand-written": [], "declared": []}
@@ -658,7 +659,8 @@ def session_memory(topic: str, batches: dict[int, list[RecordBatch]], views_file
     """(f): bytes per open session of the example session view's state (tracemalloc), after
     every record is in and settled, with the closed sessions' rows and the pending events
     counted apart."""
-    from pipelines.events.decode import NO_WATERMARK, decode_batch
+    from pipelines.events.decode import NO_WATERMARK
+    from pipelines.generator.decoder import decode_batch
 
     session = replace(by_kind(load_views(views_file))[SESSIONS][0], topic=topic)
     decoded = []

@@ -35,9 +35,9 @@ PARTS = (  # (label, frame): a sample counts for the first part whose frame is o
     ("session view: rows", "all_table (pipelines/stream/sessions.py"),
     ("session view: fold and close (settle)", "settle (pipelines/stream/sessions.py"),
     ("rest of the checkpoint (segments, state files)", "checkpoint (pipelines/stream/task.py"),
-    ("decode: msgspec per message", "_decode_values (pipelines/events/decode.py"),
+    ("decode: msgspec per message", "_decode_values (pipelines/generator/decoder.py"),
     ("decode: columns from the structs", "_columns (pipelines/events/decode.py"),
-    ("decode: rest (watermarks, dead letters)", "decode_batch (pipelines/events/decode.py"),
+    ("decode: rest (watermarks, dead letters)", "decode_batch (pipelines/generator/decoder.py"),
     ("windowed views' update", "update (pipelines/stream/state.py"),
     ("rest of processing", "process (pipelines/stream/task.py"),
 )

@@ -1,9 +1,8 @@
-"""Events: the wire schema and the batch decoder (bad input becomes dead letters).
+"""Events: a topic's declaration and the decoders built from it (bad input becomes dead letters).
 
-May import: third-party libraries only.
+May import: ``pipelines.exceptions``, ``pipelines.expressions``.
 """
 
-from pipelines.events.decode import DeadLetter, DecodedBatch, decode_batch
-from pipelines.events.schema import EVENT_FIELDS, EventField, FieldKind
+from pipelines.events.decode import DeadLetter, DecodedBatch, RecordBatch
 
-__all__ = ["EVENT_FIELDS", "DeadLetter", "DecodedBatch", "EventField", "FieldKind", "decode_batch"]
+__all__ = ["DeadLetter", "DecodedBatch", "RecordBatch"]

@@ -39,7 +39,13 @@ import numpy as np
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 
 from pipelines.events.avro_fields import read_schema_file
-from pipelines.events.declaration import ColumnType, TimeFormat, TopicDeclaration
+from pipelines.events.declaration import (
+    EVENT_TIME_MAX_MS,
+    EVENT_TIME_MIN_MS,
+    ColumnType,
+    TimeFormat,
+    TopicDeclaration,
+)
 from pipelines.events.declared import DeclaredDecoder
 from pipelines.events.decode import (
     DECODER_ERROR,
@@ -52,7 +58,6 @@ from pipelines.events.decode import (
 )
 from pipelines.events.readings import LONG_MAX, LONG_MIN, Reading
 from pipelines.events.registry import is_not_found, registry_client, unreachable
-from pipelines.events.schema import EVENT_TIME_MAX_MS, EVENT_TIME_MIN_MS
 from pipelines.events.times import to_ms
 from pipelines.exceptions import SchemaRegistryUnreachable
 

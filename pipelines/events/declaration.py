@@ -26,6 +26,8 @@ from pipelines.expressions.derived import Derived, ExpressionError, parse_derive
 __all__ = [
     "ARCHIVE_COLUMNS",
     "EVENT_TIME",
+    "EVENT_TIME_MAX_MS",
+    "EVENT_TIME_MIN_MS",
     "ColumnType",
     "DerivedColumn",
     "EventTime",
@@ -38,6 +40,10 @@ __all__ = [
 
 EVENT_TIME = "event_time"
 """The column every decoded event has: its event time, epoch milliseconds UTC."""
+
+EVENT_TIME_MIN_MS = 946_684_800_000  # 2000-01-01T00:00:00Z
+EVENT_TIME_MAX_MS = 4_102_444_800_000  # 2100-01-01T00:00:00Z
+"""An event time outside [min, max) is ``out_of_range``: a clock or a unit gone wrong."""
 
 ARCHIVE_COLUMNS = ("topic", "partition", "offset", "kafka_timestamp")
 """Where each archived record sat in Kafka: the archive's own columns, which no declared

@@ -41,6 +41,8 @@ import numpy as np
 from pipelines.events import decode as _decode
 from pipelines.events.declaration import (
     EVENT_TIME,
+    EVENT_TIME_MAX_MS,
+    EVENT_TIME_MIN_MS,
     ColumnType,
     TopicDeclaration,
 )
@@ -58,7 +60,6 @@ from pipelines.events.decode import (
     RecordBatch,
     parse_object,
 )
-from pipelines.events.schema import EVENT_TIME_MAX_MS, EVENT_TIME_MIN_MS
 from pipelines.expressions.derived import derive
 
 __all__ = ["DeclaredDecoder", "decoder_for"]
@@ -329,7 +330,7 @@ class DeclaredDecoder:
                 )
                 slow.append(i)
         dead = [
-            _decode._dead_letter(records, i, checked[i])
+            _decode.dead_letter(records, i, checked[i])
             for i in sorted(set(slow))
             if type(checked[i]) is tuple
         ]
@@ -380,8 +381,8 @@ def _watermarks(
     times: np.ndarray, watermark: int, max_future_ms: int
 ) -> tuple[np.ndarray, list[tuple[int, int]]]:
     """The watermark before each event, and the (index, watermark before it) of each event
-    too far ahead of it (today's rule, :func:`~pipelines.events.decode._accept`)."""
-    accepted = _decode._accept(times, watermark, max_future_ms) if len(times) else None
+    too far ahead of it (today's rule, :func:`~pipelines.events.decode.watermarks_before`)."""
+    accepted = _decode.watermarks_before(times, watermark, max_future_ms) if len(times) else None
     if accepted is not None:
         return accepted
     prior = np.empty(len(times), dtype=np.int64)

@@ -1,25 +1,16 @@
-"""Decode and validate a batch of raw messages into columns, in partition order.
+"""What every decoder shares: the records a reader hands a task, the decoded batch, dead letters
+and their reasons, and the steps that need no schema.
 
-A run of :data:`RUN` messages is parsed and type-checked by msgspec against :class:`_Event`
-in one ``map`` (no Python step per message); a run with a message it refuses is decoded
-message by message, and only a message the fast path refuses takes the slow path
-(:func:`_classify`), which says exactly why it is bad, so the reasons and details of dead
-letters do not depend on the fast path. Each bad message becomes a :class:`DeadLetter` with a
-reason code; none raises, whatever the bytes.
+A decoder (:mod:`pipelines.events.declared` for JSON, :mod:`pipelines.events.avro`) turns a
+:class:`RecordBatch` of one partition into a :class:`DecodedBatch`: the valid events as columns
+and each bad message as a :class:`DeadLetter` with a reason code; none raises, whatever the
+bytes. :func:`parse_object` makes the checks that need no schema (empty, oversize, too deep,
+malformed, not an object) in the order every decoder applies them; a message nested deeper
+than :data:`MAX_JSON_DEPTH` is ``too_deep`` before any parser recurses into it.
 
-No decoder recurses into deep nesting (msgspec raises RecursionError a few thousand levels
-down, which escaped as a crash). The fast path's schema forbids fields beyond the event's and
-types every field as a scalar, so msgspec refuses anything nested at its first token. A message
-it refuses for an extra field gets a second look: decoded leniently if it has no more than
-``MAX_JSON_DEPTH`` opening brackets (two byte counts), else classified; the classifier measures
-the exact depth outside strings before parsing, so a deep message is dead-lettered as
-``too_deep`` and a flat one with brackets in its strings is decoded as usual. Events are flat
-objects: 64 levels leave room for any extra field a producer adds.
-
-The task's watermark (the largest accepted event time) advances event by event (a running
-maximum in numpy, restarted after each event too far ahead of it), and the watermark *before*
-each event is kept, so lateness decisions depend only on
-the order of the partition, never on how polls happened to cut it into batches.
+The task's watermark (the largest accepted event time) advances event by event, and the
+watermark *before* each event is kept (:func:`watermarks_before`), so lateness decisions depend
+only on the order of the partition, never on how polls happened to cut it into batches.
 """
 
 from __future__ import annotations
@@ -27,14 +18,10 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from operator import attrgetter
-from typing import Annotated, Any, Protocol
+from typing import Any, Protocol
 
-import msgspec
 import numpy as np
 import orjson
-
-from pipelines.events.schema import EVENT_FIELDS, EVENT_TIME_MAX_MS, EVENT_TIME_MIN_MS
 
 __all__ = [
     "CRASHED_TASK",
@@ -57,8 +44,10 @@ __all__ = [
     "DecodedBatch",
     "RawRecord",
     "RecordBatch",
-    "decode_batch",
+    "dead_letter",
+    "json_depth",
     "parse_object",
+    "watermarks_before",
 ]
 
 NO_WATERMARK = -(2**62)
@@ -102,10 +91,6 @@ DEAD_LETTER_REASONS = (
 
 MAX_JSON_DEPTH = 64
 """Deepest nesting of objects and arrays a message may have (an event is one level)."""
-
-BYTES_TX_MAX = 2**63 - 1
-"""bytes_tx is stored as int64: a larger count (msgspec reads integers of any size) is out of
-range rather than an overflow when the columns are built."""
 
 
 class RawRecord(Protocol):
@@ -205,34 +190,6 @@ class DecodedBatch:
         return len(self.offsets)
 
 
-_NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
-
-
-_EventTime = Annotated[int, msgspec.Meta(ge=EVENT_TIME_MIN_MS, lt=EVENT_TIME_MAX_MS)]
-_ByteCount = Annotated[int, msgspec.Meta(ge=0, le=BYTES_TX_MAX)]
-
-
-class _Event(msgspec.Struct, gc=False):
-    """The schema of the lenient decoder: the fields of EVENT_FIELDS with their strict types
-    and ranges (fields beyond them are skipped)."""
-
-    event_id: _NonEmpty
-    event_time: _EventTime
-    org: _NonEmpty
-    client: _NonEmpty
-    bytes_tx: _ByteCount
-    session_id: _NonEmpty
-    event_type: _NonEmpty
-
-
-class _ExactEvent(_Event, forbid_unknown_fields=True, gc=False):
-    """The fast path's: no other field, so nothing nested is ever parsed (no recursion)."""
-
-
-assert set(_Event.__struct_fields__) == set(EVENT_FIELDS), "decoder out of step with the schema"
-_FIELDS = _Event.__struct_fields__
-_decode_event = msgspec.json.Decoder(_ExactEvent).decode
-_decode_lenient = msgspec.json.Decoder(_Event).decode
 _STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _OPEN = np.zeros(256, dtype=np.int8)
 _OPEN[[ord("{"), ord("[")]] = 1
@@ -247,43 +204,6 @@ def json_depth(value: bytes) -> int:
         return 0
     steps = _OPEN[np.frombuffer(bare, dtype=np.uint8)]
     return int(np.cumsum(steps, dtype=np.int64).max(initial=0))
-
-
-def _type_problem(event: dict[str, Any]) -> str | None:
-    for name, spec in EVENT_FIELDS.items():
-        value = event[name]
-        if spec.numeric:
-            if type(value) is not int:
-                return f"{name} must be an integer, got {type(value).__name__} {value!r:.40}"
-        elif type(value) is not str or not value:
-            return f"{name} must be a non-empty string, got {type(value).__name__} {value!r:.40}"
-    return None
-
-
-def _second_look(value: bytes | None, max_message_bytes: int) -> tuple[str, str] | _Event:
-    """A message the fast path refused: an event with fields beyond the schema (and not too
-    deep to decode) is decoded leniently; anything else is classified."""
-    try:
-        if (
-            len(value) <= max_message_bytes  # type: ignore[arg-type]  # None: classified
-            and value.count(b"{") + value.count(b"[") <= MAX_JSON_DEPTH  # type: ignore[union-attr]
-        ):
-            return _decode_lenient(value)  # type: ignore[arg-type]
-    except Exception:  # not an event with extra fields: the classifier says what it is
-        pass
-    return _classify(value, max_message_bytes)
-
-
-def _classify(value: bytes | None, max_message_bytes: int) -> tuple[str, str] | _Event:
-    """The slow path: why a message is bad as (reason, detail), or the event if it is not.
-
-    Everything but lateness relative to the watermark is decided here, in this order. It never
-    raises: an unexpected failure is a ``decoder_error`` with the exception's text.
-    """
-    try:
-        return _check(value, max_message_bytes)
-    except Exception as exc:  # a bug, not the input's fault: the message is still accounted for
-        return DECODER_ERROR, f"{type(exc).__name__}: {exc}"[:500]
 
 
 def parse_object(value: bytes | None, max_message_bytes: int) -> tuple[str, str] | dict[str, Any]:
@@ -307,89 +227,17 @@ def parse_object(value: bytes | None, max_message_bytes: int) -> tuple[str, str]
     return event
 
 
-def _check(value: bytes | None, max_message_bytes: int) -> tuple[str, str] | _Event:
-    event = parse_object(value, max_message_bytes)
-    if type(event) is tuple:
-        return event
-    for name in EVENT_FIELDS:
-        if name not in event:
-            return MISSING_FIELD, f"missing field {name!r}"
-    problem = _type_problem(event)
-    if problem is not None:
-        return WRONG_TYPE, problem
-    t, nbytes = event["event_time"], event["bytes_tx"]
-    if nbytes < 0:
-        return OUT_OF_RANGE, f"bytes_tx {nbytes} < 0"
-    if nbytes > BYTES_TX_MAX:
-        return OUT_OF_RANGE, f"bytes_tx {str(nbytes)[:40]} > {BYTES_TX_MAX}"
-    if not EVENT_TIME_MIN_MS <= t < EVENT_TIME_MAX_MS:
-        return OUT_OF_RANGE, f"event_time {t} outside [{EVENT_TIME_MIN_MS}, {EVENT_TIME_MAX_MS})"
-    return _Event(**{name: event[name] for name in _FIELDS})
-
-
 RUN = 32
 """Messages decoded by one ``map`` over the fast path. A run with a bad message is decoded
 again message by message, so the longer the run, the more a rare bad message costs; 32 did
 best on the generator's share of bad messages (docs/benchmarks.md)."""
 
 
-def _one(value: bytes | None, max_message_bytes: int) -> tuple[str, str] | _Event:
-    """One message by the fast path, else its second look (never raises)."""
-    try:
-        if len(value) > max_message_bytes:  # type: ignore[arg-type]  # None: the slow path
-            raise TypeError
-        return _decode_event(value)  # types and ranges checked in C; nothing nested is parsed
-    except Exception:  # whatever the fast path refuses gets a second look, never raises
-        return _second_look(value, max_message_bytes)
-
-
-def _decode_values(
-    values: Sequence[bytes | None], max_message_bytes: int, out: list[tuple[str, str] | _Event]
-) -> list[int]:
-    """Append each message's event, or its (reason, detail), to ``out``, in order; the
-    indices of those that are not events.
-
-    Each run of :data:`RUN` messages goes through the fast path in one ``map`` (no Python
-    step per message: msgspec costs about as much per message called once per message as
-    over lines joined, and each message is decoded alone, so no line can hold two); a run
-    with any message it refuses is decoded again message by message by :func:`_one`, so
-    reasons and details are the classifier's and the result never depends on the runs."""
-    decode = _decode_event
-    one = _one
-    refused: list[int] = []
-    for lo in range(0, len(values), RUN):
-        run = values[lo : lo + RUN]
-        try:
-            if max(map(len, run)) <= max_message_bytes:  # type: ignore[arg-type]  # None: below
-                out.extend(list(map(decode, run)))  # all or nothing: a refusal raises
-                continue
-        except Exception:  # refused: the run is decoded message by message
-            pass
-        for i, value in enumerate(run, start=lo):
-            checked = one(value, max_message_bytes)
-            if type(checked) is tuple:
-                refused.append(i)
-            out.append(checked)
-    return refused
-
-
-def _columns(events: list[_Event]) -> dict[str, np.ndarray]:
-    """The events as columns, one pass per field (no tuple per event: the collector would
-    then scan the whole heap far more often)."""
-    return {
-        name: np.array(
-            list(map(attrgetter(name), events)),
-            dtype=np.int64 if EVENT_FIELDS[name].numeric else object,
-        )
-        for name in _FIELDS
-    }
-
-
 MAX_AHEAD_VECTORIZED = 32
 """Past this many events too far ahead in one batch, the watermark is followed event by event."""
 
 
-def _accept(
+def watermarks_before(
     times: np.ndarray, watermark: int, max_future_ms: int
 ) -> tuple[np.ndarray, list[tuple[int, int]]] | None:
     """The watermark before each event (of event times ``times``), and the (index, watermark
@@ -419,101 +267,8 @@ def _accept(
     return prior, ahead
 
 
-def _dead_letter(records: RecordBatch, i: int, why: tuple[str, str]) -> DeadLetter:
+def dead_letter(records: RecordBatch, i: int, why: tuple[str, str]) -> DeadLetter:
     reason, detail = why
     value = records.values[i]
     kept = value[:1024] if reason == OVERSIZE else value  # type: ignore[index]
     return DeadLetter(records.offsets[i], records.timestamps[i], reason, detail, kept)
-
-
-def decode_batch(
-    records: RecordBatch | Sequence[RawRecord],
-    watermark: int,
-    *,
-    max_message_bytes: int,
-    max_future_ms: int,
-) -> DecodedBatch:
-    """Decode ``records`` (one partition, ascending offsets) starting from ``watermark``."""
-    if not isinstance(records, RecordBatch):
-        records = RecordBatch.of(records)
-    checked: list[tuple[str, str] | _Event] = []
-    refused = _decode_values(records.values, max_message_bytes, checked)
-    n = len(checked)
-    next_offset = records.offsets[-1] + 1 if n else -1
-    events = checked if not refused else [c for c in checked if type(c) is not tuple]
-    if events:
-        columns = _columns(events)
-        times = columns["event_time"]
-        accepted = _accept(times, watermark, max_future_ms)
-        if accepted is not None:
-            prior, ahead = accepted
-            offsets = np.array(records.offsets, dtype=np.int64)
-            stamps = np.array(records.timestamps, dtype=np.int64)
-            dead = [_dead_letter(records, i, checked[i]) for i in refused]  # type: ignore[arg-type]
-            if refused or ahead:
-                valid = np.ones(n, dtype=bool)
-                valid[refused] = False
-                at = np.flatnonzero(valid)  # each event's index among the messages
-                for k, wm in ahead:  # too far ahead of the watermark before it
-                    i = int(at[k])
-                    t = int(times[k])
-                    detail = f"event_time {t} is {(t - wm) / 1000:.0f}s ahead of the watermark {wm}"
-                    offset, stamp, value = (
-                        records.offsets[i],
-                        records.timestamps[i],
-                        records.values[i],
-                    )
-                    dead.append(DeadLetter(offset, stamp, FUTURE_EVENT_TIME, detail, value))
-                    valid[i] = False
-                dead.sort(key=attrgetter("offset"))
-                offsets, stamps = offsets[valid], stamps[valid]
-                if ahead:
-                    keep = np.ones(len(events), dtype=bool)
-                    keep[[k for k, _ in ahead]] = False
-                    columns = {name: column[keep] for name, column in columns.items()}
-                    times, prior = columns["event_time"], prior[keep]
-            return DecodedBatch(
-                offsets=offsets,
-                kafka_timestamps=stamps,
-                columns=columns,
-                prior_watermark=prior,
-                dead_letters=dead,
-                watermark=max(watermark, int(times.max())) if len(times) else watermark,
-                consumed=n,
-                next_offset=next_offset,
-            )
-    events = []
-    offsets: list[int] = []
-    stamps: list[int] = []
-    prior_list: list[int] = []
-    dead: list[DeadLetter] = []
-    wm = watermark
-    for offset, stamp, value, event in zip(
-        records.offsets, records.timestamps, records.values, checked, strict=True
-    ):
-        if type(event) is tuple:
-            reason, detail = event
-            kept = value[:1024] if reason == OVERSIZE else value  # type: ignore[index]
-            dead.append(DeadLetter(offset, stamp, reason, detail, kept))
-            continue
-        t = event.event_time  # type: ignore[union-attr]
-        if wm != NO_WATERMARK and t > wm + max_future_ms:
-            detail = f"event_time {t} is {(t - wm) / 1000:.0f}s ahead of the watermark {wm}"
-            dead.append(DeadLetter(offset, stamp, FUTURE_EVENT_TIME, detail, value))
-            continue
-        events.append(event)  # type: ignore[arg-type]
-        offsets.append(offset)
-        stamps.append(stamp)
-        prior_list.append(wm)
-        if t > wm:
-            wm = t
-    return DecodedBatch(
-        offsets=np.array(offsets, dtype=np.int64),
-        kafka_timestamps=np.array(stamps, dtype=np.int64),
-        columns=_columns(events),
-        prior_watermark=np.array(prior_list, dtype=np.int64),
-        dead_letters=dead,
-        watermark=wm,
-        consumed=n,
-        next_offset=next_offset,
-    )

@@ -13,9 +13,8 @@ import msgspec
 import numpy as np
 import orjson
 
-from pipelines.events.declaration import ColumnType
+from pipelines.events.declaration import EVENT_TIME_MAX_MS, EVENT_TIME_MIN_MS, ColumnType
 from pipelines.events.readings import DTYPES, FILL, Reading
-from pipelines.events.schema import EVENT_TIME_MAX_MS, EVENT_TIME_MIN_MS
 from pipelines.events.times import column_to_ms
 
 __all__ = ["as_column", "brackets", "getter", "structs"]

@@ -14,11 +14,12 @@ import numpy as np
 
 from pipelines.events.declaration import (
     EVENT_TIME,
+    EVENT_TIME_MAX_MS,
+    EVENT_TIME_MIN_MS,
     ColumnType,
     FieldDeclaration,
     TimeFormat,
 )
-from pipelines.events.schema import EVENT_TIME_MAX_MS, EVENT_TIME_MIN_MS
 from pipelines.events.times import INTEGER_FORMATS, to_ms
 
 __all__ = ["ABSENT", "Bad", "Reading", "field_reading", "follow"]

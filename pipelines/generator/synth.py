@@ -14,7 +14,7 @@ from typing import NamedTuple
 import numpy as np
 import orjson
 
-from pipelines.events.schema import EVENT_TYPES
+from pipelines.generator.events import EVENT_TYPES
 from pipelines.generator.trace import Trace
 
 __all__ = ["MALFORMED_KINDS", "GeneratorOptions", "GeneratorReport", "Message", "synthesize"]

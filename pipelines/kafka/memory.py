@@ -11,7 +11,7 @@ against the broker (``tests/pipelines/kafka/``)::
 
     broker = MemoryBroker()
     broker.create_topic("events", 2)
-    broker.send("events", b"key", b'{"event_id": "e1", ...}', partition=0)
+    broker.send("events", b"key", b'{"id": "e1", ...}', partition=0)
     clients = WorkerClients(broker.reader("sluice-events"), broker.writer(), timeout_s=5.0)
 """
 

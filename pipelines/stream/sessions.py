@@ -53,6 +53,7 @@ from pipelines.views.model import (
     SESSION_START,
     View,
 )
+from pipelines.views.topics import declaration_of
 
 __all__ = ["SessionState", "kept_event_type", "session_table_schema"]
 
@@ -102,9 +103,9 @@ class SessionState:
             {self.spec.key, *self.spec.kept_fields}
             | {c for a in self.aggregators for c in a.columns_read()} - {"event_time"}
         )
-        declaration = view.declaration
-        self._nullable = None if declaration is None else declaration.nullable_columns()
-        declared = {} if declaration is None else declaration.columns()
+        declaration = declaration_of(view)
+        self._nullable = declaration.nullable_columns()
+        declared = self._declared = declaration.columns()
         self._masked = [
             c for c in self.columns if c in (self._nullable or ()) and declared[c] != "string"
         ]
@@ -474,9 +475,8 @@ class SessionState:
         """Accepted events not settled yet (checkpointed beside the sessions)."""
         rows = _concat(self.pending) if self.pending else {}
         names = ["event_time", _OFFSET, *self.columns, *(_NULL + c for c in self._masked)]
-        declared = None if self.view.declaration is None else self.view.declaration.columns()
         return pa.table(
-            {n: pa.array(rows.get(n, []), type=_arrow_type(n, declared)) for n in names}
+            {n: pa.array(rows.get(n, []), type=_arrow_type(n, self._declared)) for n in names}
         )
 
     def load(self, table: pa.Table, pending: pa.Table | None = None) -> None:
@@ -526,18 +526,14 @@ def _concat(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     return {c: np.concatenate([p[c] for p in parts]) for c in parts[0]}
 
 
-def _arrow_type(name: str, declared: dict[str, ColumnType] | None = None) -> pa.DataType:
-    """A pending column's type: as the declared column's archive type (a decoded batch holds
-    it so), else as the generator's field's."""
-    from pipelines.events.schema import EVENT_FIELDS
-
+def _arrow_type(name: str, declared: dict[str, ColumnType]) -> pa.DataType:
+    """A pending column's type: the declared column's archive type (a decoded batch holds it
+    so)."""
     if name.startswith(_NULL):
         return pa.bool_()
     if name in (_OFFSET, EVENT_TIME):
         return pa.int64()
-    if declared is not None and name in declared:
-        return arrow_type(declared[name])
-    return pa.int64() if EVENT_FIELDS[name].numeric else pa.string()
+    return arrow_type(declared[name])
 
 
 def _numpy(column: pa.ChunkedArray) -> np.ndarray:

@@ -48,7 +48,6 @@ from pipelines.events.decode import (
     DecodedBatch,
     RawRecord,
     RecordBatch,
-    decode_batch,
 )
 from pipelines.exceptions import TaskFenced, ViewCrash
 from pipelines.segments import ChangeLog, read_parquet, realtime_key, to_parquet
@@ -84,13 +83,10 @@ def _declaration(topic: str, views: Sequence[View]) -> TopicDeclaration | None:
 
 
 def _decoder(
-    declaration: TopicDeclaration | None, partition: int, settings: SluiceSettings | None = None
+    declaration: TopicDeclaration, partition: int, settings: SluiceSettings | None = None
 ) -> Decoder:
     """The decoder of the topic's declaration (an Avro topic's reads through the settings'
-    schema registry); without one, the hand-written decoder of the generator's events, which
-    the topics file's declaration describes."""
-    if declaration is None:
-        return decode_batch
+    schema registry)."""
     if declaration.encoding == "avro":
         registry = settings.schema_registry_conf() if settings is not None else None
         return partial(avro_decoder_for(declaration, registry), partition=partition)
@@ -128,10 +124,11 @@ class StreamTask:
         self.sink = dead_letters
         self.settings = settings
         self.states = {v.name: view_state(v) for v in self.views}
-        declared = _declaration(topic, views)
-        self.decode = _decoder(declared, partition, settings)
-        self.declaration = declared or declaration_for(topic, default_declarations())
-        """What the topic's events hold: the archive's columns."""
+        self.declaration = _declaration(topic, views) or declaration_for(
+            topic, default_declarations()
+        )
+        """What the topic's events hold: the decoder's and the archive's columns."""
+        self.decode = _decoder(self.declaration, partition, settings)
         self.watermark = NO_WATERMARK
         self.next_offset = 0
         self.consumed = 0

@@ -244,7 +244,7 @@ WhereText = Annotated[
     str,
     BeforeValidator(_where),
     WithJsonSchema(
-        {"type": "string", "minLength": 1, "examples": ["event_type = 'error' and bytes_tx > 0"]}
+        {"type": "string", "minLength": 1, "examples": ["status = 'failed' and amount > 0"]}
     ),
 ]
 """A ``where:`` filter (:mod:`pipelines.expressions`): comparisons, in, and/or/not, is null."""

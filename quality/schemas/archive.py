@@ -16,9 +16,14 @@ import pyarrow as pa
 
 from pipelines.archive.schema import archive_schema
 from pipelines.archive.writer import DEAD_LETTER_SCHEMA
-from pipelines.events.declaration import EVENT_TIME, ColumnType, TopicDeclaration
+from pipelines.events.declaration import (
+    EVENT_TIME,
+    EVENT_TIME_MAX_MS,
+    EVENT_TIME_MIN_MS,
+    ColumnType,
+    TopicDeclaration,
+)
 from pipelines.events.decode import DEAD_LETTER_REASONS
-from pipelines.events.schema import EVENT_TIME_MAX_MS, EVENT_TIME_MIN_MS
 from quality.schemas.pandas_backend import validate_frame
 from quality.schemas.spec import (
     NON_EMPTY,

@@ -27,8 +27,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 import pyarrow as pa
 
-from pipelines.events.declaration import ColumnType
-from pipelines.events.schema import EVENT_TIME_MAX_MS, EVENT_TIME_MIN_MS
+from pipelines.events.declaration import EVENT_TIME_MAX_MS, EVENT_TIME_MIN_MS, ColumnType
 from pipelines.kinds import kind_of
 from pipelines.segments import is_state_column, state_column
 from pipelines.serving import SOURCE

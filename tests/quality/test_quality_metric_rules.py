@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 
 from pipelines.aggregators import get, names
-from pipelines.events.schema import EVENT_TIME_MIN_MS
+from pipelines.events.declaration import EVENT_TIME_MIN_MS
 from pipelines.segments import HOUR_MS
 from pipelines.views import View, parse_views
 from pipelines.views.model import WINDOW_END, WINDOW_START

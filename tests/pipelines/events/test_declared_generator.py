@@ -16,7 +16,8 @@ from pipelines.config import PROJECT_ROOT
 from pipelines.events import decode
 from pipelines.events.declaration import TopicDeclaration
 from pipelines.events.declared import decoder_for
-from pipelines.events.decode import NO_WATERMARK, decode_batch
+from pipelines.events.decode import NO_WATERMARK
+from pipelines.generator.decoder import decode_batch
 from tests.pipelines.events.test_decoder import BASE, _event, _hostile, _joinable, _messages
 
 GENERATOR = TopicDeclaration(

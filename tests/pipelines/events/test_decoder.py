@@ -14,10 +14,9 @@ from pipelines.events.decode import (
     FUTURE_EVENT_TIME,
     MAX_JSON_DEPTH,
     NO_WATERMARK,
-    _classify,
-    decode_batch,
 )
-from pipelines.events.schema import EVENT_FIELDS
+from pipelines.generator.decoder import _classify, decode_batch
+from pipelines.generator.events import EVENT_FIELDS
 
 BASE = {
     "event_id": "e1",

@@ -14,8 +14,8 @@ import yaml
 from pipelines.config import PROJECT_ROOT, SluiceSettings
 from pipelines.events.declaration import TopicDeclaration
 from pipelines.events.declared import DeclaredDecoder
-from pipelines.events.decode import decode_batch
 from pipelines.generator import GeneratorOptions, load_trace, synthesize
+from pipelines.generator.decoder import decode_batch
 from pipelines.storage import LocalObjectStore
 from pipelines.stream.task import StreamTask
 from pipelines.testing import CollectingDeadLetters
@@ -34,11 +34,13 @@ class Rec:
     key: bytes | None = None
 
 
-def _run(tmp_path, views, records):
+def _run(tmp_path, views, records, by_hand=False):
     settings = SluiceSettings(state_dir=tmp_path)
     store = LocalObjectStore(settings.resolved_storage_root)
     sink = CollectingDeadLetters()
     task = StreamTask(views[0].topic, 0, views, store, sink, settings)
+    if by_hand:
+        task.decode = decode_batch
     task.start_at(0)
     for lo in range(0, len(records), 700):
         task.process(records[lo : lo + 700])
@@ -59,12 +61,16 @@ def test_the_generators_declaration_decodes_as_the_hand_written_decoder(tmp_path
         for v in load_views(PROJECT_ROOT / "data" / "views.yaml")
         if not v.is_session and all(a.aggregation != "quantiles" for a in v.aggregations)
     ]
-    # the loader gives every view its declaration; without one a task decodes by hand
-    plain = _run(tmp_path / "plain", [replace(v, declaration=None) for v in views], records)
     declared_views = [replace(v, declaration=GENERATOR) for v in views]
+    plain = _run(tmp_path / "plain", declared_views, records, by_hand=True)
     declared = _run(tmp_path / "declared", declared_views, records)
-    assert plain[0].decode is decode_batch
     assert isinstance(declared[0].decode.func, DeclaredDecoder)
+    # a view built without a declaration reads its topic as the topics file declares it
+    undeclared = _run(
+        tmp_path / "undeclared", [replace(v, declaration=None) for v in views], records
+    )
+    assert undeclared[0].declaration.columns() == declared[0].declaration.columns()
+    assert undeclared[1] == declared[1]
     assert declared[1] == plain[1] and plain[1]
     assert declared[2] == plain[2] and plain[2]  # the generator sends malformed messages
     assert declared[0].watermark == plain[0].watermark

@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipelines.events.schema import EVENT_TIME_MAX_MS, EVENT_TIME_MIN_MS
+from pipelines.events.declaration import EVENT_TIME_MAX_MS, EVENT_TIME_MIN_MS
 from pipelines.stream.state import code_time_order
 
 _TIMES = st.integers(EVENT_TIME_MIN_MS, EVENT_TIME_MAX_MS - 1)
