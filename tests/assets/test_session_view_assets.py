@@ -8,7 +8,7 @@ import pytest
 
 from assets.constants import corrected_key, realtime_key
 from assets.views.factory import build_view_assets
-from orchestration.resources import LocalControlStoreResource
+from orchestration.resources import LocalControlStoreResource, LocalStorageResource
 from pipelines.control import ControlStore
 from pipelines.views import parse_views
 from pipelines.views.resolve import resolve_views
@@ -41,7 +41,11 @@ def test_realtime_and_corrected_assets_of_a_session_view(tmp_path):
 
     url = f"sqlite:///{tmp_path / 'control.db'}"
     result = dg.materialize(
-        [asset], resources={"control_store": LocalControlStoreResource(sqlite_url=url)}
+        [asset],
+        resources={
+            "control_store": LocalControlStoreResource(sqlite_url=url),
+            "storage": LocalStorageResource(root=str(tmp_path / "storage")),
+        },
     )
     assert result.success
     control = ControlStore(url)

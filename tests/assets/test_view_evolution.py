@@ -9,7 +9,6 @@ from pathlib import Path
 import dagster as dg
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 
 from assets.views.factory import build_realtime_asset
 from orchestration.resources import LocalControlStoreResource, LocalStorageResource
@@ -39,11 +38,6 @@ TOP_CENTS = {
     "name": "top_cents",
     "aggregation_info": [{"aggregation": "max", "col_name": "cents", "aggregated_col_name": "top"}],
 }
-
-
-@pytest.fixture(autouse=True)
-def any_declaration_is_carried(monkeypatch) -> None:
-    monkeypatch.setattr("pipelines.views.topics.not_supported_yet", lambda declaration: [])
 
 
 def _declared(fields: list[dict]) -> TopicDeclaration:

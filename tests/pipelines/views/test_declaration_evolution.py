@@ -53,11 +53,6 @@ def _view(definition: dict, declaration: TopicDeclaration):
     return view
 
 
-@pytest.fixture(autouse=True)
-def any_declaration_is_carried(monkeypatch) -> None:
-    monkeypatch.setattr("pipelines.views.topics.not_supported_yet", lambda declaration: [])
-
-
 def test_the_fingerprint_covers_the_declaration() -> None:
     before = _view(REVENUE, _declared(FIELDS))
     added = _view(
