@@ -9,6 +9,7 @@ import yaml
 from pydantic import ValidationError
 from rich.console import Console
 
+from orchestration.control_plane.runtime import Runtime
 from pipelines.config import KafkaSettings, get_settings
 from pipelines.events.declaration import TimeFormat, TopicDeclaration
 from pipelines.exceptions import SluiceError
@@ -22,7 +23,7 @@ from pipelines.generator.file_replay import (
     time_span,
 )
 from pipelines.generator.progress import ReplayProgress
-from pipelines.kafka import ensure_topics, resolve_bootstrap
+from pipelines.kafka import ensure_topics, exact_end_offsets, resolve_bootstrap
 from pipelines.kafka.writer import open_writer
 
 __all__ = ["register"]
@@ -84,6 +85,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="keep the replay's progress in this JSON file (what `sluice up` shows)",
     )
+    parser.add_argument(
+        "--open-ended",
+        action="store_true",
+        help="more input will follow: do not record where this input ends (by default the "
+        "archive sensor closes the last hours once the fleet has read through it)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -134,6 +141,8 @@ def run(args: argparse.Namespace) -> int:
     settings = get_settings()
     bootstrap = resolve_bootstrap(settings, kafka)
     ensure_topics(bootstrap, {args.topic: settings.partitions}, kafka)
+    control = Runtime.from_env().control
+    control.input_ends.clear(args.topic)  # the input is open while the replay goes on
     out = open_writer(bootstrap, kafka)
 
     def send(key: bytes | None, value: bytes) -> None:
@@ -174,6 +183,11 @@ def run(args: argparse.Namespace) -> int:
     finally:
         out.flush()
         out.close()
+    if not args.open_ended and not report.stopped:
+        # Flushed: the log ends where this file does. The archive sensor closes the last hours
+        # once every task has checkpointed through these offsets, as after `sluice generate`.
+        control.input_ends.record(args.topic, exact_end_offsets(bootstrap, kafka, args.topic))
+    control.close()
     progress(report, done=True)
     console.print(
         f"produced {report.produced:,} messages to {args.topic} in {report.wall_s:.1f}s"

@@ -94,7 +94,7 @@ def test_up_runs_the_flights_example_through_dagster(tmp_path: Path) -> None:
             assert up.poll() is None, text[-3000:]
             return event_hours <= _corrected_hours(text) and "report  " in text
 
-        wait_until(everything_landed, 1500, "every hour corrected and a report, on the terminal")
+        wait_until(everything_landed, 780, "every hour corrected and a report, on the terminal")
         text = log.read_text(errors="replace")
         assert "replaying" in text and "to flights at 7200x" in text
         assert "Traceback" not in text

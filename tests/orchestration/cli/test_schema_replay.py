@@ -14,6 +14,7 @@ import yaml
 from kafka import KafkaConsumer, KafkaProducer
 
 from orchestration.cli import main
+from orchestration.control_plane.runtime import Runtime
 from pipelines.config import get_settings
 from pipelines.events.declaration import TopicDeclaration
 from pipelines.generator.file_replay import TimeField, read_rows, replay_file
@@ -112,6 +113,26 @@ def test_replay_jsonl_keyed_with_a_bad_row(bootstrap, tmp_path, capsys) -> None:
     assert sorted(got, key=lambda kv: kv[1]["payment_id"]) == sorted(
         ((r["merchant"].encode(), r) for r in PAYMENTS), key=lambda kv: kv[1]["payment_id"]
     )
+
+
+def test_a_replayed_file_records_where_its_input_ends_unless_open_ended(
+    bootstrap, tmp_path
+) -> None:
+    """So the archive sensor can close the file's last hours, as after `sluice generate`."""
+    path = tmp_path / "p.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in PAYMENTS))
+    runtime = Runtime.from_env()
+    try:
+        topic = _topic()
+        assert main(["replay", str(path), "--topic", topic, "--key-field", "merchant"]) == 0
+        end = runtime.control.input_ends.of_topic(topic)
+        assert end is not None and sum(end.end_offsets.values()) == len(PAYMENTS)
+        open_topic = _topic()
+        assert main(["replay", str(path), "--topic", open_topic, "--open-ended"]) == 0
+        assert runtime.control.input_ends.of_topic(open_topic) is None
+        _read_back(bootstrap, open_topic, len(PAYMENTS))
+    finally:
+        runtime.control.close()
 
 
 def test_replay_csv_typed_by_the_declaration(bootstrap, tmp_path, capsys) -> None:
