@@ -28,6 +28,7 @@ from pipelines.stream.task import StreamTask
 from pipelines.testing import CollectingDeadLetters
 from pipelines.views import load_views
 from quality.causes import read_hour_archive
+from quality.schemas import validate_dead_letters
 
 HOUR = 1_404_208_800_000  # 2014-07-01 10:00 UTC
 TOPIC = "pay"
@@ -308,3 +309,18 @@ def test_the_avro_decoder_names_the_field_and_counts_nulled_values(tmp_path, mod
     )
     assert Counter((d.field, d.reason) for d in batch.dead_letters) == dead
     assert Counter(batch.nulled) == nulled
+
+
+def test_the_archive_check_reads_dead_letters_written_before_the_field_column(tmp_path) -> None:
+    task = _task(tmp_path, _declaration("dead_letter"))
+    task.start_at(0)
+    good = {"merchant": "m", "amount": 1.0, "item": {"qty": 2}, "ts": HOUR}
+    bad = {**good, "amount": "x"}
+    task.process([Rec(i, HOUR, json.dumps(m).encode()) for i, m in enumerate([good, bad])])
+    task.flush()
+    (key,) = [k for k in task.store.list("archive/dead_letters/") if k.endswith(".parquet")]
+    table = pq.read_table(io.BytesIO(task.store.get(key)))
+    assert validate_dead_letters(table)["field"].tolist() == ["amount"]
+    older = table.drop_columns(["field"])
+    assert validate_dead_letters(older)["field"].isna().all()
+    assert validate_dead_letters(older.to_pandas())["field"].isna().all()
