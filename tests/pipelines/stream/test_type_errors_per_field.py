@@ -10,6 +10,7 @@ import json
 import random
 from collections import Counter
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import fastavro
 import pyarrow.parquet as pq
@@ -28,6 +29,8 @@ from pipelines.stream.task import StreamTask
 from pipelines.testing import CollectingDeadLetters
 from pipelines.views import load_views
 from quality.causes import read_hour_archive
+from quality.reconcile.results import Reconciliation
+from quality.report import ReportData, ReportPlots, render_html, render_json, render_markdown
 from quality.schemas import validate_dead_letters
 
 HOUR = 1_404_208_800_000  # 2014-07-01 10:00 UTC
@@ -221,6 +224,22 @@ def test_type_errors_are_counted_per_field_as_the_messages_say(tmp_path, mode: s
     per_field = Counter(letter[0] for letter, _ in outcomes[first:] if letter is not None)
     assert dict(causes.dead_letter_fields) == dict(per_field)
     assert causes.dead_letters == sum(per_field.values())
+
+    # the report: its per-field table, in the Markdown summary, the HTML and the JSON
+    day = datetime.fromtimestamp(HOUR / 1000, tz=UTC).date()
+    views = [s.view for s in task.states.values()]
+    hours = [Reconciliation("revenue", HOUR, False, None, causes)]
+    data = ReportData(day, views, hours, {}, [])
+    markdown = render_markdown(data)
+    table = markdown.split("## Dead letters per field (day totals)")
+    assert (len(table) == 2) == bool(per_field)
+    if per_field:
+        rows = [ln for ln in table[1].splitlines() if ln.startswith("| revenue |")]
+        assert rows == [f"| revenue | {f} | {n:,} |" for f, n in sorted(per_field.items())]
+    page = render_html(data, ReportPlots({"revenue": None}, None, None, None))
+    assert ('id="dead-letter-fields"' in page) == bool(per_field)
+    document = json.loads(render_json(data))
+    assert document["causes_total"]["revenue"]["dead_letter_fields"] == dict(per_field)
 
 
 def test_nothing_to_show_when_no_value_misfits(tmp_path) -> None:
