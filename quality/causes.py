@@ -25,6 +25,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 import duckdb
 import pyarrow as pa
@@ -75,21 +76,30 @@ class Causes:
     """Events the stream dropped because their window had closed (beyond allowed lateness)."""
     dead_letters: int = 0
     """Dead letters in the offset ranges that carried the hour: counted by neither side."""
+    dead_letter_fields: tuple[tuple[str, int], ...] = ()
+    """Of those, per declared field (sorted): the ones dead-lettered for that field's value
+    (missing_field, wrong_type, out_of_range). Dead letters of files written before the
+    archive kept the field are in :attr:`dead_letters` only."""
 
-    def as_dict(self) -> dict[str, int]:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "events": self.events,
             "duplicates": self.duplicates,
             "late_dropped": self.late_dropped,
             "dead_letters": self.dead_letters,
+            "dead_letter_fields": dict(self.dead_letter_fields),
         }
 
     def __add__(self, other: Causes) -> Causes:
+        fields = dict(self.dead_letter_fields)
+        for name, n in other.dead_letter_fields:
+            fields[name] = fields.get(name, 0) + n
         return Causes(
             self.events + other.events,
             self.duplicates + other.duplicates,
             self.late_dropped + other.late_dropped,
             self.dead_letters + other.dead_letters,
+            tuple(sorted(fields.items())),
         )
 
 
@@ -128,6 +138,13 @@ class HourArchive:
     id_col: str | None = None
     """The topic's declared id column: what tells two deliveries of one event (None: none
     does, every delivery is an event of its own)."""
+    dead_letter_fields: tuple[tuple[str, int], ...] = ()
+    """The hour's dead letters per declared field whose value did not fit (see
+    :attr:`Causes.dead_letter_fields`)."""
+
+    def causes(self) -> Causes:
+        """Its dead letters as causes (the events' are counted per view)."""
+        return Causes(dead_letters=self.dead_letters, dead_letter_fields=self.dead_letter_fields)
 
 
 def _hour_files(reader: ArchiveReader, hour_ms: int, topic: str) -> list[tuple[str, int, int, int]]:
@@ -195,18 +212,19 @@ _PRIOR_WATERMARK = """
 # A dead letter belongs to the hour the partition's watermark was in when it came.
 _DEAD_LETTERS_OF_HOUR = """
     WITH marks AS (
-        SELECT "partition", "offset", event_time, false AS letter FROM archive
+        SELECT "partition", "offset", event_time, false AS letter, NULL AS field FROM archive
         UNION ALL
-        SELECT "partition", "offset", NULL, true FROM letters
+        SELECT "partition", "offset", NULL, true, field FROM letters
     ), watermarked AS (
-        SELECT letter, max(event_time) OVER (
+        SELECT letter, field, max(event_time) OVER (
             PARTITION BY "partition" ORDER BY "offset"
             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
         ) AS watermark
         FROM marks
     )
-    SELECT count(*) FROM watermarked
+    SELECT field, count(*) FROM watermarked
     WHERE letter AND watermark >= $hour AND watermark < $hour + $hour_ms
+    GROUP BY field ORDER BY field
 """
 
 
@@ -228,12 +246,21 @@ def _dead_letter_files(
     return keys
 
 
+_LETTER_COLUMNS = ["partition", "offset", "field"]
+
+
 def _dead_letter_offsets(reader: ArchiveReader, keys: Sequence[str]) -> tuple[pa.Table, bool]:
-    """(partition, offset) of the dead letters in ``keys``, and whether every file was read."""
-    parts = [t for key in keys if (t := reader.read(key, ["partition", "offset"])) is not None]
+    """(partition, offset, field) of the dead letters in ``keys`` (the field null in files
+    written before the archive kept it), and whether every file was read."""
+    parts = [t for key in keys if (t := reader.read(key, _LETTER_COLUMNS)) is not None]
     read = len(parts) == len(keys)
+    parts = [t.set_column(2, "field", t.column("field").cast(pa.string())) for t in parts]
     if not parts:
-        empty = {"partition": pa.array([], pa.int32()), "offset": pa.array([], pa.int64())}
+        empty = {
+            "partition": pa.array([], pa.int32()),
+            "offset": pa.array([], pa.int64()),
+            "field": pa.array([], pa.string()),
+        }
         return pa.table(empty), read
     return pa.concat_tables(parts), read
 
@@ -382,13 +409,15 @@ def _read_hour_archive(
         con.register("archive", rows)
         with_watermark = con.sql(_PRIOR_WATERMARK).to_arrow_table()
         con.register("letters", letters)
-        dead = con.execute(_DEAD_LETTERS_OF_HOUR, {"hour": hour_ms, "hour_ms": HOUR_MS}).fetchall()[
-            0
-        ][0]
+        per_field = con.execute(
+            _DEAD_LETTERS_OF_HOUR, {"hour": hour_ms, "hour_ms": HOUR_MS}
+        ).fetchall()
     finally:
         con.unregister("archive")
         con.unregister("letters")
-    return HourArchive(topic, hour_ms, with_watermark, dead, id_col), complete
+    dead = sum(int(n) for _, n in per_field)
+    fields = tuple((name, int(n)) for name, n in per_field if name is not None)
+    return HourArchive(topic, hour_ms, with_watermark, dead, id_col, fields), complete
 
 
 _local = threading.local()
@@ -454,7 +483,7 @@ def view_causes(
     """
     rows = _with_following(archive, view, following)
     if rows.num_rows == 0:
-        return Causes(dead_letters=archive.dead_letters), {}
+        return archive.causes(), {}
     groups = ", ".join(f'"{c}"' for c in view.grouping_cols)
     select_groups = f", {groups}" if groups else ""
     relation = _with_derived(view, rows)
@@ -502,7 +531,7 @@ def view_causes(
     finally:
         con.unregister("archive")
     per_key: dict[tuple, GroupCauses] = {}
-    total = Causes(dead_letters=archive.dead_letters)
+    total = archive.causes()
     for row in result:
         window, *group, deliveries, distinct, late, own, own_distinct, own_late = row
         causes = GroupCauses(int(deliveries), int(distinct), int(late))

@@ -260,11 +260,50 @@ def render(
     if not lags and not job.assignments:
         footer = Text("no task has reported yet: is the fleet running? (sluice stream / sluice up)")
     parts = [table, footer]
+    errors = render_type_errors(lags)
+    if errors is not None:
+        parts.append(errors)
     if job.waiting_s:
         parts.append(_overdue_note(job))
     if job.agents:
         parts.insert(0, render_agents(job))
     return Group(*parts)
+
+
+def type_error_rows(lags: list[TaskLag]) -> list[tuple[str, str, str, int, int]]:
+    """(topic, field, reason, dead-lettered, nulled) summed over the topic's tasks, for each
+    declared field with a value that did not fit its type (as each task last reported)."""
+    counts: dict[tuple[str, str, str], list[int]] = {}
+    for lag in lags:
+        found = lag.status.views.get("type_errors") or {}
+        for column, outcome in enumerate(("dead_lettered", "nulled")):
+            for name, reasons in (found.get(outcome) or {}).items():
+                for reason, n in reasons.items():
+                    key = (lag.status.topic, name, reason)
+                    counts.setdefault(key, [0, 0])[column] += int(n)
+    return [(*key, dead, nulled) for key, (dead, nulled) in sorted(counts.items())]
+
+
+def render_type_errors(lags: list[TaskLag]) -> Table | None:
+    """Per topic, the fields with values that did not fit their declared type: messages
+    dead-lettered for them, and values made null (``on_type_error: null``); None when none."""
+    rows = type_error_rows(lags)
+    if not rows:
+        return None
+    table = Table(title="Type errors per field", title_justify="left")
+    for name, justify in (
+        ("topic", "left"),
+        ("field", "left"),
+        ("reason", "left"),
+        ("dead-lettered", "right"),
+        ("nulled", "right"),
+    ):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for topic, name, reason, dead, nulled in rows:
+        table.add_row(
+            topic, name, reason, f"{dead:,}" if dead else "-", f"{nulled:,}" if nulled else "-"
+        )
+    return table
 
 
 def task_statuses(lags: list[TaskLag], statuses: dict[str, str], job: JobView) -> dict[str, str]:

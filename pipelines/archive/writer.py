@@ -70,8 +70,12 @@ DEAD_LETTER_SCHEMA = pa.schema(
         pa.field("reason", pa.string(), nullable=False),
         pa.field("detail", pa.string(), nullable=False),
         pa.field("value", pa.binary(), nullable=True),
+        pa.field("field", pa.string(), nullable=True),
     ]
 )
+"""A dead letter's ``field``: the declared field whose value did not fit (missing_field,
+wrong_type, out_of_range), else null; files written before it was added lack the column and
+read as null."""
 
 
 ROW_GROUP_ROWS = 65_536
@@ -274,6 +278,7 @@ class ArchiveBuffer:
                 "reason": [d.reason for d in letters],
                 "detail": [d.detail for d in letters],
                 "value": [d.value for d in letters],
+                "field": [d.field for d in letters],
             },
             schema=DEAD_LETTER_SCHEMA,
         )

@@ -200,8 +200,9 @@ class AvroDecoder(DeclaredDecoder):
 
     def classify(
         self, value: bytes | None, max_message_bytes: int, stamp: int = 0
-    ) -> tuple[str, str] | dict[str, Any]:
-        """Why a message is bad as (reason, detail), or its columns' values; raises only
+    ) -> tuple[str, ...] | dict[str, Any]:
+        """Why a message is bad as (reason, detail) or (reason, detail, field), or its
+        columns' values; raises only
         :class:`SchemaRegistryUnreachable`."""
         try:
             return self._avro(value, max_message_bytes, stamp)
@@ -212,7 +213,7 @@ class AvroDecoder(DeclaredDecoder):
 
     def _avro(
         self, value: bytes | None, max_message_bytes: int, stamp: int
-    ) -> tuple[str, str] | dict[str, Any]:
+    ) -> tuple[str, ...] | dict[str, Any]:
         got = self._body(value, max_message_bytes)
         if len(got) == 3:
             return got[0], got[1]
@@ -291,8 +292,7 @@ class AvroDecoder(DeclaredDecoder):
         except Exception as exc:  # a bug, not the input's fault
             return DECODER_ERROR, _said(exc)[:500]
         if type(checked) is tuple:
-            reason, detail = checked
-            return reason, f"{detail} ({where})"
+            return checked[0], f"{checked[1]} ({where})", *checked[2:]
         return checked
 
 

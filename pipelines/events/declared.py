@@ -21,7 +21,9 @@ It keeps :func:`~pipelines.events.decode.decode_batch`'s contract (the same
 Values: a required string is non-empty; ``long`` refuses booleans and fractions; ``double``
 takes integers; a nullable field absent or null (or under a null object) is null. Under
 ``on_type_error: null``, a field's ``wrong_type`` or ``out_of_range`` makes it null instead
-(the event time's still dead-letters the message).
+(the event time's still dead-letters the message). A dead letter names the field whose value
+did not fit (:attr:`DeadLetter.field`), and each batch counts the values it made null per
+field and reason (:attr:`DecodedBatch.nulled`), whichever path read them.
 
 Columns: string -> object (None for null), long and timestamp -> int64 (timestamps in epoch
 ms), double -> float64, boolean -> bool. A null in a non-string column holds 0 (0.0, False)
@@ -52,6 +54,7 @@ from pipelines.events.decode import (
     MAX_JSON_DEPTH,
     MISSING_FIELD,
     NO_WATERMARK,
+    NULLED,
     OUT_OF_RANGE,
     WRONG_TYPE,
     DeadLetter,
@@ -114,8 +117,9 @@ class DeclaredDecoder:
 
     def classify(
         self, value: bytes | None, max_message_bytes: int, stamp: int = 0
-    ) -> tuple[str, str] | dict[str, Any]:
-        """Why a message is bad as (reason, detail), or its columns' values; never raises."""
+    ) -> tuple[str, ...] | dict[str, Any]:
+        """Why a message is bad as (reason, detail) or (reason, detail, field), or its
+        columns' values (:meth:`read`); never raises."""
         try:
             return self._check(value, max_message_bytes, stamp)
         except Exception as exc:  # a bug, not the input's fault: the message is accounted for
@@ -123,21 +127,24 @@ class DeclaredDecoder:
 
     def _check(
         self, value: bytes | None, max_message_bytes: int, stamp: int
-    ) -> tuple[str, str] | dict[str, Any]:
+    ) -> tuple[str, ...] | dict[str, Any]:
         event = parse_object(value, max_message_bytes)
         if type(event) is tuple:
             return event
         return self.read(event, stamp)
 
-    def read(self, event: dict[str, Any], stamp: int) -> tuple[str, str] | dict[str, Any]:
+    def read(self, event: dict[str, Any], stamp: int) -> tuple[str, ...] | dict[str, Any]:
         """Why a parsed message (a JSON object, or a deserialized Avro record) is bad as
-        (reason, detail), or its columns' values: the readings every encoding shares."""
+        (reason, detail, field), or its columns' values: the readings every encoding shares.
+        Values made null under ``on_type_error: null`` are listed, as (field, reason), under
+        :data:`~pipelines.events.decode.NULLED`."""
         found = {c.name: follow(event, c) for c in self.checks}
         for c in self.checks:
             got = found[c.name]
             if got is ABSENT and not c.nullable:
-                return MISSING_FIELD, f"missing field {c.label!r}"
+                return MISSING_FIELD, f"missing field {c.label!r}", c.name
         out: dict[str, Any] = {}
+        nulled: list[tuple[str, str]] = []
         for c in self.checks:
             got = found[c.name]
             if type(got) is Bad:
@@ -149,7 +156,8 @@ class DeclaredDecoder:
                 problem = c.type_problem(got)
             if problem is not None:
                 if not c.soft:
-                    return WRONG_TYPE, problem
+                    return WRONG_TYPE, problem, c.name
+                nulled.append((c.name, WRONG_TYPE))
                 got = None
             out[c.name] = got
         for c in self.ranges:
@@ -159,12 +167,16 @@ class DeclaredDecoder:
             problem = c.range_problem(got)
             if problem is not None:
                 if not c.soft:
-                    return OUT_OF_RANGE, problem
+                    return OUT_OF_RANGE, problem, c.name
+                nulled.append((c.name, OUT_OF_RANGE))
                 out[c.name] = None
         if self.time is None and not EVENT_TIME_MIN_MS <= stamp < EVENT_TIME_MAX_MS:
             bounds = f"[{EVENT_TIME_MIN_MS}, {EVENT_TIME_MAX_MS})"
             return OUT_OF_RANGE, f"record timestamp {stamp} outside {bounds}"
-        return {c.name: c.final(out[c.name]) for c in self.columns}
+        values = {c.name: c.final(out[c.name]) for c in self.columns}
+        if nulled:
+            values[NULLED] = nulled
+        return values
 
     # --- the fast path -------------------------------------------------------------------
 
@@ -358,6 +370,7 @@ class DeclaredDecoder:
             nulls = {name: mask[keep] for name, mask in nulls.items() if mask[keep].any()}
             prior, times, index = prior[keep], times[keep], index[keep]
         columns.update(self._record_columns(records, index, partition))
+        nulled = _nulled(checked, slow, index if ahead else None)
         if self._derived:  # computed from the batch's columns, as the correction does
             derive(self._derived, columns, nulls)
         offsets = np.array(records.offsets, dtype=np.int64)
@@ -374,7 +387,24 @@ class DeclaredDecoder:
             consumed=n,
             next_offset=records.offsets[-1] + 1 if n else -1,
             nulls=nulls,
+            nulled=nulled,
         )
+
+
+def _nulled(
+    checked: list[Any], slow: list[int], kept: np.ndarray | None
+) -> dict[tuple[str, str], int]:
+    """Values made null under ``on_type_error: null`` per (field, reason), over the events
+    kept (``kept``: their indices, None: every event). Only the exact reading makes a value
+    null (the fast path refuses what does not fit), so the messages it read say it all."""
+    counts: dict[tuple[str, str], int] = {}
+    held = None if kept is None else set(kept.tolist())
+    for i in set(slow):
+        got = checked[i]
+        if type(got) is dict and NULLED in got and (held is None or i in held):
+            for key in got[NULLED]:
+                counts[key] = counts.get(key, 0) + 1
+    return counts
 
 
 def _watermarks(

@@ -35,6 +35,7 @@ __all__ = [
     "MISSING_FIELD",
     "NOT_AN_OBJECT",
     "NO_WATERMARK",
+    "NULLED",
     "OUT_OF_RANGE",
     "OVERSIZE",
     "TOO_DEEP",
@@ -165,6 +166,9 @@ class DeadLetter:
     reason: str
     detail: str
     value: bytes | None
+    field: str | None = None
+    """The declared field whose value did not fit (``missing_field``, ``wrong_type``,
+    ``out_of_range``; the event time's column name for the event time); None for the rest."""
 
 
 @dataclass
@@ -185,6 +189,9 @@ class DecodedBatch:
     """Per non-string column with a null in this batch, a mask (True: null; the column holds
     0 there). String columns hold None. Only a declared topic's nullable fields (and fields
     under ``on_type_error: null``) have nulls (:mod:`pipelines.events.declared`)."""
+    nulled: dict[tuple[str, str], int] = field(default_factory=dict)
+    """Values made null under ``on_type_error: null``, per (field, reason) (``wrong_type``,
+    ``out_of_range``), over this batch's events (not its dead letters)."""
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -267,8 +274,15 @@ def watermarks_before(
     return prior, ahead
 
 
-def dead_letter(records: RecordBatch, i: int, why: tuple[str, str]) -> DeadLetter:
-    reason, detail = why
+def dead_letter(records: RecordBatch, i: int, why: tuple[str, ...]) -> DeadLetter:
+    """Record ``i`` dead-lettered for ``why``: (reason, detail) or (reason, detail, field)."""
+    reason, detail = why[0], why[1]
     value = records.values[i]
     kept = value[:1024] if reason == OVERSIZE else value  # type: ignore[index]
-    return DeadLetter(records.offsets[i], records.timestamps[i], reason, detail, kept)
+    field_name = why[2] if len(why) > 2 else None
+    return DeadLetter(records.offsets[i], records.timestamps[i], reason, detail, kept, field_name)
+
+
+NULLED = "\x00nulled"
+"""The key under which a decoder's exact reading lists the (field, reason) of each value it
+made null under ``on_type_error: null`` (present only when any; no column can be named so)."""

@@ -63,6 +63,9 @@ class TaskCheckpoint:
     """The realtime files already reflect the partition up to this offset (an earlier owner
     flushed that far before it stopped): a restored task rewrites none of them before it
     gets there, so served results never go back while it replays."""
+    type_errors: dict[str, Any] = field(default_factory=dict)
+    """Per field and reason, messages dead-lettered and values made null
+    (:mod:`pipelines.stream.type_errors`' JSON)."""
     offset_resets: int = 0
     """How often the task's offset was out of the log's range and moved to its start (records
     lost to retention, or a recreated topic): kept across restarts, shown by status."""
@@ -90,6 +93,7 @@ def save_checkpoint(store: ObjectStore, checkpoint: TaskCheckpoint) -> None:
         "skips": [list(s) for s in checkpoint.skips],
         "replay_until": checkpoint.replay_until,
         "offset_resets": checkpoint.offset_resets,
+        "type_errors": checkpoint.type_errors,
     }
     names = sorted(checkpoint.states)
     table = pa.table(
@@ -187,4 +191,5 @@ def load_checkpoint(
         skips=tuple(tuple(s) for s in header.get("skips", ())),
         replay_until=header.get("replay_until", 0),
         offset_resets=header.get("offset_resets", 0),
+        type_errors=header.get("type_errors", {}),
     )

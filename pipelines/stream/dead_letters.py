@@ -38,6 +38,7 @@ def dead_letter_message(topic: str, partition: int, letter: DeadLetter) -> tuple
         "kafka_timestamp": letter.timestamp,
         "reason": letter.reason,
         "detail": letter.detail,
+        "field": letter.field,
         "value_b64": base64.b64encode(kept).decode() if kept is not None else None,
     }
     if kept is not None and len(kept) < len(letter.value or b""):

@@ -36,6 +36,7 @@ from pipelines.stream.buckets import children, value_hashes
 from pipelines.stream.checkpoint import TaskCheckpoint, load_checkpoint, save_checkpoint
 from pipelines.stream.state import WindowState
 from pipelines.stream.task_id import TaskId
+from pipelines.stream.type_errors import TypeErrors
 from pipelines.views.model import WINDOW_START, View
 
 __all__ = ["RebucketError", "merge_tasks", "split_task"]
@@ -122,6 +123,7 @@ def split_task(
         **common,
         consumed=parent.consumed,
         dead_lettered=dict(parent.dead_lettered),
+        type_errors=parent.type_errors,
         views={name: dict(parent.views[name]) for name in current},
         states=low_states,
         bucket=low_id.bucket,
@@ -207,6 +209,9 @@ def merge_tasks(
         watermark=max(low.watermark, high.watermark),
         consumed=low.consumed + high.consumed,
         dead_lettered=dead,
+        type_errors=(
+            TypeErrors.from_json(low.type_errors) + TypeErrors.from_json(high.type_errors)
+        ).as_json(),
         views=counters,
         states=states,
         generation=max(low.generation, high.generation),

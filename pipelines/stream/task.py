@@ -56,6 +56,7 @@ from pipelines.stream.buckets import backlog_share, key_hashes
 from pipelines.stream.checkpoint import TaskCheckpoint, load_checkpoint, save_checkpoint
 from pipelines.stream.dead_letters import DeadLetterSink
 from pipelines.stream.task_id import TaskId
+from pipelines.stream.type_errors import TypeErrors
 from pipelines.stream.view_state import view_state
 from pipelines.views.model import View
 from pipelines.views.topics import declaration_for, default_declarations
@@ -133,6 +134,8 @@ class StreamTask:
         self.next_offset = 0
         self.consumed = 0
         self.dead_lettered: Counter[str] = Counter()
+        self.type_errors = TypeErrors()
+        """Per field and reason: messages dead-lettered for a value, values made null."""
         self.last_processed_ts: int | None = None
         self.checkpointed_offset: int | None = None
         self.state_bytes = 0
@@ -184,6 +187,7 @@ class StreamTask:
         self.watermark = checkpoint.watermark
         self.consumed = checkpoint.consumed
         self.dead_lettered = Counter(checkpoint.dead_lettered)
+        self.type_errors = TypeErrors.from_json(checkpoint.type_errors)
         for name, state in self.states.items():
             saved = checkpoint.views.get(name)
             if saved is None or saved.get("fingerprint") != state.view.fingerprint:
@@ -241,6 +245,7 @@ class StreamTask:
         self.watermark = NO_WATERMARK
         self.consumed = 0
         self.dead_lettered = Counter()
+        self.type_errors = TypeErrors()
         self.checkpointed_offset = None
         self.state_bytes = 0
         self.skips = ()
@@ -358,6 +363,7 @@ class StreamTask:
         for letter in batch.dead_letters:
             self.sink.send(self.topic, self.partition, letter)
             self.dead_lettered[letter.reason] += 1
+        self.type_errors.add(batch)
         decoded = time.perf_counter()
         for name, state in self.states.items():
             try:
@@ -510,6 +516,7 @@ class StreamTask:
             watermark=self.watermark,
             consumed=self.consumed,
             dead_lettered=dict(self.dead_lettered),
+            type_errors=self.type_errors.as_json(),
             views={
                 name: {
                     "fingerprint": s.view.fingerprint,
@@ -601,6 +608,7 @@ class StreamTask:
             views={
                 "counters": counters,
                 "dead_letter_reasons": dict(self.dead_lettered),
+                "type_errors": self.type_errors.as_json(),
                 "quarantined": self.dead_lettered[CRASHED_TASK],
                 "offset_resets": self.offset_resets,
                 "isolating": [list(r) for r in self.plan.suspects],

@@ -123,6 +123,16 @@ def _completeness_rows(data: ReportData) -> list[dict[str, Any]] | None:
     return rows
 
 
+def _dead_letter_fields(data: ReportData) -> list[dict[str, Any]]:
+    """Per view and declared field, the day's messages dead-lettered for that field's value
+    (missing, of another type, out of range); empty when there were none."""
+    return [
+        {"view": v.name, "field": name, "dead_letters": n}
+        for v in data.views
+        for name, n in data.causes_total(v.name).dead_letter_fields
+    ]
+
+
 def render_html(data: ReportData, plots: ReportPlots, root: str = "") -> str:
     """The whole report as one HTML page (plots embedded)."""
     tables = []
@@ -147,6 +157,7 @@ def render_html(data: ReportData, plots: ReportPlots, root: str = "") -> str:
         views=data.views,
         plots=plots,
         causes_totals=totals,
+        dead_letter_fields=_dead_letter_fields(data),
         completeness=_completeness_rows(data),
         tables=tables,
     )
@@ -205,6 +216,18 @@ def render_markdown(data: ReportData, html_location: str | None = None) -> str:
             f"| {view.name} | {c.events:,} | {c.duplicates:,} | {c.late_dropped:,} "
             f"| {c.dead_letters:,} | {_percent(data.sketch_error(view.name))} |"
         )
+    by_field = _dead_letter_fields(data)
+    if by_field:
+        lines += [
+            "",
+            "## Dead letters per field (day totals)",
+            "",
+            "| view | field | dead letters |",
+            "|---|---|---:|",
+        ]
+        lines += [
+            f"| {row['view']} | {row['field']} | {row['dead_letters']:,} |" for row in by_field
+        ]
     if html_location:
         lines += ["", f"Full report with plots: `{html_location}`"]
     return "\n".join(lines) + "\n"

@@ -100,5 +100,15 @@ def validate_archive_events(
 
 
 def validate_dead_letters(data: pa.Table | pd.DataFrame) -> pd.DataFrame:
-    """Archived dead letters as pandas, or :class:`~quality.exceptions.SchemaViolation`."""
+    """Archived dead letters as pandas, or :class:`~quality.exceptions.SchemaViolation`.
+    Files written before dead letters kept their ``field`` lack it: null there."""
+    if isinstance(data, pa.Table):
+        if FIELD not in data.column_names:
+            data = data.append_column(FIELD, pa.nulls(data.num_rows, pa.string()))
+    elif FIELD not in data.columns:
+        data = data.assign(**{FIELD: None})
     return validate_frame(DEAD_LETTERS, data)
+
+
+FIELD = "field"
+"""The dead letters' column added last (see :data:`DEAD_LETTER_SCHEMA`)."""

@@ -17,7 +17,7 @@ import pytest
 
 from pipelines.events.avro import avro_decoder_for
 from pipelines.events.declaration import TopicDeclaration
-from pipelines.events.decode import NO_WATERMARK
+from pipelines.events.decode import NO_WATERMARK, NULLED
 from pipelines.testing import Record
 
 TIME = {"type": "long", "logicalType": "timestamp-millis"}
@@ -113,11 +113,17 @@ def test_a_batch_decodes_each_message_as_the_readings_classify_it(
         max_message_bytes=10**6,
         max_future_ms=10**15,
     )
-    letters = {d.offset: (d.reason, d.detail) for d in batch.dead_letters}
-    assert letters == {i: e for i, e in enumerate(expected) if type(e) is tuple}
+    letters = {d.offset: (d.reason, d.detail, d.field) for d in batch.dead_letters}
+    assert letters == {i: (*e, None)[:3] for i, e in enumerate(expected) if type(e) is tuple}
     kept = [e for e in expected if type(e) is dict]
     assert batch.offsets.tolist() == [i for i, e in enumerate(expected) if type(e) is dict]
-    for name in kept[0]:
+    nulled: dict[tuple[str, str], int] = {}
+    for e in kept:
+        for key in e.get(NULLED, ()):
+            nulled[key] = nulled.get(key, 0) + 1
+    assert batch.nulled == nulled
+    assert bool(nulled) == soft
+    for name in (c.name for c in decoder.columns):
         column = batch.columns[name].tolist()
         null = batch.nulls.get(name)
         got = [None if null is not None and null[k] else v for k, v in enumerate(column)]

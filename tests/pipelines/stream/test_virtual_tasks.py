@@ -6,6 +6,7 @@ from the records with the same documented rules gives."""
 from __future__ import annotations
 
 import re
+from collections import Counter
 
 import pytest
 import xxhash
@@ -134,6 +135,7 @@ def test_merge_of_split_is_the_state(tmp_path_factory, n, depth):
         (),
     )
     assert after.dead_lettered == before.dead_lettered and after.views == before.views
+    assert after.type_errors == before.type_errors
     for view in VIEWS:
         assert _results(view, after.states[view.name]) == _results(view, before.states[view.name])
     assert _served(store) == served
@@ -203,6 +205,11 @@ def test_split_then_uneven_children_then_merge_equal_the_oracle(tmp_path):
     assert merged.consumed == len(RECORDS)
     offsets = sorted(letter.offset for _, _, letter in sink.letters)
     assert len(offsets) == len(set(offsets)) == truth.dead  # each dead letter sent once
+    per_field = Counter((d.field, d.reason) for _, _, d in sink.letters if d.field is not None)
+    assert per_field  # the generator's hostile values name their fields
+    assert (
+        merged.type_errors.counts["dead_lettered"] == per_field
+    )  # the split kept, the merge summed
     lineage = check_nothing_lost(store, topic="events")
     assert lineage and all(hour.passed for hour in lineage), [h.failures for h in lineage]
 
