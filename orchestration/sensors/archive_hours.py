@@ -51,14 +51,18 @@ def closed_until(
     closing_ms: int,
     *,
     idle: bool,
+    ended: bool = False,
 ) -> int | None:
     """Event time before which the topic's hours are complete; None until every task reported
-    a watermark. ``idle``: the fleet caught up and its watermark stopped, the stream ended."""
+    a watermark. ``idle``: the fleet caught up and its watermark stopped, the stream ended.
+    ``ended``: every task read its partition's input to its recorded end, so no event is to
+    come and the hour of the furthest watermark is complete too (the quietest partition's,
+    which ``idle`` alone waits for, may end hours earlier)."""
     mine = [s for s in statuses if s.topic == topic]
     if not mine or any(s.watermark is None for s in mine):
         return None
-    watermark = int(min(s.watermark for s in mine))
-    if idle:
+    watermark = int((max if ended else min)(s.watermark for s in mine))
+    if idle or ended:
         return watermark - watermark % HOUR_MS + HOUR_MS
     return watermark - closing_ms
 
@@ -137,7 +141,7 @@ def make_archive_hours_sensor(
             end = input_ends[topic]
             ended = caught_up and end is not None and end.reached_by(mine)
             idle = ended or (caught_up and now - state["since"] >= idle_close_s)
-            until = closed_until(statuses, topic, lateness[topic], idle=idle)
+            until = closed_until(statuses, topic, lateness[topic], idle=idle, ended=ended)
             done = state["closed"]
             if until is None or (done is not None and until < done + 2 * HOUR_MS):
                 continue  # not even the hour after the last one closed is due: no listing

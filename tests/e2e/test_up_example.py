@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import json
+import math
 import os
 import re
 import signal
@@ -23,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from orchestration.control_plane.runtime import Runtime
+from pipelines.config import KafkaSettings, SluiceSettings
 from tests.fixtures.processes import MARK, PROJECT, marked, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.broker]
@@ -43,6 +46,13 @@ def _messages() -> list[dict]:
 def _utc_hour(message: dict) -> datetime:
     at = datetime.fromisoformat(message["departure"]["scheduled"]).astimezone(UTC)
     return at.replace(minute=0, second=0, microsecond=0)
+
+
+def _as_utc(value) -> datetime:
+    """A table's window start (a timestamp, or epoch ms) as a UTC datetime."""
+    if isinstance(value, datetime):
+        return value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
+    return datetime.fromtimestamp(value / 1000, UTC)
 
 
 def _corrected_hours(text: str) -> set[str]:
@@ -132,6 +142,33 @@ def test_up_runs_the_flights_example_through_dagster(tmp_path: Path) -> None:
             for r in rows
         }
         assert got == {key: (n, cancelled[key]) for key, n in flights.items()}
+
+        # the served table, read by DuckDB through pyiceberg (not Sluice's reader): the same
+        # counts, and the mean delay (a double, null where every flight was cancelled) within
+        # the reconciliation's tolerance
+        delays: dict[tuple, list[float]] = {}
+        for m in messages:
+            delay = m["departure"]["delay_min"]
+            delays.setdefault((_utc_hour(m), m["route"]["origin"]), [])
+            if delay is not None:
+                delays[_utc_hour(m), m["route"]["origin"]].append(delay)
+        settings = SluiceSettings(state_dir=tmp_path / "state")
+        table = Runtime(settings, KafkaSettings()).tables.find("delays_by_origin_hourly")
+        assert table is not None
+        con = table.scan().to_duckdb("served")
+        served = con.sql(
+            "SELECT window_start, origin, flights, cancelled, dep_delay_mean FROM served"
+        ).fetchall()
+        assert {(_as_utc(w), o): (n, c) for w, o, n, c, _ in served} == {
+            key: (n, cancelled[key]) for key, n in flights.items()
+        }
+        for w, origin, _, _, mean in served:
+            values = delays[_as_utc(w), origin]
+            if not values:
+                assert mean is None, (w, origin)
+            else:
+                assert math.isclose(mean, sum(values) / len(values), rel_tol=1e-9), (w, origin)
+        assert any(mean is None for *_, mean in served)  # the blizzard's cancelled hours
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(up.pid, signal.SIGINT)

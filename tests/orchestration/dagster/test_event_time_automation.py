@@ -284,3 +284,35 @@ def test_a_closed_hour_is_corrected_and_a_corrected_checked_day_is_reported(
     )
     sixth = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=fifth.cursor)
     assert sixth.get_requested_partitions(RECONCILIATION_REPORT_KEY) == {"2015-02-26"}
+
+
+def test_an_ended_input_closes_the_hour_of_its_furthest_partition(
+    storage_root: Path, tmp_path: Path
+) -> None:
+    """A partition whose events end hours before another's (a quiet airport at night) holds
+    nothing back once every task has read the recorded end: no event is to come to any."""
+    url = f"sqlite:///{tmp_path / 'control.db'}"
+    sensor = _Sensor(url, storage_root, now=datetime(2026, 11, 25, tzinfo=UTC).timestamp())
+    store = ControlStore(url)
+    store.input_ends.record("events", {p: 1000 for p in range(4)})
+    store.report_tasks(
+        [
+            TaskStatus(
+                task=f"events:{p}",
+                topic="events",
+                partition=p,
+                worker_id="a0",
+                pid=1,
+                next_offset=1000,
+                end_offset=1000,
+                watermark=float(H22 + 10 * 60_000 if p == 0 else H23 + 50 * 60_000),
+                checkpointed_offset=1000,
+            )
+            for p in range(4)
+        ]
+    )
+    store.close()
+    sensor.now += 10
+    closed = [e.partition for e in sensor.tick()]
+    day_start = H21 - 21 * HOUR_MS
+    assert closed == [partition_key_for(day_start + h * HOUR_MS) for h in range(24)]
