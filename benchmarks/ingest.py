@@ -92,6 +92,10 @@ FLIGHTS_VIEWS = PROJECT_ROOT / "data" / "flights.yaml"
 FLIGHTS_FILE = PROJECT_ROOT / "data" / "flights.jsonl.gz"
 FLIGHTS_TOPIC = "flights"
 """The topic data/flights.yaml declares and its views read."""
+FLIGHTS_MAX_FUTURE_S = 7 * 86_400.0
+"""``SLUICE_MAX_FUTURE_S`` for (j): no flight leaves between midnight and 5 am, and a
+partition's night is longer still (its last flight of the day may be at 10 pm), past the
+default 6 hours: that partition's next morning would be dead-lettered as too far ahead."""
 
 
 def plain_consume(bootstrap: str, topic: str, total: int, client: str) -> float:
@@ -109,7 +113,13 @@ def plain_consume(bootstrap: str, topic: str, total: int, client: str) -> float:
 
 
 def worker_consume(
-    bootstrap: str, topic: str, total: int, views_file: Path, flush_s: float, client: str
+    bootstrap: str,
+    topic: str,
+    total: int,
+    views_file: Path,
+    flush_s: float,
+    client: str,
+    max_future_s: float | None = None,
 ) -> float:
     with tempfile.TemporaryDirectory() as state:
         settings = SluiceSettings(
@@ -117,6 +127,7 @@ def worker_consume(
             flush_interval_s=flush_s,
             checkpoint_interval_s=max(flush_s, 5.0),
             dead_letter_topic=f"{topic}.dlq",
+            **({} if max_future_s is None else {"max_future_s": max_future_s}),
         )
         worker = StreamWorker(
             "bench",
@@ -178,12 +189,20 @@ def _rounds(tasks: dict[int, StreamTask], batches: dict[int, list[RecordBatch]])
 
 
 def tasks_from_memory(
-    topic: str, batches: dict[int, list[RecordBatch]], views_file: Path, flush_s: float
+    topic: str,
+    batches: dict[int, list[RecordBatch]],
+    views_file: Path,
+    flush_s: float,
+    max_future_s: float | None = None,
 ) -> float:
     """Stream tasks on the records in memory, flushing on the worker's schedule."""
     total = sum(len(b) for bs in batches.values() for b in bs)
     with tempfile.TemporaryDirectory() as state:
-        settings = SluiceSettings(state_dir=Path(state), flush_interval_s=flush_s)
+        settings = SluiceSettings(
+            state_dir=Path(state),
+            flush_interval_s=flush_s,
+            **({} if max_future_s is None else {"max_future_s": max_future_s}),
+        )
         tasks = _started_tasks(topic, batches, load_views(views_file), settings)
         started = time.monotonic()
         next_flush = started + flush_s
@@ -198,12 +217,19 @@ def tasks_from_memory(
 
 
 def _view_seconds(
-    topic: str, batches: dict[int, list[RecordBatch]], views: list[View], flush: bool = False
+    topic: str,
+    batches: dict[int, list[RecordBatch]],
+    views: list[View],
+    flush: bool = False,
+    max_future_s: float | None = None,
 ) -> float:
     """Seconds the tasks take to process the records in memory with ``views`` (no flushes but,
     with ``flush``, the last one, which writes every segment)."""
     with tempfile.TemporaryDirectory() as state:
-        settings = SluiceSettings(state_dir=Path(state))
+        settings = SluiceSettings(
+            state_dir=Path(state),
+            **({} if max_future_s is None else {"max_future_s": max_future_s}),
+        )
         store = LocalObjectStore(settings.resolved_storage_root)
         tasks = {p: StreamTask(topic, p, views, store, _NoDeadLetters(), settings) for p in batches}
         started = time.perf_counter()
@@ -820,14 +846,39 @@ def produce_flights(bootstrap: str, events: int) -> None:
         raise RuntimeError(f"flights: {report.produced:,} of {events:,} sent, {report.bad[:3]}")
 
 
-def flights_valid(batches: dict[int, list[RecordBatch]]) -> int:
-    """How many of the flights in memory the declared decoder of data/flights.yaml accepts."""
+def flights_decoded(batches: dict[int, list[RecordBatch]]) -> dict[int, list]:
+    """The flights in memory through the declared decoder of data/flights.yaml, per partition."""
     from pipelines.events.declared import decoder_for
+    from pipelines.events.decode import NO_WATERMARK
 
     (declaration,) = {
         v.declaration.model_dump_json(): v.declaration for v in load_views(FLIGHTS_VIEWS)
     }.values()
-    return _decoding_seconds(decoder_for(declaration), batches)[1]
+    decoded: dict[int, list] = {}
+    for partition in sorted(batches):
+        watermark = NO_WATERMARK
+        decoded[partition] = []
+        for batch in batches[partition]:
+            out = decoder_for(declaration)(
+                batch,
+                watermark,
+                max_message_bytes=SluiceSettings().max_message_bytes,
+                max_future_ms=int(FLIGHTS_MAX_FUTURE_S * 1000),
+            )
+            watermark = out.watermark
+            decoded[partition].append(out)
+    return decoded
+
+
+def partition_hours(decoded: dict[int, list]) -> int:
+    """Event-time hours with events, summed over partitions: an archive file each, and a
+    reason why a sparse topic costs more per message than a dense one."""
+    from pipelines.events.declaration import EVENT_TIME
+
+    return sum(
+        len({int(t) // 3_600_000 for batch in batches for t in batch.columns[EVENT_TIME]})
+        for batches in decoded.values()
+    )
 
 
 def mean_bytes(batches: dict[int, list[RecordBatch]]) -> float:
@@ -842,9 +893,24 @@ def example_round(
     on the flights topic."""
     return {
         "c flights": worker_consume(
-            bootstrap, FLIGHTS_TOPIC, events, FLIGHTS_VIEWS, flush_s, "confluent"
+            bootstrap,
+            FLIGHTS_TOPIC,
+            events,
+            FLIGHTS_VIEWS,
+            flush_s,
+            "confluent",
+            FLIGHTS_MAX_FUTURE_S,
         ),
-        "e flights": tasks_from_memory(FLIGHTS_TOPIC, in_memory, FLIGHTS_VIEWS, flush_s),
+        "e flights": tasks_from_memory(
+            FLIGHTS_TOPIC, in_memory, FLIGHTS_VIEWS, flush_s, FLIGHTS_MAX_FUTURE_S
+        ),
+        "p flights": events
+        / _view_seconds(
+            FLIGHTS_TOPIC,
+            in_memory,
+            load_views(FLIGHTS_VIEWS),
+            max_future_s=FLIGHTS_MAX_FUTURE_S,
+        ),
     }
 
 
@@ -853,14 +919,16 @@ def prepare_flights(bootstrap: str, events: int) -> dict[int, list[RecordBatch]]
     ensure_topics(bootstrap, {FLIGHTS_TOPIC: PARTITIONS, f"{FLIGHTS_TOPIC}.dlq": 1})
     produce_flights(bootstrap, events)
     in_memory = read_all(bootstrap, FLIGHTS_TOPIC, events)
-    valid = flights_valid(in_memory)
+    decoded = flights_decoded(in_memory)
+    valid = sum(len(batch) for batches in decoded.values() for batch in batches)
     if valid != events:
         raise RuntimeError(f"flights: {events - valid:,} of {events:,} messages refused")
     with_file = sum(1 for _ in read_rows(FLIGHTS_FILE, "jsonl"))
     print(
         f"topic {FLIGHTS_TOPIC}: {events:,} messages in {PARTITIONS} partitions "
         f"(data/flights.jsonl.gz's {with_file:,} flights, {events / with_file:.1f} passes a "
-        f"week apart; all valid), {mean_bytes(in_memory):,.0f} B each"
+        f"week apart; all valid), {mean_bytes(in_memory):,.0f} B each, "
+        f"{partition_hours(decoded):,} partition-hours of event time"
     )
     return in_memory
 
@@ -875,7 +943,10 @@ def example_comparison(
     """(j) on its own: the flights views against the shipped views on the generator's topic,
     (c) and (e) each, interleaved rounds."""
     flights = prepare_flights(bootstrap, args.events)
-    print(f"topic {topic}: {mean_bytes(in_memory):,.0f} B a message")
+    print(
+        f"topic {topic}: {mean_bytes(in_memory):,.0f} B a message, "
+        f"{partition_hours(_decoded(in_memory)):,} partition-hours of event time"
+    )
     figures: dict[str, list[float]] = {}
     for round_no in range(1, args.repeat + 1):
         runs = {
@@ -883,6 +954,7 @@ def example_comparison(
                 bootstrap, topic, args.events, views_file, args.flush_interval, "confluent"
             ),
             "e": lambda: tasks_from_memory(topic, in_memory, views_file, args.flush_interval),
+            "p": lambda: args.events / _view_seconds(topic, in_memory, load_views(views_file)),
         }
         for label, measure in runs.items():
             figures.setdefault(label, []).append(measure())
@@ -912,6 +984,10 @@ def print_example(figures: dict[str, list[float]], repeat: int) -> None:
     print(
         f"(j) ratio c/e, flights                          : {m['c flights'] / m['e flights']:>10.2f}"
     )
+    if "p" in m:
+        print(f"(j) the tasks, no flush nor checkpoint, shipped : {m['p']:>10,.0f} msg/s")
+        print(f"(j) ratio flights / generator, no flush         : {m['p flights'] / m['p']:>10.2f}")
+    print(f"(j) the tasks, no flush nor checkpoint, flights : {m['p flights']:>10,.0f} msg/s")
 
 
 def main() -> int:
