@@ -92,10 +92,10 @@ FLIGHTS_VIEWS = PROJECT_ROOT / "data" / "flights.yaml"
 FLIGHTS_FILE = PROJECT_ROOT / "data" / "flights.jsonl.gz"
 FLIGHTS_TOPIC = "flights"
 """The topic data/flights.yaml declares and its views read."""
-FLIGHTS_MAX_FUTURE_S = 7 * 86_400.0
-"""``SLUICE_MAX_FUTURE_S`` for (j): no flight leaves between midnight and 5 am, and a
-partition's night is longer still (its last flight of the day may be at 10 pm), past the
-default 6 hours: that partition's next morning would be dead-lettered as too far ahead."""
+FLIGHTS_MAX_FUTURE_S = 24 * 3600.0
+"""``SLUICE_MAX_FUTURE_S`` for (j), as ``sluice up --replay`` sets it: no flight leaves between
+midnight and 5 am, and a partition's night is longer still, past the default 6 hours (every
+later flight of that partition would be dead-lettered as too far ahead of its watermark)."""
 
 
 def plain_consume(bootstrap: str, topic: str, total: int, client: str) -> float:
