@@ -24,11 +24,17 @@ Measures, on the same topic of the same embedded broker, in one process run:
       5 min) against tumbling 1 h ones with the same aggregations (``--aggregations-only``),
   (i) what the tasks of the windowed views hold between flushes, in bytes per event
       (``--memory-only``),
+  (j) one worker, and its tasks fed from memory, running the flights example's views
+      (data/flights.yaml, a declared topic of nested JSON with nulls and ISO-8601 times) on
+      its messages (data/flights.jsonl.gz, the week replayed over and over a week later each
+      time), beside the same worker running the shipped views on the generator's events
+      (``--example flights`` measures just this),
 and prints messages per second and the ratios c/a, c/b and c/e. Runs are interleaved and the
 median of ``--repeat`` rounds is reported, because the broker shares the machine's cores.
 
     .venv/bin/python benchmarks/ingest.py [--events 300000] [--repeat 3] [--decoder-only]
     .venv/bin/python benchmarks/ingest.py --throughput-only   # (a), (c), (e) only: ~2 minutes
+    .venv/bin/python benchmarks/ingest.py --example flights   # (j) only: ~2 minutes
 
 ``--throughput-only`` measures, on librdkafka alone, (a), (c) and (e) with the example
 windowed views and again with the session view added (the figures of issue 33 and of
@@ -60,6 +66,7 @@ from kafka import TopicPartition
 from pipelines.config import PROJECT_ROOT, KafkaSettings, SluiceSettings
 from pipelines.events.decode import RecordBatch
 from pipelines.generator import GeneratorOptions, load_trace, replay
+from pipelines.generator.file_replay import BadRow, read_rows, replay_file
 from pipelines.kafka import EmbeddedBroker, ensure_topics
 from pipelines.kafka.reader import open_reader
 from pipelines.kafka.writer import open_writer
@@ -81,6 +88,15 @@ the topic in the batches the worker's own tasks get."""
 
 CLIENTS = ("confluent", "kafka-python")
 
+FLIGHTS_VIEWS = PROJECT_ROOT / "data" / "flights.yaml"
+FLIGHTS_FILE = PROJECT_ROOT / "data" / "flights.jsonl.gz"
+FLIGHTS_TOPIC = "flights"
+"""The topic data/flights.yaml declares and its views read."""
+FLIGHTS_MAX_FUTURE_S = 24 * 3600.0
+"""``SLUICE_MAX_FUTURE_S`` for (j), as ``sluice up --replay`` sets it: no flight leaves between
+midnight and 5 am, and a partition's night is longer still, past the default 6 hours (every
+later flight of that partition would be dead-lettered as too far ahead of its watermark)."""
+
 
 def plain_consume(bootstrap: str, topic: str, total: int, client: str) -> float:
     """Read the whole topic through the worker's reader, doing nothing with the records."""
@@ -97,7 +113,13 @@ def plain_consume(bootstrap: str, topic: str, total: int, client: str) -> float:
 
 
 def worker_consume(
-    bootstrap: str, topic: str, total: int, views_file: Path, flush_s: float, client: str
+    bootstrap: str,
+    topic: str,
+    total: int,
+    views_file: Path,
+    flush_s: float,
+    client: str,
+    max_future_s: float | None = None,
 ) -> float:
     with tempfile.TemporaryDirectory() as state:
         settings = SluiceSettings(
@@ -105,6 +127,7 @@ def worker_consume(
             flush_interval_s=flush_s,
             checkpoint_interval_s=max(flush_s, 5.0),
             dead_letter_topic=f"{topic}.dlq",
+            **({} if max_future_s is None else {"max_future_s": max_future_s}),
         )
         worker = StreamWorker(
             "bench",
@@ -166,12 +189,20 @@ def _rounds(tasks: dict[int, StreamTask], batches: dict[int, list[RecordBatch]])
 
 
 def tasks_from_memory(
-    topic: str, batches: dict[int, list[RecordBatch]], views_file: Path, flush_s: float
+    topic: str,
+    batches: dict[int, list[RecordBatch]],
+    views_file: Path,
+    flush_s: float,
+    max_future_s: float | None = None,
 ) -> float:
     """Stream tasks on the records in memory, flushing on the worker's schedule."""
     total = sum(len(b) for bs in batches.values() for b in bs)
     with tempfile.TemporaryDirectory() as state:
-        settings = SluiceSettings(state_dir=Path(state), flush_interval_s=flush_s)
+        settings = SluiceSettings(
+            state_dir=Path(state),
+            flush_interval_s=flush_s,
+            **({} if max_future_s is None else {"max_future_s": max_future_s}),
+        )
         tasks = _started_tasks(topic, batches, load_views(views_file), settings)
         started = time.monotonic()
         next_flush = started + flush_s
@@ -186,12 +217,19 @@ def tasks_from_memory(
 
 
 def _view_seconds(
-    topic: str, batches: dict[int, list[RecordBatch]], views: list[View], flush: bool = False
+    topic: str,
+    batches: dict[int, list[RecordBatch]],
+    views: list[View],
+    flush: bool = False,
+    max_future_s: float | None = None,
 ) -> float:
     """Seconds the tasks take to process the records in memory with ``views`` (no flushes but,
     with ``flush``, the last one, which writes every segment)."""
     with tempfile.TemporaryDirectory() as state:
-        settings = SluiceSettings(state_dir=Path(state))
+        settings = SluiceSettings(
+            state_dir=Path(state),
+            **({} if max_future_s is None else {"max_future_s": max_future_s}),
+        )
         store = LocalObjectStore(settings.resolved_storage_root)
         tasks = {p: StreamTask(topic, p, views, store, _NoDeadLetters(), settings) for p in batches}
         started = time.perf_counter()
@@ -773,6 +811,185 @@ def generate(bootstrap: str, topic: str, events: int, client: str) -> tuple[floa
     return events / elapsed, report
 
 
+def flight_rows(events: int) -> Iterator[tuple[int, dict]]:
+    """``events`` flights: the example's file over and over, each pass shifted by whole weeks
+    past the previous one, so event times keep rising (the file is in time order) and every
+    message stays valid under data/flights.yaml's declaration."""
+    from datetime import datetime, timedelta
+
+    rows = []
+    for line, row in read_rows(FLIGHTS_FILE, "jsonl"):
+        if isinstance(row, BadRow):
+            raise ValueError(f"{FLIGHTS_FILE}:{line}: {row.reason}")
+        rows.append((row, datetime.fromisoformat(row["departure"]["scheduled"])))
+    first, last = rows[0][1], rows[-1][1]
+    week = timedelta(weeks=1)
+    step = week * (1 + (last - first) // week)
+    for n in range(events):
+        row, scheduled = rows[n % len(rows)]
+        shifted = (scheduled + step * (n // len(rows))).isoformat()
+        yield n + 1, {**row, "departure": {**row["departure"], "scheduled": shifted}}
+
+
+def produce_flights(bootstrap: str, events: int) -> None:
+    """Replay ``events`` flights to :data:`FLIGHTS_TOPIC` as ``sluice replay`` does, keyed by
+    the plane's tail number (a null one: the partitioner's choice)."""
+    writer = open_writer(bootstrap, KafkaSettings())
+    report = replay_file(
+        flight_rows(events),
+        lambda key, value: writer.send(FLIGHTS_TOPIC, key, value),
+        key_field="flight.tailnum",
+    )
+    writer.flush()
+    writer.close()
+    if report.produced != events or report.bad:
+        raise RuntimeError(f"flights: {report.produced:,} of {events:,} sent, {report.bad[:3]}")
+
+
+def flights_decoded(batches: dict[int, list[RecordBatch]]) -> dict[int, list]:
+    """The flights in memory through the declared decoder of data/flights.yaml, per partition."""
+    from pipelines.events.declared import decoder_for
+    from pipelines.events.decode import NO_WATERMARK
+
+    (declaration,) = {
+        v.declaration.model_dump_json(): v.declaration for v in load_views(FLIGHTS_VIEWS)
+    }.values()
+    decoded: dict[int, list] = {}
+    for partition in sorted(batches):
+        watermark = NO_WATERMARK
+        decoded[partition] = []
+        for batch in batches[partition]:
+            out = decoder_for(declaration)(
+                batch,
+                watermark,
+                max_message_bytes=SluiceSettings().max_message_bytes,
+                max_future_ms=int(FLIGHTS_MAX_FUTURE_S * 1000),
+            )
+            watermark = out.watermark
+            decoded[partition].append(out)
+    return decoded
+
+
+def partition_hours(decoded: dict[int, list]) -> int:
+    """Event-time hours with events, summed over partitions: an archive file each, and a
+    reason why a sparse topic costs more per message than a dense one."""
+    from pipelines.events.declaration import EVENT_TIME
+
+    return sum(
+        len({int(t) // 3_600_000 for batch in batches for t in batch.columns[EVENT_TIME]})
+        for batches in decoded.values()
+    )
+
+
+def mean_bytes(batches: dict[int, list[RecordBatch]]) -> float:
+    values = [len(v) for bs in batches.values() for b in bs for v in b.values]
+    return sum(values) / max(1, len(values))
+
+
+def example_round(
+    bootstrap: str, events: int, flush_s: float, in_memory: dict[int, list[RecordBatch]]
+) -> dict[str, float]:
+    """(j), one round: one worker on librdkafka and the tasks from memory, the flights views
+    on the flights topic."""
+    return {
+        "c flights": worker_consume(
+            bootstrap,
+            FLIGHTS_TOPIC,
+            events,
+            FLIGHTS_VIEWS,
+            flush_s,
+            "confluent",
+            FLIGHTS_MAX_FUTURE_S,
+        ),
+        "e flights": tasks_from_memory(
+            FLIGHTS_TOPIC, in_memory, FLIGHTS_VIEWS, flush_s, FLIGHTS_MAX_FUTURE_S
+        ),
+        "p flights": events
+        / _view_seconds(
+            FLIGHTS_TOPIC,
+            in_memory,
+            load_views(FLIGHTS_VIEWS),
+            max_future_s=FLIGHTS_MAX_FUTURE_S,
+        ),
+    }
+
+
+def prepare_flights(bootstrap: str, events: int) -> dict[int, list[RecordBatch]]:
+    """The flights topic, filled and checked: every message valid under its declaration."""
+    ensure_topics(bootstrap, {FLIGHTS_TOPIC: PARTITIONS, f"{FLIGHTS_TOPIC}.dlq": 1})
+    produce_flights(bootstrap, events)
+    in_memory = read_all(bootstrap, FLIGHTS_TOPIC, events)
+    decoded = flights_decoded(in_memory)
+    valid = sum(len(batch) for batches in decoded.values() for batch in batches)
+    if valid != events:
+        raise RuntimeError(f"flights: {events - valid:,} of {events:,} messages refused")
+    with_file = sum(1 for _ in read_rows(FLIGHTS_FILE, "jsonl"))
+    print(
+        f"topic {FLIGHTS_TOPIC}: {events:,} messages in {PARTITIONS} partitions "
+        f"(data/flights.jsonl.gz's {with_file:,} flights, {events / with_file:.1f} passes a "
+        f"week apart; all valid), {mean_bytes(in_memory):,.0f} B each, "
+        f"{partition_hours(decoded):,} partition-hours of event time"
+    )
+    return in_memory
+
+
+def example_comparison(
+    bootstrap: str,
+    topic: str,
+    args: argparse.Namespace,
+    in_memory: dict[int, list[RecordBatch]],
+    views_file: Path,
+) -> dict[str, list[float]]:
+    """(j) on its own: the flights views against the shipped views on the generator's topic,
+    (c) and (e) each, interleaved rounds."""
+    flights = prepare_flights(bootstrap, args.events)
+    print(
+        f"topic {topic}: {mean_bytes(in_memory):,.0f} B a message, "
+        f"{partition_hours(_decoded(in_memory)):,} partition-hours of event time"
+    )
+    figures: dict[str, list[float]] = {}
+    for round_no in range(1, args.repeat + 1):
+        runs = {
+            "c": lambda: worker_consume(
+                bootstrap, topic, args.events, views_file, args.flush_interval, "confluent"
+            ),
+            "e": lambda: tasks_from_memory(topic, in_memory, views_file, args.flush_interval),
+            "p": lambda: args.events / _view_seconds(topic, in_memory, load_views(views_file)),
+        }
+        for label, measure in runs.items():
+            figures.setdefault(label, []).append(measure())
+        for label, value in example_round(
+            bootstrap, args.events, args.flush_interval, flights
+        ).items():
+            figures.setdefault(label, []).append(value)
+        print(
+            f"round {round_no}: "
+            + ", ".join(f"({k}) {v[-1]:,.0f}" for k, v in figures.items())
+            + " msg/s"
+        )
+    return figures
+
+
+def print_example(figures: dict[str, list[float]], repeat: int) -> None:
+    m = {k: statistics.median(v) for k, v in figures.items()}
+    c, e = m["c"], m["e"]
+    print(
+        f"(j) one worker, shipped views, generator events : {c:>10,.0f} msg/s (median of {repeat})"
+    )
+    print(f"(j) one worker, flights views, flights topic    : {m['c flights']:>10,.0f} msg/s")
+    print(f"(j) ratio flights / generator, worker           : {m['c flights'] / c:>10.2f}")
+    print(f"(j) tasks from memory, shipped views            : {e:>10,.0f} msg/s")
+    print(f"(j) tasks from memory, flights views            : {m['e flights']:>10,.0f} msg/s")
+    print(f"(j) ratio flights / generator, from memory      : {m['e flights'] / e:>10.2f}")
+    print(
+        f"(j) ratio c/e, flights                          : {m['c flights'] / m['e flights']:>10.2f}"
+    )
+    if "p" in m:
+        print(f"(j) the tasks, no flush nor checkpoint, shipped : {m['p']:>10,.0f} msg/s")
+        print(f"(j) ratio flights / generator, no flush         : {m['p flights'] / m['p']:>10.2f}")
+    print(f"(j) the tasks, no flush nor checkpoint, flights : {m['p flights']:>10,.0f} msg/s")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=300_000)
@@ -799,6 +1016,11 @@ def main() -> int:
         action="store_true",
         help="only (h): each aggregation's cost, and sliding against tumbling windows",
     )
+    parser.add_argument(
+        "--example",
+        choices=["flights"],
+        help="only (j): one worker with the flights example's views against the shipped ones",
+    )
     args = parser.parse_args()
     load_at_start = os.getloadavg()
     print(f"machine: {platform.platform()}, {os.cpu_count()} cores, load average {load_at_start}")
@@ -824,6 +1046,13 @@ def main() -> int:
                     info.bootstrap, topic, args, in_memory, windowed_file, views_file
                 )
                 print_throughput(figures, args.repeat, load_at_start)
+                return 0
+            if args.example:
+                _generate_topic(info.bootstrap, topic, args.events)
+                in_memory = read_all(info.bootstrap, topic, args.events)
+                figures = example_comparison(info.bootstrap, topic, args, in_memory, views_file)
+                print_machine(load_at_start)
+                print_example(figures, args.repeat)
                 return 0
             if args.memory_only:
                 _generate_topic(info.bootstrap, topic, args.events)
@@ -861,6 +1090,8 @@ def main() -> int:
             print_sessions(costs, memory_use, args.repeat)
             if args.sessions_only:
                 return 0
+            flights = prepare_flights(info.bootstrap, args.events)
+            example: dict[str, list[float]] = {}
             for round_no in range(1, args.repeat + 1):
                 memory.append(tasks_from_memory(topic, in_memory, views_file, args.flush_interval))
                 for client in CLIENTS:
@@ -880,6 +1111,14 @@ def main() -> int:
                         f"worker {work[client][-1]:,.0f} msg/s"
                     )
                 print(f"round {round_no}, tasks from memory: {memory[-1]:,.0f} msg/s")
+                for label, value in example_round(
+                    info.bootstrap, args.events, args.flush_interval, flights
+                ).items():
+                    example.setdefault(label, []).append(value)
+                print(
+                    f"round {round_no}, flights example: worker {example['c flights'][-1]:,.0f} "
+                    f"msg/s, tasks from memory {example['e flights'][-1]:,.0f} msg/s"
+                )
         finally:
             broker.stop()
     a, b = (statistics.median(plain[c]) for c in CLIENTS)
@@ -901,6 +1140,7 @@ def main() -> int:
     e = statistics.median(memory)
     print(f"(e) the tasks from memory, no Kafka  : {e:>10,.0f} msg/s (median of {n})")
     print(f"ratio c/e (confluent worker / memory): {ca / e:>10.2f}")
+    print_example(example | {"c": work["confluent"], "e": memory}, n)
     return 0
 
 
@@ -953,14 +1193,18 @@ def throughput(
     return figures
 
 
-def print_throughput(figures: dict[str, list[float]], repeat: int, load_at_start) -> None:
-    m = {k: statistics.median(v) for k, v in figures.items()}
+def print_machine(load_at_start: tuple[float, float, float]) -> None:
     print()
     print(
         f"machine: {platform.platform()}, {os.cpu_count()} cores, "
         f"{platform.python_implementation()} {platform.python_version()}"
     )
     print(f"load average at start {load_at_start}, at end {os.getloadavg()}")
+
+
+def print_throughput(figures: dict[str, list[float]], repeat: int, load_at_start) -> None:
+    m = {k: statistics.median(v) for k, v in figures.items()}
+    print_machine(load_at_start)
     print(
         f"(a) raw confluent-kafka consumption           : {m['a']:>10,.0f} msg/s (median of {repeat})"
     )
