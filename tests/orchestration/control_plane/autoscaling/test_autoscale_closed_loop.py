@@ -608,13 +608,22 @@ def test_a_load_step_scales_the_fleet_up_under_the_sla_and_back_down(closed_loop
     wait_until(drained, 120, "the fleet to consume everything produced")
 
     # 5. decisions, rescales and their pauses: every run the sensor launched is one rescale of
-    # the fleet, seen in the job events, that moved tasks and settled within a bounded pause
-    rescales = measure_rescales(
-        control.jobs.events(limit=100_000),
-        topic,
-        [r["launched"] for r in scaler.runs],
-        time.time(),
-    )
+    # the fleet, seen in the job events, that moved tasks and settled within a bounded pause.
+    # Drained is not settled: a moved task whose partition was already read may report
+    # Running on its new agent after the last offsets did, so the events are read once every
+    # moved task is Running (or the deadline says which one never was)
+    launches = [r["launched"] for r in scaler.runs]
+
+    def settled() -> list[dict] | None:
+        found = measure_rescales(control.jobs.events(limit=100_000), topic, launches, time.time())
+        return found if not any(r["unsettled"] for r in found) else None
+
+    try:
+        rescales = wait_until(settled, 60, "every moved task to run on its new agent")
+    except AssertionError:
+        rescales = measure_rescales(
+            control.jobs.events(limit=100_000), topic, launches, time.time()
+        )
     for r in rescales:
         for key in ("started_at", "settled_at"):
             if r[key] is not None:
