@@ -15,29 +15,9 @@ from orchestration.resources import LocalControlStoreResource, LocalStorageResou
 from pipelines.archive.schema import archive_schema
 from pipelines.control import ControlStore
 from pipelines.events.declaration import TopicDeclaration
-from pipelines.segments import HOUR_MS, archive_events_key
+from pipelines.segments import archive_events_key
 from pipelines.views import parse_views
-
-HOUR = 1_700_000_000_000 - 1_700_000_000_000 % HOUR_MS
-FIELDS = [
-    {"name": "merchant", "type": "string"},
-    {"name": "amount", "type": "double"},
-    {"name": "cents", "type": "long", "nullable": True},
-]
-REVENUE = {
-    "name": "revenue",
-    "topic": "payments",
-    "grouping_cols": ["merchant"],
-    "interval": "1h",
-    "aggregation_info": [
-        {"aggregation": "sum", "col_name": "amount", "aggregated_col_name": "revenue"}
-    ],
-}
-TOP_CENTS = {
-    **REVENUE,
-    "name": "top_cents",
-    "aggregation_info": [{"aggregation": "max", "col_name": "cents", "aggregated_col_name": "top"}],
-}
+from tests.fixtures.payments import FIELDS, HOUR, REVENUE, TOP_CENTS
 
 
 def _declared(fields: list[dict]) -> TopicDeclaration:

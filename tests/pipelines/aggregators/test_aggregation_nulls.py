@@ -22,6 +22,7 @@ from tests.fixtures.nulls import (
     T0,
     WHERES,
     batch_of,
+    group_label,
     random_rows,
     reference,
     same,
@@ -32,18 +33,12 @@ from tests.fixtures.nulls import (
 def _groups(rows: list[dict], grouping: tuple[str, ...]) -> dict[tuple, list[dict]]:
     found: dict[tuple, list[dict]] = {}
     for row in rows:
-        key = (row["event_time"] - row["event_time"] % HOUR, *(_label(row[c]) for c in grouping))
+        key = (
+            row["event_time"] - row["event_time"] % HOUR,
+            *(group_label(row[c]) for c in grouping),
+        )
         found.setdefault(key, []).append(row)
     return found
-
-
-def _label(value) -> str | None:
-    """A grouping value as a group key: text (SQL's cast to string), null its own group."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
 
 
 def _stream(view, rows: list[dict]) -> dict[tuple, dict]:

@@ -21,6 +21,7 @@ from tests.fixtures.nulls import (
     HOUR,
     T0,
     batch_of,
+    group_label,
     random_rows,
     reference,
     same,
@@ -34,14 +35,6 @@ _SPARK_TYPES = {
     "boolean": "boolean",
     "timestamp": "bigint",
 }
-
-
-def _label(value) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
 
 
 def _stream(view, rows: list[dict]) -> dict[tuple, dict]:
@@ -71,7 +64,10 @@ def test_spark_gives_what_sql_and_the_stream_give_over_nulls(spark, grouping: tu
     stream = _stream(view, rows)
     groups: dict[tuple, list[dict]] = {}
     for row in rows:
-        key = (row["event_time"] - row["event_time"] % HOUR, *(_label(row[c]) for c in grouping))
+        key = (
+            row["event_time"] - row["event_time"] % HOUR,
+            *(group_label(row[c]) for c in grouping),
+        )
         groups.setdefault(key, []).append(row)
     assert set(corrected) == set(groups) == set(stream)
     assert any(None in key for key in groups)
