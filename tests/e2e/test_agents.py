@@ -5,14 +5,12 @@ failover and view crashes, judged against an oracle computed from the topic."""
 from __future__ import annotations
 
 import os
-import random
 import signal
 import time
 
 import pytest
 
 from pipelines.stream.checkpoint import load_checkpoint, save_checkpoint
-from pipelines.tables import TablesConfig, ViewTables
 from tests.fixtures.agents import (
     EVENTS,
     LOSS_AFTER_S,
@@ -21,21 +19,23 @@ from tests.fixtures.agents import (
     Fleet,
     windowed_views_that_drop_nothing,
 )
+from tests.fixtures.chaos import CHAOS_SEED, replay_hint
 from tests.fixtures.imds import FakeImds
 from tests.fixtures.processes import wait_until
-from tests.fixtures.stream import check_against_oracle, make_stream, table_problems
+from tests.fixtures.stream import check_against_oracle, make_stream, tables_of, wait_for_tables
 
 pytestmark = [pytest.mark.e2e, pytest.mark.broker]
 
 
 def test_chaos_sigkills_lose_nothing_and_every_task_ends_running(
-    agents_factory, pg_url, agents_stream
+    agents_factory, pg_url, agents_stream, chaos_rng
 ):
     """Three agents on PostgreSQL; eleven SIGKILLs (the same agent three times in a row,
     some victims restarted only after the next kill); the views equal the oracle, and so do
     the views' Iceberg tables that the leader's publisher commits (read by DuckDB through
-    pyiceberg, in the PostgreSQL catalog), whichever agent led when."""
-    rng = random.Random(20261123)
+    pyiceberg, in the PostgreSQL catalog), whichever agent led when: within a minute, a flush
+    and a publish interval of catch-up, and still after the graceful stop."""
+    rng = chaos_rng
     # a rate cap per agent keeps the replay long enough to kill agents throughout it
     agents = agents_factory(pg_url, SLUICE_WORKER_MAX_RATE="2500", SLUICE_PUBLISH_INTERVAL_S="2")
     for agent_id in ("a0", "a1", "a2"):
@@ -74,25 +74,20 @@ def test_chaos_sigkills_lose_nothing_and_every_task_ends_running(
         300,
         "every task Running on a live agent and caught up",
     )
+    caught_up_at = time.monotonic()
     # loss never disables: nothing is Disabled, and tasks moved through the job model
     assert not any(a.state == "Disabled" for a in agents.assignments().values())
     assert not agents.jobs.view_states()
     losses = [e for e in agents.jobs.events() if e.state == "Waiting" and "lost" in e.reason]
     assert losses, "no task was ever moved off a lost agent"
-    tables = ViewTables(TablesConfig(warehouse=agents.store.root, catalog_url=pg_url))
-    problems: list[str] = []
-
-    def tables_agree() -> bool:
-        problems[:] = table_problems(agents_stream, tables)
-        return not problems
-
+    tables = tables_of(agents.env)
     try:
-        wait_until(tables_agree, 120, "the tables equal the oracle", every_s=2)
-    except AssertionError:
-        raise AssertionError("\n".join(problems[:20])) from None
+        took = wait_for_tables(agents_stream, tables, agents.env, caught_up_at)
+        print(f"tables equal the oracle {took:.1f} s after catch-up ({replay_hint()})")
+        assert agents.stop_all() == {"a0": 0, "a1": 0, "a2": 0}
+        wait_for_tables(agents_stream, tables, agents.env)  # the stop's last flush and pass
     finally:
         tables.close()
-    assert agents.stop_all() == {"a0": 0, "a1": 0, "a2": 0}
     check_against_oracle(agents_stream, agents.store, agents.control)
 
 
@@ -323,8 +318,6 @@ def test_agents_reload_the_views_in_force_by_themselves(agents_factory, tmp_path
     assert not [e for e in reloads if "views" in e.reason]  # restarted in place, not moved
 
 
-CHAOS_SEED = int(os.environ.get("SLUICE_CHAOS_SEED", "27"))
-"""Run the rebucketing chaos test with other seeds: ``SLUICE_CHAOS_SEED=N pytest ...``."""
 BUCKET_PARTITIONS = 4
 BUCKET_EVENTS = 60_000
 
@@ -338,18 +331,22 @@ def rebucket_stream(broker, tmp_path_factory):
         "chaos-buckets",
         BUCKET_EVENTS,
         BUCKET_PARTITIONS,
-        seed=27,
+        seed=CHAOS_SEED,
         edit_views=windowed_views_that_drop_nothing,
     )
 
 
-def test_chaos_during_splits_and_merges_strands_no_task(tmp_path, broker, pg_url, rebucket_stream):
+def test_chaos_during_splits_and_merges_strands_no_task(
+    tmp_path, broker, pg_url, rebucket_stream, chaos_rng
+):
     """PostgreSQL, factor up to 4, agents joining and leaving so that partitions
     split and merge during the faults: the leader SIGKILLed in a split and in a merge, the
     owner of a task stopping for a merge SIGKILLed, a spot notice during a merge. At the end
-    every task runs, nothing is left marked, the backlog is 0 and the views equal the oracle.
-    With 4 partitions, 3 running agents call for factor 2, 4 or 5 for 1, 6 for 4."""
-    rng = random.Random(CHAOS_SEED)
+    every task runs, nothing is left marked, the backlog is 0 and the views equal the oracle,
+    and so do their tables (within a minute, a flush and a publish interval of catch-up, and
+    after the graceful stop). With 4 partitions, 3 running agents call for factor 2, 4 or 5
+    for 1, 6 for 4."""
+    rng = chaos_rng
     agents = Agents(
         tmp_path,
         broker.bootstrap,
@@ -421,9 +418,13 @@ def test_chaos_during_splits_and_merges_strands_no_task(tmp_path, broker, pg_url
                 "4 whole tasks Running and caught up",
                 "a0",
             )
+            caught_up_at = time.monotonic()
         finally:
             imds_requests = len(imds.requests)
+    tables = tables_of(agents.env)
     try:
+        took = wait_for_tables(rebucket_stream, tables, agents.env, caught_up_at)
+        print(f"tables equal the oracle {took:.1f} s after catch-up ({replay_hint()}; {faults})")
         events = agents.jobs.events(limit=20_000)
         splits = [e for e in events if e.state == "Retired" and "split from" in e.reason]
         merges = [e for e in events if e.state == "Retired" and "merged from" in e.reason]
@@ -442,5 +443,7 @@ def test_chaos_during_splits_and_merges_strands_no_task(tmp_path, broker, pg_url
             [(t.task, t.generation, t.dead_lettered, t.next_offset) for t in reported.values()],
         )
         check_against_oracle(rebucket_stream, agents.store, agents.control)
+        wait_for_tables(rebucket_stream, tables, agents.env)  # the stop's last flush and pass
     finally:
+        tables.close()
         agents.close()
