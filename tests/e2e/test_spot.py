@@ -4,7 +4,8 @@ instance is evacuated by the Dagster job the SQS sensor launches. (moto has no
 CompleteLifecycleAction; that call is checked against botocore's API model in
 tests/orchestration/control_plane/autoscaling/test_autoscale_realizers.py.) Each one's tasks run
 elsewhere well before AWS's two minutes, the agent is then SIGKILLed as the instance would be, and
-the views equal the oracle: nothing lost, nothing counted twice."""
+the views equal the oracle: nothing lost, nothing counted twice; so do their tables, which the
+leading agent's publisher commits."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from orchestration.resources.fleet import LocalFleetResource
 from tests.fixtures.imds import FakeImds
 from tests.fixtures.moto import auto_scaling_group, aws_test_credentials
 from tests.fixtures.processes import wait_until
-from tests.fixtures.stream import check_against_oracle
+from tests.fixtures.stream import check_against_oracle, tables_of, wait_for_tables
 
 pytestmark = [pytest.mark.e2e, pytest.mark.broker]
 
@@ -132,6 +133,14 @@ def test_both_notice_paths_move_the_work_before_the_instance_goes(
             240,
             "the survivor to catch up",
         )
+        caught_up_at = time.monotonic()
         print(f"IMDS notice -> running elsewhere: {imds_s:.1f} s; central: {central_s:.1f} s")
-        assert agents.stop_all()[survivor] == 0
+        tables = tables_of(agents.env)
+        try:  # the survivor leads at the end: its publisher committed every agent's hours
+            took = wait_for_tables(agents_stream, tables, agents.env, caught_up_at)
+            print(f"tables equal the oracle {took:.1f} s after catch-up")
+            assert agents.stop_all()[survivor] == 0
+            wait_for_tables(agents_stream, tables, agents.env)  # the stop's last flush and pass
+        finally:
+            tables.close()
         check_against_oracle(agents_stream, agents.store, agents.control)

@@ -3,8 +3,9 @@ from the messages actually in the topic, through crashes (SIGKILL) and graceful 
 
 from __future__ import annotations
 
-import random
 import signal
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -13,8 +14,15 @@ from pipelines.config import SluiceSettings
 from pipelines.control import ControlStore
 from pipelines.storage import LocalObjectStore
 from pipelines.views.model import WINDOW_START
+from tests.fixtures.chaos import replay_hint
 from tests.fixtures.processes import sluice_process, stop_process, wait_until
-from tests.fixtures.stream import check_against_oracle, make_stream, read_records
+from tests.fixtures.stream import (
+    check_against_oracle,
+    make_stream,
+    read_records,
+    tables_of,
+    wait_for_tables,
+)
 from tests.fixtures.tables import query_realtime
 
 pytestmark = [pytest.mark.e2e, pytest.mark.broker]
@@ -148,25 +156,67 @@ def test_two_workers_match_the_oracle(fleet_factory, stream, broker, client):
     assert len(dead_letters) == stream["report"].malformed_total
 
 
-def test_sigkill_three_times_loses_nothing_and_counts_nothing_twice(fleet_factory, stream):
-    """With librdkafka (confluent-kafka) reading: restarts resume exactly from checkpoints."""
-    rng = random.Random(20261122)
-    fleet = fleet_factory({"w0": [0, 2], "w1": [1, 3]}, "confluent")
-    fleet.start("w0")
-    fleet.start("w1")
-    for low, high in ((0.10, 0.30), (0.35, 0.60), (0.65, 0.90)):
-        target = int(EVENTS * rng.uniform(low, high))
-        wait_until(
-            lambda t=target: fleet.consumed() >= t or fleet.caught_up(), 240, f"{target} consumed"
+class Publishing:
+    """The realtime publisher a fleet's leader runs (:mod:`pipelines.serving.publisher`), here
+    in a thread of the test: ``sluice worker`` processes have no leader to run it."""
+
+    def __init__(self, fleet: Fleet, interval_s: float) -> None:
+        from pipelines.serving.publisher import RealtimePublisher
+
+        self.tables = tables_of(fleet.env)
+        self.publisher = RealtimePublisher(
+            fleet.store, self.tables, fleet.stream["views"], interval_s
         )
-        victim = rng.choice(["w0", "w1"])
-        stop_process(fleet.processes[victim], signal.SIGKILL, timeout_s=10)
-        fleet.start(victim)  # restarts from its last checkpoint
-    wait_until(
-        lambda: fleet.caught_up() or not fleet.alive(), 240, "workers to catch up after crashes"
-    )
-    assert fleet.alive(), "a worker died"
-    assert fleet.stop_all() == {"w0": 0, "w1": 0}
+        self.interval_s = interval_s
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stopping.wait(self.interval_s):
+            self.publisher.publish_once()
+
+    def __enter__(self) -> Publishing:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopping.set()
+        self.thread.join(60)
+        self.tables.close()
+
+
+def test_sigkill_three_times_loses_nothing_and_counts_nothing_twice(
+    fleet_factory, stream, chaos_rng
+):
+    """With librdkafka (confluent-kafka) reading: restarts resume exactly from checkpoints. A
+    publisher commits the flushed hours to the views' tables throughout (hours published while
+    a killed worker's tasks lag behind, refilled after its restart): within a minute, a flush
+    and a publish interval of catch-up the tables equal the oracle too."""
+    rng = chaos_rng
+    fleet = fleet_factory({"w0": [0, 2], "w1": [1, 3]}, "confluent")
+    fleet.env["SLUICE_PUBLISH_INTERVAL_S"] = "2"
+    with Publishing(fleet, 2.0) as publishing:
+        fleet.start("w0")
+        fleet.start("w1")
+        for low, high in ((0.10, 0.30), (0.35, 0.60), (0.65, 0.90)):
+            target = int(EVENTS * rng.uniform(low, high))
+            wait_until(
+                lambda t=target: fleet.consumed() >= t or fleet.caught_up(),
+                240,
+                f"{target} consumed",
+            )
+            victim = rng.choice(["w0", "w1"])
+            stop_process(fleet.processes[victim], signal.SIGKILL, timeout_s=10)
+            fleet.start(victim)  # restarts from its last checkpoint
+        wait_until(
+            lambda: fleet.caught_up() or not fleet.alive(), 240, "workers to catch up after crashes"
+        )
+        caught_up_at = time.monotonic()
+        assert fleet.alive(), "a worker died"
+        took = wait_for_tables(stream, publishing.tables, fleet.env, caught_up_at)
+        print(f"tables equal the oracle {took:.1f} s after catch-up ({replay_hint()})")
+        assert fleet.stop_all() == {"w0": 0, "w1": 0}
+        wait_for_tables(stream, publishing.tables, fleet.env)  # after the final flushes
     fleet.check_against_oracle()
 
 
@@ -246,6 +296,7 @@ def test_rescale_hands_tasks_over_through_checkpoints(tmp_path, broker, stream):
         log_dir=tmp_path / "logs",
         control=runtime.control,
     )
+    tables = tables_of(checker.env)
     fleet.start()
     try:
         scaler = ScaleWatcher(runtime, fleet, stream["topic"], every_s=0)
@@ -273,10 +324,18 @@ def test_rescale_hands_tasks_over_through_checkpoints(tmp_path, broker, stream):
             return checker.caught_up() and len(set(owners.values())) == 3
 
         wait_until(balanced_and_caught_up, 240, "the rescaled fleet to balance and catch up")
+        caught_up_at = time.monotonic()
         handoffs = [e for e in runtime.control.jobs.events() if "hand-off" in e.reason]
         assert handoffs, "tasks moved without a checkpoint hand-off"
+        # the leader's publisher (the catalog in the control store, the warehouse the storage)
+        took = wait_for_tables(stream, tables, checker.env, caught_up_at)
+        print(f"tables equal the oracle {took:.1f} s after catch-up")
     finally:
         fleet.stop()
+    try:
+        wait_for_tables(stream, tables, checker.env)  # the stop's last flushes and pass
+    finally:
+        tables.close()
     assert checker.consumed() == EVENTS  # graceful hand-off: nothing read twice
     checker.check_against_oracle()
     checker.control.close()

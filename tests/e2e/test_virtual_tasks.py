@@ -7,18 +7,21 @@ The replay is produced in three parts: half before the agents start, a quarter a
 during the split (data arrives while the split goes on), the rest after the kill that follows
 it, so both kills land mid-replay however fast the agents read (with everything produced up
 front, a loaded machine once finished the replay before the second kill). The oracle is then
-read back from the topic while the buckets wait to merge."""
+read back from the topic while the buckets wait to merge. The events come from the chaos seed
+(tests/fixtures/chaos.py)."""
 
 from __future__ import annotations
 
 import signal
+import time
 
 import pytest
 
 from quality.lineage import check_nothing_lost
 from tests.fixtures.agents import Agents, Fleet, windowed_views_that_drop_nothing
+from tests.fixtures.chaos import CHAOS_SEED, replay_hint
 from tests.fixtures.processes import wait_until
-from tests.fixtures.stream import check_against_oracle, make_stream
+from tests.fixtures.stream import check_against_oracle, make_stream, tables_of, wait_for_tables
 
 PARTITIONS = 4
 EVENTS = 60_000
@@ -36,15 +39,17 @@ def bucket_stream(broker, tmp_path_factory):
         "vt-events",
         EVENTS,
         PARTITIONS,
-        seed=15,
+        seed=CHAOS_SEED,
         edit_views=windowed_views_that_drop_nothing,
         hold_back=HOLD_BACK,
     )
 
 
 def test_more_agents_than_partitions_split_and_merge_exactly(
-    tmp_path, broker, pg_url, bucket_stream
+    tmp_path, broker, pg_url, bucket_stream, chaos_seed
 ):
+    """The views' tables (the leader's publisher, the PostgreSQL catalog) equal the oracle
+    within a minute, a flush and a publish interval of catch-up, and after the graceful stop."""
     agents = Agents(
         tmp_path,
         broker.bootstrap,
@@ -55,6 +60,7 @@ def test_more_agents_than_partitions_split_and_merge_exactly(
         SLUICE_BUCKET_MERGE_DELAY_S="15",  # longer than a killed agent takes to come back
     )
     fleet = Fleet(agents, {}, PARTITIONS)  # the partitions' ends: read back at the end
+    tables = tables_of(agents.env)
     try:
         first = ["a0", "a1"]
         for agent_id in first:
@@ -109,11 +115,16 @@ def test_more_agents_than_partitions_split_and_merge_exactly(
             "4 whole tasks Running and caught up",
             "a0",
         )
+        caught_up_at = time.monotonic()
         merges = [e for e in agents.jobs.events(limit=4000) if "merged from" in e.reason]
         assert merges, "no merge was recorded"
+        took = wait_for_tables(bucket_stream, tables, agents.env, caught_up_at)
+        print(f"tables equal the oracle {took:.1f} s after catch-up ({replay_hint()})")
         assert agents.stop_all()["a0"] == 0
         check_against_oracle(bucket_stream, agents.store, agents.control)
+        wait_for_tables(bucket_stream, tables, agents.env)  # the stop's last flush and pass
         lineage = check_nothing_lost(agents.store, topic=agents.topic)
         assert lineage and all(h.passed for h in lineage), [h.failures for h in lineage][:3]
     finally:
+        tables.close()
         agents.close()
