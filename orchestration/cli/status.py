@@ -7,6 +7,8 @@ coordinator marked. The summary is not OK while any task is stale, unassigned (W
 Disabled, or runs with a view disabled; each of those is counted in the summary line. A task
 Waiting longer than ``SLUICE_TASK_WAITING_MAX_S`` (what the coordinator's watchdog should not
 allow) is named under the table with why, and flagged in ``--json`` (``waiting_too_long``).
+In ``--json`` a task's row also carries the table lag of each view that reads its topic
+(``table_lag_s``).
 """
 
 from __future__ import annotations
@@ -432,8 +434,24 @@ def _views(runtime: Runtime) -> dict[str, ResolvedView]:
         return {}
 
 
-def _snapshot(lags: list[TaskLag], job: JobView) -> list[dict]:
+def _snapshot(
+    lags: list[TaskLag],
+    job: JobView,
+    views: dict[str, ResolvedView] | None = None,
+    table_lags: dict[str, float] | None = None,
+) -> list[dict]:
+    """One row per task. A reported task's row carries ``table_lag_s``: the table lag (what
+    the Views table shows, fleet-wide) of each view that reads its topic, or None where the
+    change log could not be read."""
     statuses = task_statuses(lags, LagTracker().update(lags), job)
+    views, table_lags = views or {}, table_lags or {}
+
+    def view_lags(topic: str) -> dict[str, float | None]:
+        return {
+            name: None if (lag := table_lags.get(name)) is None else round(lag, 3)
+            for name, resolved in views.items()
+            if resolved.view.topic == topic
+        }
 
     def job_fields(task: str) -> dict:
         a = job.assignments.get(task)
@@ -454,6 +472,7 @@ def _snapshot(lags: list[TaskLag], job: JobView) -> list[dict]:
             "time_lag_s": lag.time_lag_s,
             "heartbeat_age_s": round(lag.heartbeat_age_s, 3),
             "stale": lag.stale,
+            "table_lag_s": view_lags(lag.status.topic),
             **job_fields(lag.status.task),
         }
         for lag in lags
@@ -482,7 +501,9 @@ def show(runtime: Runtime, args: argparse.Namespace, stop: threading.Event) -> N
     """What `sluice status` prints: once (``--once``, ``--json``) or live until ``stop``."""
     if args.json:
         lags = collect_task_lags(runtime, args.stale_after)
-        json.dump(_snapshot(lags, job_view(runtime)), sys.stdout, indent=2)
+        views = _views(runtime)
+        snapshot = _snapshot(lags, job_view(runtime), views, table_lags(runtime, views))
+        json.dump(snapshot, sys.stdout, indent=2)
         print()
         return
     console = Console()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -76,3 +77,45 @@ def test_status_shows_each_views_table_lag(tmp_path) -> None:
     }
     assert re.search(r"│\s*1[56]\.\dm\s*│$", rows.pop("traffic_by_org"))
     assert rows and all(re.search(r"│\s*0\.0s\s*│$", line) for line in rows.values()), rows
+
+
+def test_status_json_carries_each_views_table_lag(tmp_path) -> None:
+    """A task's row in ``--json`` carries the table lag of each view of its topic: what the
+    Views table shows."""
+    state = tmp_path / "state"
+    store = ControlStore(f"sqlite:///{state / 'control.db'}")
+    store.report_tasks(
+        [
+            TaskStatus(
+                task="events:0",
+                topic="events",
+                partition=0,
+                worker_id="a0",
+                pid=1,
+                heartbeat_at=time.time(),
+            )
+        ]
+    )
+    store.close()
+    storage = LocalObjectStore(state / "storage")
+    old = int((time.time() - 900) * 1000)  # a flush 15 minutes ago the publisher never took
+    record_change(storage, "traffic_by_org", [0], "events", 0, 1, at_ms=old)
+    done = subprocess.run(
+        [sys.executable, "-m", "orchestration.cli", "status", "--json"],
+        env={
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(tmp_path),
+            "PYTHONPATH": str(PROJECT),
+            "SLUICE_STATE_DIR": str(state),
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    (row,) = json.loads(done.stdout)
+    names = {v.name for v in load_views(PROJECT / "data" / "views.yaml") if v.topic == "events"}
+    lags = row["table_lag_s"]
+    assert set(lags) == names
+    assert 900 <= lags.pop("traffic_by_org") < 960
+    assert lags and all(lag == 0.0 for lag in lags.values()), lags
