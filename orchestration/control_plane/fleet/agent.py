@@ -152,6 +152,29 @@ class Agent:
             return False
         return lease is None or lease["holder"] == self.agent_id
 
+    def lead_the_last_pass(self, deadline: float) -> bool:
+        """Asked at a graceful stop of an agent that did not lead: whether it takes the
+        coordinator lease to publish what is left. Yes once no one holds it (the fleet's last
+        agent; a stopping leader releases it after its own last pass, which may have come before
+        this agent's final flush). No once the holder renews it: a live leader publishes the
+        rest. No at ``deadline`` (monotonic) or when the control store is away."""
+        seen = None
+        while time.monotonic() < deadline:
+            try:
+                ttl = self.settings.agent_loss_after_s
+                if self.jobs.acquire_lease(COORDINATOR_LEASE, self.agent_id, ttl):
+                    log.info("agent %s leads the last publish pass of its stop", self.agent_id)
+                    return True
+                lease = self.jobs.lease(COORDINATOR_LEASE)
+            except SQLAlchemyError:
+                return False
+            expires = lease["expires_at"] if lease else None
+            if seen is not None and expires is not None and expires > seen:
+                return False
+            seen = expires
+            time.sleep(min(self.settings.agent_heartbeat_interval_s, 0.5))
+        return False
+
     def _partitions(self) -> list[int]:
         return partitions_of(self.runtime.bootstrap(), self.runtime.kafka, self.topic)
 
@@ -195,7 +218,7 @@ class Agent:
             # pyiceberg's or Arrow's I/O when the interpreter finalizes can hang the exit for
             # good (CI met an agent that logged its stop, then never exited). A leader then
             # publishes what its tasks' last flush wrote. The stop deadline bounds both.
-            self.publisher.final(timeout_s=self.settings.stop_timeout_s)
+            self.publisher.final(self.settings.stop_timeout_s, self.lead_the_last_pass)
             try:
                 self.jobs.release_lease(COORDINATOR_LEASE, self.agent_id)
                 self.jobs.set_agent_state(self.agent_id, "stopped", "stopped gracefully")

@@ -7,7 +7,10 @@ heartbeat. A leader that loses the lease starts no more passes; a pass under way
 control store before each commit and commits nothing once another agent leads (its records stay
 for the new leader).
 A leader that stops gracefully runs one last pass after its tasks' final flush (:meth:`final`),
-so what they flushed does not wait for the next leader.
+so what they flushed does not wait for the next leader. So does an agent that did not lead but
+finds no live leader when it stops (the fleet's last agent, or one whose final flush came after
+a stopping leader's last pass): it takes the lease for that pass
+(:meth:`orchestration.control_plane.fleet.agent.Agent.lead_the_last_pass`).
 """
 
 from __future__ import annotations
@@ -90,12 +93,16 @@ class PublisherRunner:
         if self.thread is not None:
             self.thread.join(timeout_s)
 
-    def final(self, timeout_s: float) -> None:
-        """A graceful stop's last pass, once the worker's tasks flushed: if this agent led, wait
-        for a pass under way, then run one more (both within ``timeout_s``)."""
+    def final(self, timeout_s: float, take_over: Callable[[float], bool] | None = None) -> None:
+        """A graceful stop's last pass, once the worker's tasks flushed: wait for a pass under
+        way, then run one more if this agent led, or if ``take_over(deadline)`` (asked of an
+        agent that did not lead) says it took the lease from no live leader; all within
+        ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
         self.join(timeout_s)
-        if not self.leading or (self.thread is not None and self.thread.is_alive()):
+        if self.thread is not None and self.thread.is_alive():
+            return
+        if not self.leading and (take_over is None or not take_over(deadline)):
             return
         self.thread = threading.Thread(target=self._run, name="realtime-publisher", daemon=True)
         self.thread.start()

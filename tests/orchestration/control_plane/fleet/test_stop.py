@@ -68,6 +68,7 @@ class CountingPublisher:
 
 @pytest.mark.parametrize("leader", [True, False])
 def test_a_leader_publishes_once_more_when_it_stops(runtime, leader) -> None:
+    """So does an agent that did not lead, when no one else leads: the fleet's last agent."""
     agent = Agent(runtime, "a0", topic=runtime.settings.topic)
     agent.jobs.register_agent("a0", "host", os.getpid(), runtime.settings.topic)
     publisher = CountingPublisher()
@@ -77,4 +78,40 @@ def test_a_leader_publishes_once_more_when_it_stops(runtime, leader) -> None:
     assert publisher.passes == (1 if leader else 0)
     agent.worker.stop_event.set()
     assert agent.run() == 0
-    assert publisher.passes == (2 if leader else 0), "a leader's stop runs one last pass"
+    assert publisher.passes == (2 if leader else 1), "a stop without a live leader publishes"
+
+
+@pytest.mark.parametrize("leader_stops", [True, False])
+def test_an_agent_that_did_not_lead_publishes_at_its_stop_only_without_a_live_leader(
+    runtime, leader_stops
+) -> None:
+    """Another agent holds the coordinator lease. Stopping itself (it no longer renews the
+    lease, then releases it after its own last pass), it leaves what this agent's final flush
+    wrote to this agent's pass; renewing it (alive), it publishes that itself."""
+    agent = Agent(runtime, "a0", topic=runtime.settings.topic)
+    agent.jobs.register_agent("a0", "host", os.getpid(), runtime.settings.topic)
+    assert agent.jobs.acquire_lease("coordinator", "a1", 30.0)
+    publisher = CountingPublisher()
+    agent.publisher.publisher = publisher  # type: ignore[assignment]
+    done = threading.Event()
+
+    def other_leader() -> None:
+        if leader_stops:  # its last pass, then its release
+            time.sleep(1.0)
+            agent.jobs.release_lease("coordinator", "a1")
+            return
+        while not done.wait(0.2):  # its heartbeats
+            agent.jobs.acquire_lease("coordinator", "a1", 30.0)
+
+    leader = threading.Thread(target=other_leader, daemon=True)
+    leader.start()
+    agent.worker.stop_event.set()
+    try:
+        assert agent.run() == 0
+    finally:
+        done.set()
+        leader.join(10)
+    assert publisher.passes == (1 if leader_stops else 0)
+    lease = agent.jobs.lease("coordinator")
+    assert lease["holder"] == ("a0" if leader_stops else "a1")
+    assert lease["expires_at"] == 0.0 if leader_stops else lease["expires_at"] > time.time()
