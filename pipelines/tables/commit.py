@@ -10,9 +10,11 @@ with one of them, whole; a realtime commit never replaces an hour that holds bat
 
 A correction never waits behind the publisher: before its first attempt it claims the table's
 next turn (a small file beside the table, ``<table location>.batch-turn``, valid for
-:data:`BATCH_TURN_S`), and a realtime commit that finds a live claim gives way
-(:class:`TableBusyError`; the publisher tries again at its next pass). A correction whose commit
-lost to a realtime commit already under way thus commits at its next attempt.
+:data:`BATCH_TURN_S` and renewed by each later attempt that starts past half of it), and a
+realtime commit that finds a live claim gives way (:class:`TableBusyError`; the publisher tries
+again at its next pass). A correction whose commit lost to a realtime commit already under way
+thus commits at its next attempt; one that died mid-commit holds the realtime commits back no
+longer than :data:`BATCH_TURN_S`.
 """
 
 from __future__ import annotations
@@ -74,9 +76,10 @@ log = logging.getLogger(__name__)
 
 SUMMARY_PREFIX = "sluice."
 MAX_ATTEMPTS = 20
-BATCH_TURN_S = 60.0
-"""How long a correction's claim on the next commit holds unless released (a correction that
-died mid-commit blocks the publisher no longer than this)."""
+BATCH_TURN_S = 20.0
+"""How long a correction's claim on the next commit holds unless released or renewed (a
+correction that died mid-commit blocks the publisher no longer than this): a few of its
+attempts, each renewing it, and within a minute of a dead correction realtime rows flow again."""
 
 
 class TableConflictError(SluiceError, RuntimeError):
@@ -199,11 +202,11 @@ def _replace(
     summary: Mapping[str, str] | None,
     force_version: int | None,
 ) -> CommitOutcome:
-    claimed: list[Table] = []
+    claimed: list[tuple[Table, float]] = []
     try:
         return _attempts(groups, view, tables, rows, source, summary, force_version, claimed)
     finally:
-        for table in claimed[:1]:
+        for table, _ in claimed[:1]:
             _release_turn(table)
 
 
@@ -215,16 +218,18 @@ def _attempts(
     source: str,
     summary: Mapping[str, str] | None,
     force_version: int | None,
-    claimed: list[Table],
+    claimed: list[tuple[Table, float]],
 ) -> CommitOutcome:
     wanted = sorted({h for group in groups for h in group})
     by_filter = False
     for attempt in range(1, MAX_ATTEMPTS + 1):
         table = tables.load(view)
         if source == BATCH:
-            if not claimed:  # once: a claim rewritten would look empty while it is written
+            # claimed once, renewed only past half its time: a claim rewritten may look empty
+            # to a publisher while it is written (the correction then loses one attempt)
+            if not claimed or time.monotonic() > claimed[0][1] + BATCH_TURN_S / 2:
                 _claim_turn(table)
-                claimed[:] = [table]
+                claimed[:] = [(table, time.monotonic())]
         elif _batch_waiting(table):
             raise TableBusyError(f"{view.name}: a correction holds the table's next commit")
         corrected = batch_hours(table, view, wanted)

@@ -341,3 +341,36 @@ def test_table_errors_are_sluice_errors() -> None:
     assert issubclass(TableLocationError, SluiceError) and issubclass(
         TableLocationError, ValueError
     )
+
+
+def test_a_correction_renews_its_claim_on_the_next_commit_at_a_later_attempt(
+    control_url, tmp_path, views, monkeypatch
+) -> None:
+    """The claim is short (a dead correction holds the publisher back briefly): an attempt that
+    starts past half of it renews it, so a correction that lost its first attempt still has
+    the next turn."""
+    from pipelines.tables import commit
+
+    monkeypatch.setattr(commit, "BATCH_TURN_S", 1.0)
+    view = views["traffic_by_org"]
+    tables = _tables(control_url, tmp_path / "root")
+    tables.load(view)
+    write = commit._write_hour_files
+    realtime = table_rows(view, _window_rows(view, H + HOUR_MS, 5), REALTIME, 0)
+    claim_stands: list[bool] = []
+
+    def slow_attempt(table, view, data, hours, *args, **kwargs):
+        if hours == [H]:  # the correction's attempts (not the publisher's below)
+            claim_stands.append(commit._batch_waiting(table))
+            if len(claim_stands) == 1:  # the first attempt outlasts the claim: the publisher
+                time.sleep(1.2)  # commits meanwhile (no claim stands): this attempt conflicts
+                replace_hours(tables, view, [H + HOUR_MS], realtime, source=REALTIME)
+        return write(table, view, data, hours, *args, **kwargs)
+
+    monkeypatch.setattr(commit, "_write_hour_files", slow_attempt)
+    rows = table_rows(view, _window_rows(view, H, 3), BATCH, 1)
+    outcome = replace_hours(tables, view, [H], rows, source=BATCH)
+    assert outcome.attempts == 2
+    assert claim_stands == [True, True], "the second attempt ran without the claim"
+    assert not commit._batch_waiting(tables.load(view)), "released once committed"
+    tables.close()
