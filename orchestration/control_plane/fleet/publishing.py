@@ -95,15 +95,17 @@ class PublisherRunner:
 
     def final(self, timeout_s: float, take_over: Callable[[float], bool] | None = None) -> None:
         """A graceful stop's last pass, once the worker's tasks flushed: wait for a pass under
-        way, then run one more if this agent led, or if ``take_over(deadline)`` (asked of an
-        agent that did not lead) says it took the lease from no live leader; all within
-        ``timeout_s``."""
+        way, then run one more if this agent led, or if ``take_over(until)`` (asked of an
+        agent that did not lead; it may wait until half the time left, the pass needs the
+        rest) says it took the lease from no live leader; all within ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
         self.join(timeout_s)
         if self.thread is not None and self.thread.is_alive():
             return
-        if not self.leading and (take_over is None or not take_over(deadline)):
-            return
+        if not self.leading:
+            now = time.monotonic()
+            if take_over is None or not take_over(now + (deadline - now) / 2):
+                return
         self.thread = threading.Thread(target=self._run, name="realtime-publisher", daemon=True)
         self.thread.start()
         self.thread.join(max(0.0, deadline - time.monotonic()))
