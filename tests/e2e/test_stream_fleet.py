@@ -14,7 +14,7 @@ from pipelines.config import SluiceSettings
 from pipelines.control import ControlStore
 from pipelines.storage import LocalObjectStore
 from pipelines.views.model import WINDOW_START
-from tests.fixtures.chaos import replay_hint
+from tests.fixtures.chaos import CHAOS_SEED, replay_hint
 from tests.fixtures.processes import sluice_process, stop_process, wait_until
 from tests.fixtures.stream import (
     check_against_oracle,
@@ -131,12 +131,33 @@ class Fleet:
         check_against_oracle(self.stream, self.store, self.control)
 
 
+SPREAD_SPEEDUP = 2_880
+"""Simulated seconds per second of the chaos stream's replay: its events span about a day of
+event time (the default's span about an hour), so a partition held back lags by hours."""
+
+
+@pytest.fixture(scope="module")
+def spread_stream(broker, tmp_path_factory):
+    """The chaos test's own topic: events from the chaos seed, spread over a day."""
+    return make_stream(
+        broker.bootstrap,
+        tmp_path_factory.mktemp("views"),
+        "e2e-spread",
+        EVENTS,
+        PARTITIONS,
+        seed=CHAOS_SEED,
+        rate=(40_000, SPREAD_SPEEDUP),
+    )
+
+
 @pytest.fixture
-def fleet_factory(tmp_path, broker, stream):
+def fleet_factory(tmp_path, broker, request):
+    """Fleets on the module's stream, or the one given (``on``)."""
     fleets = []
 
-    def make(assignment, client=None):
-        fleet = Fleet(tmp_path, broker.bootstrap, stream, assignment, client)
+    def make(assignment, client=None, on=None):
+        on = on if on is not None else request.getfixturevalue("stream")
+        fleet = Fleet(tmp_path, broker.bootstrap, on, assignment, client)
         fleets.append(fleet)
         return fleet
 
@@ -194,15 +215,17 @@ class Publishing:
 
 
 def test_sigkill_three_times_loses_nothing_and_counts_nothing_twice(
-    fleet_factory, stream, chaos_rng
+    fleet_factory, spread_stream, chaos_rng
 ):
     """With librdkafka (confluent-kafka) reading: restarts resume exactly from checkpoints. A
     publisher commits the flushed hours to the views' tables throughout; the second victim is
-    restarted only once the other worker read an eighth of the topic on, so the hours its
-    partitions fill on restart were published short long before. Within a minute, a flush and
-    a publish interval of catch-up the tables equal the oracle too."""
+    restarted only once the other worker read an eighth of the topic on: over the day of
+    event time the stream spans, the hours its partitions fill on restart were published
+    short hours before the newest. Within a minute, a flush and a publish interval of
+    catch-up the tables equal the oracle too."""
     rng = chaos_rng
-    fleet = fleet_factory({"w0": [0, 2], "w1": [1, 3]}, "confluent")
+    stream = spread_stream
+    fleet = fleet_factory({"w0": [0, 2], "w1": [1, 3]}, "confluent", stream)
     fleet.env["SLUICE_PUBLISH_INTERVAL_S"] = "2"
     with Publishing(fleet, 2.0) as publishing:
         fleet.start("w0")
