@@ -53,7 +53,7 @@ def sample_topic(
         read = 0
         answered = time.monotonic()
         while left and read < limit:
-            batches = client.poll(timeout_ms=int(POLL_S * 1000), max_records=limit - read)
+            batches = client.poll(timeout_ms=int(POLL_S * 1000), max_records=min(500, limit - read))
             learned = _learn_ends(client, left, listed, ends)
             for tp, records in batches.items():
                 end = ends.get(tp)
