@@ -348,3 +348,36 @@ def _by_group(view, rows) -> dict[tuple, dict]:
     ]
     keys = [WINDOW_START, *view.grouping_cols]
     return {tuple(r[k] for k in keys): {c: r[c] for c in exact} for r in rows}
+
+
+def test_a_bucket_taking_records_one_at_a_time_keeps_the_partitions_watermark(tmp_path):
+    """A bucket restarted after crashes reads the offsets they covered one record at a time
+    (:class:`CrashPlan`): its watermark still follows every record, its sibling's too, so the
+    two buckets drop exactly what the whole partition drops, and end at its watermark."""
+    from pipelines.control.crashes import CrashPlan
+
+    n = 4_000
+    whole = _task(
+        LocalObjectStore(tmp_path / "w"),
+        CollectingDeadLetters(),
+        tmp_path,
+        TaskId("events", 0),
+        TIGHT,
+    )
+    store = LocalObjectStore(tmp_path / "s")
+    low, high = (
+        _task(store, CollectingDeadLetters(), tmp_path, TaskId("events", 0, b, 2), TIGHT)
+        for b in (0, 1)
+    )
+    low.guard(CrashPlan(suspects=((300, 1_700),)))
+    for i in range(0, n, 500):
+        for task in (whole, low, high):
+            task.process(RECORDS[i : i + 500])
+    assert not low.plan  # past the crashes: back on the whole-batch path
+    assert low.watermark == high.watermark == whole.watermark
+    truth = Truth(TIGHT)
+    truth.add_partition([r.value for r in RECORDS[:n]], *LIMITS)
+    for view in TIGHT:
+        assert low.states[view.name].late + high.states[view.name].late == truth.late[view.name]
+        assert whole.states[view.name].late == truth.late[view.name]
+    assert low.consumed + high.consumed == whole.consumed == n
