@@ -273,14 +273,16 @@ def _advance(store, sink, tmp_path, task: TaskId, to: int, rng) -> None:
     t.checkpoint()
 
 
-def _schedule(store, sink, tmp_path, seed: int) -> list[TaskId]:
+def _schedule(store, sink, tmp_path, seed: int) -> tuple[list[TaskId], Counter]:
     """Run the partition under a random schedule of splits (up to factor 4) and merges at
-    random offsets, the tasks reading at their own pace between them; the tasks at the end."""
+    random offsets, the tasks reading at their own pace between them; the tasks at the end
+    and how many splits and merges were done."""
     rng = random.Random(seed)
     n = len(RECORDS)
     root = TaskId("events", 0)
     _advance(store, sink, tmp_path, root, rng.randint(0, n // 4), rng)
     tasks = [root]
+    done: Counter = Counter()
     for _ in range(rng.randint(4, 9)):
         task = rng.choice(tasks)
         offset = load_checkpoint(store, "events", 0, *task.where).next_offset
@@ -294,11 +296,13 @@ def _schedule(store, sink, tmp_path, seed: int) -> list[TaskId]:
         if siblings and (task.factor == 4 or rng.random() < 0.4):
             a, b = rng.choice(siblings)
             tasks = [t for t in tasks if t not in (a, b)] + [merge_tasks(store, TIGHT, a, b)]
+            done["merge"] += 1
         elif task.factor < 4:
             tasks = [t for t in tasks if t != task] + list(split_task(store, TIGHT, "org", task))
+            done["split"] += 1
     for task in tasks:
         _advance(store, sink, tmp_path, task, n, rng)
-    return tasks
+    return tasks, done
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4, 5, 6])
@@ -313,7 +317,8 @@ def test_splits_and_merges_change_no_result(tmp_path, seed):
     )
     store = LocalObjectStore(tmp_path / "split")
     sink = CollectingDeadLetters()
-    tasks = _schedule(store, sink, tmp_path / "s", seed)
+    tasks, done = _schedule(store, sink, tmp_path / "s", seed)
+    assert done["split"] and done["merge"], done
 
     truth = Truth(TIGHT)
     truth.add_partition([r.value for r in RECORDS], *LIMITS)
