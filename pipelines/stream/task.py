@@ -2,8 +2,8 @@
 aggregated into every view on that topic.
 
 Its output is a deterministic function of the partition's contents: windows and lateness
-follow event time and the partition's watermark, so a replay after a crash, or a split or
-merge, rewrites identical segments. At-least-once delivery plus idempotent writes give exactly-once results.
+follow event time and the partition's watermark, so a replay after a crash rewrites
+identical segments and splits and merges change no result. At-least-once delivery plus idempotent writes give exactly-once results.
 
 A virtual task (bucket ``b`` of factor ``F``, :mod:`pipelines.stream.buckets`) sees every
 record of its partition and decodes them all, its siblings' too, so its watermark before each
