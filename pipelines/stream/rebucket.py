@@ -8,9 +8,11 @@ Split ``b`` of ``F`` into ``b`` and ``b + F`` of ``2F``: each child starts at th
 offset and watermark; state goes as :mod:`pipelines.stream.buckets` says (a view grouped by
 the key field by its groups' hashes, any other view's to the first child); the first child
 keeps the parent's counters. Merge the two back: the merged task starts at the *lower* of
-their offsets with the *higher* of their watermarks, their states and counters merged, and a
-skip ``(bucket, 2F, until)`` for the child that was ahead, so the records it had counted are
-not counted again.
+their offsets with the watermark of the child that was there (a bucket's watermark is its
+partition's, :mod:`pipelines.stream.task`, so that is the partition's at that offset), their
+states and counters merged, and a skip ``(bucket, 2F, until)`` for the child that was ahead,
+so the records it had counted are not counted again (their event times still move the
+watermark as the merged task reads them again).
 
 Realtime segments: the segments still open in the old tasks' state are rewritten under the
 new tasks' names, then the old tasks' files of those segments are removed (a query in that
@@ -206,7 +208,7 @@ def merge_tasks(
         topic=merged_id.topic,
         partition=merged_id.partition,
         next_offset=start,
-        watermark=max(low.watermark, high.watermark),
+        watermark=max(c.watermark for c in pair if c.next_offset == start),
         consumed=low.consumed + high.consumed,
         dead_lettered=dead,
         type_errors=(

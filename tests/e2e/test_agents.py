@@ -19,7 +19,7 @@ from tests.fixtures.agents import (
     PARTITIONS,
     Agents,
     Fleet,
-    windowed_views_that_drop_nothing,
+    windowed_views,
 )
 from tests.fixtures.imds import FakeImds
 from tests.fixtures.processes import wait_until
@@ -339,7 +339,7 @@ def rebucket_stream(broker, tmp_path_factory):
         BUCKET_EVENTS,
         BUCKET_PARTITIONS,
         seed=27,
-        edit_views=windowed_views_that_drop_nothing,
+        edit_views=windowed_views,
     )
 
 

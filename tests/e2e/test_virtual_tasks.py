@@ -16,7 +16,7 @@ import signal
 import pytest
 
 from quality.lineage import check_nothing_lost
-from tests.fixtures.agents import Agents, Fleet, windowed_views_that_drop_nothing
+from tests.fixtures.agents import Agents, Fleet, windowed_views
 from tests.fixtures.processes import wait_until
 from tests.fixtures.stream import check_against_oracle, make_stream
 
@@ -37,7 +37,7 @@ def bucket_stream(broker, tmp_path_factory):
         EVENTS,
         PARTITIONS,
         seed=15,
-        edit_views=windowed_views_that_drop_nothing,
+        edit_views=windowed_views,
         hold_back=HOLD_BACK,
     )
 
