@@ -156,8 +156,6 @@ def split_task(
         bucket=high_id.bucket,
         factor=high_id.factor,
     )
-    save_checkpoint(store, low)
-    save_checkpoint(store, high)
     for name, (table, low_table, high_table) in tables.items():
         view = current[name]
         rewrite = RealtimeRewrite(store, view.name, term)
@@ -170,6 +168,8 @@ def split_task(
             rewrite.move(segment, [_realtime(view, segment, task)], new)
         rewrite.commit()
         _record(store, view, _segments(view, table).tolist(), low_id, parent.generation)
+    save_checkpoint(store, low)  # after the rewrites: a refused one leaves no checkpoint either
+    save_checkpoint(store, high)
     log.info("split %s at offset %d into %s and %s", task, parent.next_offset, low_id, high_id)
     return low_id, high_id
 
