@@ -76,10 +76,12 @@ class Coordinator:
         assignments = self.jobs.assignments(self.topic)
         agents = self.jobs.agents()
         live = live_agents(agents, now, self.loss_after_s)
-        done = self._watchdog(assignments, live, now)
+        # a former leader (a newer term fenced the rewrites) touches no split or merge
+        fenced_off = self.rebucketer is not None and not self.rebucketer.fence(term, assignments)
+        done = [] if fenced_off else self._watchdog(assignments, live, now)
         if done:
             assignments = self.jobs.assignments(self.topic)
-        if self.rebucketer is not None:
+        if self.rebucketer is not None and not fenced_off:
             rebucketed = self.rebucketer.step(
                 assignments, live, len(self.known_partitions), term=term
             )

@@ -26,11 +26,12 @@ holds the lease next (with nothing in memory) does the same:
   cancelled, and the partition is not rebucketed again for ``retry_after_s``;
 - a task retired (replaced) whose status row and checkpoints were not removed yet: removed.
 
-Fencing: the storage rewrite carries the coordinator's lease term. On its first step of a term
-the coordinator raises every view's rewrite record to that term (:func:`pipelines.segments.fence`,
-which also finishes a rewrite a predecessor made visible but left unfinished), so a former
-leader, paused and resumed, has its rewrite refused (:class:`~pipelines.segments.RewriteFenced`):
-it writes nothing readers see. A refused step is logged and left to the leader of the newer
+Fencing: the storage rewrite carries the coordinator's lease term. Before its first decision of
+a term about a marked task (a step, a cancel, the watchdog's), the coordinator raises every
+view's rewrite record to that term (:func:`pipelines.segments.fence`, which also finishes a
+rewrite a predecessor made visible but left unfinished), so a former leader, paused and resumed,
+has its rewrite refused (:class:`~pipelines.segments.RewriteFenced`): it writes nothing readers
+see. A refused step is logged and left to the leader of the newer
 term (by the rules above); this coordinator starts no step under its old term again.
 """
 
@@ -117,7 +118,7 @@ class Rebucketer:
     ) -> list[str]:
         """Finish the splits and merges whose tasks stopped, start the next ones; what it did.
         ``term``: the coordinator lease's term this pass runs under (None: no lease, no fence)."""
-        if term is not None and not self._fence(term):
+        if not self.fence(term, assignments):
             return []
         running = sum(1 for a in live.values() if a.state == "running")
         target = self._steady(self.target(running, partitions), assignments, time.monotonic())
@@ -129,13 +130,19 @@ class Rebucketer:
             done += self._partition(tasks, target)
         return done + self._forget_retired({a.task for a in assignments})
 
-    def _fence(self, term: int) -> bool:
-        """Raise the views' rewrite records to ``term`` once per term; False if a newer term
-        already did (this coordinator is a former leader: it does nothing more)."""
+    def fence(self, term: int | None, assignments: Sequence[Assignment]) -> bool:
+        """Before this pass decides anything about a split or merge under way: raise the views'
+        rewrite records to ``term``, once per term, if any task is marked for a step (only
+        then can a former leader be part-way through its rewrite). False if a newer term
+        already did: this coordinator is a former leader and leaves every step alone."""
+        if term is None:
+            return True
         if term <= self._refused_term:
             return False
         self.term = term
-        if self._fenced_term == term:
+        if self._fenced_term == term or not any(
+            a.handoff_to in (SPLIT, MERGE) for a in assignments
+        ):
             return True
         names = [v.name for v in self.views() if v.topic == self.topic]
         try:

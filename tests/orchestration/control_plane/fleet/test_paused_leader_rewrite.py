@@ -20,6 +20,7 @@ from orchestration.control_plane.fleet.rebucketing import Rebucketer
 from pipelines.config import PROJECT_ROOT, SluiceSettings
 from pipelines.control import ControlStore
 from pipelines.generator import GeneratorOptions, load_trace, synthesize
+from pipelines.segments import fence
 from pipelines.storage import LocalObjectStore
 from pipelines.stream import TaskId
 from pipelines.stream.checkpoint import load_checkpoint
@@ -38,6 +39,7 @@ import os, sys, time
 from pathlib import Path
 from pipelines.config import PROJECT_ROOT
 from pipelines.segments import RewriteFenced
+from pipelines.segments import fence
 from pipelines.storage import LocalObjectStore
 from pipelines.stream import TaskId
 from pipelines.stream.rebucket import merge_tasks
@@ -127,7 +129,9 @@ def _stopped(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[0] == "T"
 
 
-def test_a_paused_former_leaders_merge_rewrite_is_refused(control_url, tmp_path):
+def _merge_asked(control_url: str, tmp_path: Path):
+    """Two halves of partition 0 that read records, then both stopped for a merge, by a
+    coordinator under term 1."""
     control = ControlStore(control_url)
     store = LocalObjectStore(tmp_path / "storage")
     for agent in ("a0", "a1"):
@@ -147,6 +151,11 @@ def test_a_paused_former_leaders_merge_rewrite_is_refused(control_url, tmp_path)
         (LOW, "Waiting", "@merge"),
         (HIGH, "Waiting", "@merge"),
     }
+    return control, store, old
+
+
+def test_a_paused_former_leaders_merge_rewrite_is_refused(control_url, tmp_path):
+    control, store, _ = _merge_asked(control_url, tmp_path)
     halves = _served(store)
 
     barrier = tmp_path / "barrier"
@@ -192,3 +201,23 @@ def test_a_paused_former_leaders_merge_rewrite_is_refused(control_url, tmp_path)
     assert sorted(store.list("segments/")) == files
     assert load_checkpoint(store, TOPIC, 0).next_offset == len(RECORDS)
     assert [k for k in store.list("rewrites/") if not k.endswith(".json")] == []  # no staged
+
+
+def test_a_fenced_coordinator_leaves_the_step_to_the_newer_term(control_url, tmp_path, caplog):
+    """A coordinator whose term a newer one fenced logs the refusal, does nothing to the step
+    and does not try it again; the newer one finishes it."""
+    control, store, old = _merge_asked(control_url, tmp_path)
+    halves = _served(store)
+    fence(store, NAMES, 2)  # the new leader's first pass, before it does the step
+    assert old.reconcile(term=1) == []
+    assert "term 1 refused: term 2 wrote after it" in caplog.text
+    assert old.reconcile(term=1) == []  # not tried again under the old term
+    rows = control.jobs.assignments(TOPIC)
+    assert {(a.task, a.state, a.handoff_to) for a in rows} == {
+        (LOW, "Waiting", "@merge"),
+        (HIGH, "Waiting", "@merge"),
+    }
+    assert _served(store) == halves
+    done = _leader(control, store).reconcile(term=2)
+    assert any("merged into" in d for d in done), done
+    assert _served(store) == halves
