@@ -17,6 +17,7 @@ from pipelines.generator import GeneratorOptions, load_trace, synthesize
 from pipelines.segments import (
     RealtimeRewrite,
     RewriteFenced,
+    RewriteUnsettled,
     fence,
     read_realtime,
     realtime_key,
@@ -204,3 +205,61 @@ def test_a_lower_term_cannot_commit_a_rewrite_on_s3(moto_endpoint, monkeypatch):
     bucket = f"sluice-{uuid.uuid4().hex[:8]}"
     boto3.client("s3", endpoint_url=moto_endpoint).create_bucket(Bucket=bucket)
     _fencing(open_store(f"s3://{bucket}/prefix", s3_endpoint_url=moto_endpoint))
+
+
+def test_a_reader_whose_file_is_deleted_under_it_reads_again(tmp_path):
+    """A merge runs between the reader's listing and its read of a file it removes: the read
+    is done again, not failed, and sees the files after the merge."""
+    inner = LocalObjectStore(tmp_path)
+    old, other = realtime_key("v", 0, "t", 0, 0, 2), realtime_key("v", 0, "t", 1)
+    inner.put(old, b"old")
+    inner.put(other, b"other")
+    new = realtime_key("v", 0, "t", 0)
+    raced: list[str] = []
+
+    class Racing(LocalObjectStore):
+        def get(self, key: str) -> bytes:
+            if key == old and not raced:
+                raced.append(key)
+                rewrite = RealtimeRewrite(inner, "v", term=1)
+                rewrite.move(0, [old], {new: b"new"})
+                rewrite.commit()
+            return super().get(key)
+
+    assert read_realtime(Racing(tmp_path), "v") == {0: sorted([(new, b"new"), (other, b"other")])}
+    assert raced
+
+
+class Churning(LocalObjectStore):
+    """A store whose rewrite record, once ``churning``, changes at every read of it (a rewrite
+    that never settles)."""
+
+    churning = False
+
+    def get_versioned(self, key: str) -> tuple[bytes, str] | None:
+        found = super().get_versioned(key)
+        if self.churning and found is not None and key.startswith("rewrites/"):
+            self.put(key, found[0] + b" ")
+        return found
+
+
+def test_a_reader_gives_up_on_a_rewrite_that_never_settles_and_the_publisher_skips_the_view(
+    tmp_path,
+):
+    store = Churning(tmp_path / "root")
+    fence(store, [v.name for v in VIEWS], 1)
+    task = StreamTask(
+        "events", 0, VIEWS, store, CollectingDeadLetters(), SluiceSettings(state_dir=tmp_path)
+    )
+    task.start_at(0)
+    task.process(RECORDS[:500])
+    task.checkpoint()
+    store.churning = True
+    with pytest.raises(RewriteUnsettled, match="kept changing under a split or merge"):
+        read_realtime(store, VIEWS[0].name, wait_s=0.05)
+    with local_tables(store.root, tmp_path / "catalog.db") as tables:
+        publisher = RealtimePublisher(store, tables, VIEWS, interval_s=0.0, read_wait_s=0.05)
+        result = publisher.publish_once()
+        assert sorted(result.deferred) == sorted(v.name for v in VIEWS) and not result.committed
+        assert all(tables.find(v.name) is None for v in VIEWS)  # nothing committed
+        assert all(store.list(f"changes/{v.name}/") for v in VIEWS)  # kept for the next pass
