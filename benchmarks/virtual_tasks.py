@@ -15,7 +15,14 @@ with a core per worker: the topic over the busiest worker's CPU time. Finally th
 the key hash per record (XXH64 of each real key, ``key_hashes``), next to what a whole
 partition's task spends per record.
 
-    .venv/bin/python benchmarks/virtual_tasks.py [--events 400000] [--repeat 1]
+``--task-only`` measures one task in this process instead, no broker: the records of one
+partition read by a whole task, and by bucket 0 of factor 2, which decodes every record (its
+sibling's too: its watermark is the partition's) and keeps its own; beside it, what a bucket
+did before it kept the partition's watermark, rebuilt here: hash the keys, keep the bucket's
+records, decode and fold only those (and the same for factor 4). Each in msg/s of the partition read, best of
+``--repeat`` interleaved runs.
+
+    .venv/bin/python benchmarks/virtual_tasks.py [--events 400000] [--repeat 1] [--task-only]
 """
 
 from __future__ import annotations
@@ -34,12 +41,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipelines.config import PROJECT_ROOT, KafkaSettings, SluiceSettings
+from pipelines.events.decode import RecordBatch
 from pipelines.generator import GeneratorOptions, load_trace, replay, synthesize
 from pipelines.kafka import EmbeddedBroker, ensure_topics
 from pipelines.kafka.writer import open_writer
 from pipelines.storage import LocalObjectStore
 from pipelines.stream import StreamWorker, TaskId, open_worker_clients
 from pipelines.stream.buckets import key_hashes
+from pipelines.stream.task import StreamTask
+from pipelines.testing import CollectingDeadLetters
 from pipelines.views import load_views
 
 PARTITIONS = 4
@@ -160,6 +170,87 @@ def hash_cost(events: int) -> float:
     return best / len(keys) * 1e9
 
 
+def _batches(options: GeneratorOptions, size: int = 2_000) -> list[RecordBatch]:
+    """One partition of the generator's records (keyed by org), cut as a poll cuts them."""
+    messages = list(
+        synthesize(
+            load_trace("nyc_taxi"),
+            options,
+        )
+    )
+    out = []
+    for lo in range(0, len(messages), size):
+        part = messages[lo : lo + size]
+        offsets = list(range(lo, lo + len(part)))
+        out.append(
+            RecordBatch(
+                offsets,
+                [1_000 + o for o in offsets],
+                [m.value for m in part],
+                [m.key for m in part],
+            )
+        )
+    return out
+
+
+def _run_task(
+    batches: list[RecordBatch], views_file: Path, bucket: int, factor: int, own: bool
+) -> tuple[float, float]:
+    """Seconds one task takes to process ``batches``, and the share of the records it kept;
+    ``own``: as a bucket did before it kept
+    the partition's watermark (hash, keep its records, decode and fold those only)."""
+    views = load_views(views_file)
+    with tempfile.TemporaryDirectory() as tmp:
+        settings = SluiceSettings(state_dir=Path(tmp))
+        store = LocalObjectStore(Path(tmp) / "store")
+        whole = own or factor == 1
+        task = StreamTask(
+            TOPIC,
+            0,
+            views,
+            store,
+            CollectingDeadLetters(),
+            settings,
+            bucket=0 if whole else bucket,
+            factor=1 if whole else factor,
+        )
+        task.start_at(0)
+        started = time.perf_counter()
+        for batch in batches:
+            if own:
+                hashes = key_hashes(batch.keys, batch.offsets)
+                index = (hashes % factor == bucket).nonzero()[0].tolist()
+                batch = batch.take(index)
+            task.process(batch)
+        seconds = time.perf_counter() - started
+    return seconds, task.kept / sum(map(len, batches))
+
+
+def task_cost(options: GeneratorOptions, repeat: int) -> None:
+    """Print msg/s of a whole task, and of a bucket of factor 2 and 4, now and as before."""
+    batches = _batches(options)
+    n = sum(map(len, batches))
+    with tempfile.TemporaryDirectory() as tmp:
+        views_file = _views_file(Path(tmp))
+        runs = {
+            "whole task (factor 1)": (0, 1, False),
+            "bucket 0 of 2, every record decoded": (0, 2, False),
+            "bucket 0 of 2, its own records decoded (before)": (0, 2, True),
+            "bucket 0 of 4, every record decoded": (0, 4, False),
+            "bucket 0 of 4, its own records decoded (before)": (0, 4, True),
+        }
+        best = dict.fromkeys(runs, (float("inf"), 0.0))
+        for _ in range(repeat):
+            for name, (bucket, factor, own) in runs.items():
+                best[name] = min(best[name], _run_task(batches, views_file, bucket, factor, own))
+    whole = best["whole task (factor 1)"][0]
+    for name, (seconds, kept) in best.items():
+        print(
+            f"{name}: {n / seconds:,.0f} msg/s of the partition read "
+            f"({seconds / whole:.2f}x the whole task's time), keeping {kept:.0%} of it"
+        )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=400_000)
@@ -173,7 +264,20 @@ def main() -> int:
     parser.add_argument(
         "--orgs", type=int, default=GeneratorOptions.orgs, help="distinct keys (organisations)"
     )
+    parser.add_argument(
+        "--task-only", action="store_true", help="one task in this process: whole vs bucket"
+    )
     args = parser.parse_args()
+    options = GeneratorOptions(
+        max_events=args.events,
+        peak_rate=50_000,
+        speedup=60,
+        key_skew=args.key_skew,
+        orgs=args.orgs,
+    )
+    if args.task_only:
+        task_cost(options, args.repeat)
+        return 0
     whole = [[TaskId(TOPIC, p)] for p in range(PARTITIONS)]
     buckets = [
         [TaskId(TOPIC, k // 2, b, FACTOR) for b in (2 * (k % 2), 2 * (k % 2) + 1)]
@@ -189,13 +293,6 @@ def main() -> int:
         try:
             ensure_topics(info.bootstrap, {TOPIC: PARTITIONS, f"{TOPIC}.dlq": 1})
             writer = open_writer(info.bootstrap, KafkaSettings(client="confluent"))
-            options = GeneratorOptions(
-                max_events=args.events,
-                peak_rate=50_000,
-                speedup=60,
-                key_skew=args.key_skew,
-                orgs=args.orgs,
-            )
             report = replay(
                 load_trace("nyc_taxi"),
                 options,

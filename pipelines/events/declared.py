@@ -370,7 +370,7 @@ class DeclaredDecoder:
             nulls = {name: mask[keep] for name, mask in nulls.items() if mask[keep].any()}
             prior, times, index = prior[keep], times[keep], index[keep]
         columns.update(self._record_columns(records, index, partition))
-        nulled = _nulled(checked, slow, index if ahead else None)
+        nulled, nulled_at = _nulled(checked, slow, index if ahead else None, records.offsets)
         if self._derived:  # computed from the batch's columns, as the correction does
             derive(self._derived, columns, nulls)
         offsets = np.array(records.offsets, dtype=np.int64)
@@ -388,23 +388,26 @@ class DeclaredDecoder:
             next_offset=records.offsets[-1] + 1 if n else -1,
             nulls=nulls,
             nulled=nulled,
+            nulled_at=nulled_at,
         )
 
 
 def _nulled(
-    checked: list[Any], slow: list[int], kept: np.ndarray | None
-) -> dict[tuple[str, str], int]:
+    checked: list[Any], slow: list[int], kept: np.ndarray | None, offsets: list[int]
+) -> tuple[dict[tuple[str, str], int], dict[int, list[tuple[str, str]]]]:
     """Values made null under ``on_type_error: null`` per (field, reason), over the events
-    kept (``kept``: their indices, None: every event). Only the exact reading makes a value
+    kept (``kept``: their indices, None: every event), and per event (by its offset). Only the exact reading makes a value
     null (the fast path refuses what does not fit), so the messages it read say it all."""
     counts: dict[tuple[str, str], int] = {}
+    at: dict[int, list[tuple[str, str]]] = {}
     held = None if kept is None else set(kept.tolist())
-    for i in set(slow):
+    for i in sorted(set(slow)):
         got = checked[i]
         if type(got) is dict and NULLED in got and (held is None or i in held):
+            at[offsets[i]] = list(got[NULLED])
             for key in got[NULLED]:
                 counts[key] = counts.get(key, 0) + 1
-    return counts
+    return counts, at
 
 
 def _watermarks(

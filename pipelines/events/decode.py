@@ -192,9 +192,39 @@ class DecodedBatch:
     nulled: dict[tuple[str, str], int] = field(default_factory=dict)
     """Values made null under ``on_type_error: null``, per (field, reason) (``wrong_type``,
     ``out_of_range``), over this batch's events (not its dead letters)."""
+    nulled_at: dict[int, list[tuple[str, str]]] = field(default_factory=dict)
+    """The same per event: offset -> its (field, reason) made null (only events with one)."""
 
     def __len__(self) -> int:
         return len(self.offsets)
+
+    def only(self, offsets: np.ndarray) -> DecodedBatch:
+        """The batch cut down to the records at ``offsets`` (ascending): their events, dead
+        letters and nulled values, ``consumed`` counting them. Each event keeps the watermark
+        before it and the batch its watermark after it: those of every record decoded (a key
+        bucket's siblings' included), so lateness follows the whole partition."""
+        keep = np.isin(self.offsets, offsets, assume_unique=True)
+        ours = set(offsets.tolist())
+        nulled: dict[tuple[str, str], int] = {}
+        if self.nulled and not self.nulled_at:
+            raise ValueError("a batch with nulled values must say which events had them")
+        for offset, pairs in self.nulled_at.items():
+            if offset in ours:
+                for pair in pairs:
+                    nulled[pair] = nulled.get(pair, 0) + 1
+        return DecodedBatch(
+            offsets=self.offsets[keep],
+            kafka_timestamps=self.kafka_timestamps[keep],
+            columns={name: column[keep] for name, column in self.columns.items()},
+            prior_watermark=self.prior_watermark[keep],
+            dead_letters=[d for d in self.dead_letters if d.offset in ours],
+            watermark=self.watermark,
+            consumed=len(offsets),
+            next_offset=self.next_offset,
+            nulls={name: mask[keep] for name, mask in self.nulls.items() if mask[keep].any()},
+            nulled=nulled,
+            nulled_at={o: p for o, p in self.nulled_at.items() if o in ours},
+        )
 
 
 _STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)

@@ -246,7 +246,12 @@ def fetched_log_end(
 def exact_end_offsets(bootstrap: str, kafka: KafkaSettings | None, topic: str) -> dict[int, int]:
     """The next offset of each partition of ``topic``, exact: listed, then confirmed by a
     fetch's high watermark where the broker holds anything (ListOffsets may under-report,
-    see :func:`fetched_log_end`). For a producer that has flushed: where its input ended."""
+    see :func:`fetched_log_end`). For a producer that has flushed: where its input ended.
+
+    Recorded as the input's end, a short answer would close hours before their last events
+    were read, so a partition whose fetch does not answer within ``SLUICE_KAFKA_TIMEOUT_S``
+    raises :class:`BrokerUnavailable` rather than falling back to the listed end."""
+    timeout_s = _timeout_s(kafka)
     probe = consumer(bootstrap, kafka)
     try:
         tps = [TopicPartition(topic, p) for p in sorted(probe.partitions_for_topic(topic) or [])]
@@ -255,8 +260,13 @@ def exact_end_offsets(bootstrap: str, kafka: KafkaSettings | None, topic: str) -
         probe.close(timeout_ms=1000)
     ends = {}
     for tp, end in listed.items():
-        fetched = fetched_log_end(bootstrap, kafka, tp, end) if end > 0 else None
-        ends[tp.partition] = max(end, fetched or 0)
+        fetched = fetched_log_end(bootstrap, kafka, tp, end, timeout_s) if end > 0 else 0
+        if fetched is None:
+            raise BrokerUnavailable(
+                f"the end of {tp.topic}-{tp.partition}: no fetch answered within {timeout_s:g} s "
+                f"(the listed end, {end}, may be short)"
+            )
+        ends[tp.partition] = max(end, fetched)
     return ends
 
 

@@ -9,9 +9,12 @@ root imports them from here::
     archive/ranges/<topic>/<partition>/<first>-<end>.json             what one flush archived
     reports/<YYYY-MM-DD>/reconciliation.{html,md,json}                a day's reconciliation report
     changes/<view>/<at>-<topic>-<partition>-g<generation>-<nonce>.json  segments a flush rewrote
+    rewrites/<view>.json                                              a split's or merge's record
+    rewrites/<view>/<rewrite id>/segments/...                         its new files, staged
 
 ``<segment>`` and ``<hour>`` are UTC hours such as ``2015-02-26T21`` (:mod:`.time`); times
-inside files are epoch milliseconds. Parquet files are zstd (:mod:`.parquet`). Corrections
+inside files are epoch milliseconds. Realtime files are read only through
+:func:`read_realtime`, which sees a split's or merge's rewrite whole (:mod:`.rewrites`). Parquet files are zstd (:mod:`.parquet`). Corrections
 live in the views' tables (``tables/<view>/``, :mod:`pipelines.tables`); the layout before
 the tables is known only to ``sluice tables migrate`` (:mod:`pipelines.serving.older_layout`).
 
@@ -62,6 +65,14 @@ from pipelines.segments.metadata import (
 )
 from pipelines.segments.parquet import ParquetStream, read_parquet, to_parquet
 from pipelines.segments.ranges import RangeRecord, hours_with_events, read_range_records
+from pipelines.segments.rewrites import (
+    RealtimeRewrite,
+    RewriteFenced,
+    RewriteUnsettled,
+    fence,
+    read_realtime,
+    read_rewrite_record,
+)
 from pipelines.segments.time import (
     HOUR_MS,
     hour_label,
@@ -83,6 +94,9 @@ __all__ = [
     "ChangeRecord",
     "ParquetStream",
     "RangeRecord",
+    "RealtimeRewrite",
+    "RewriteFenced",
+    "RewriteUnsettled",
     "SegmentMeta",
     "archive_dead_letters_key",
     "archive_events_key",
@@ -94,6 +108,7 @@ __all__ = [
     "checkpoint_generation",
     "checkpoint_key",
     "checkpoint_prefix",
+    "fence",
     "hour_label",
     "hour_runs",
     "hour_start",
@@ -109,6 +124,8 @@ __all__ = [
     "parse_task_label",
     "read_parquet",
     "read_range_records",
+    "read_realtime",
+    "read_rewrite_record",
     "realtime_key",
     "realtime_prefix",
     "record_change",

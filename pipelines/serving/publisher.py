@@ -15,7 +15,9 @@ lags by days, restarts from its checkpoint or fills an old hour late is publishe
 other: what it wrote, not where the newest hour is, decides. The records a pass listed are
 deleted once its commit succeeded; a failed pass leaves them for the next. A file's content,
 not its record, says whether it changed (a replay after a crash rewrites identical files:
-nothing to commit).
+nothing to commit). Files are read through :func:`pipelines.segments.read_realtime`, so a pass
+never commits a split's or merge's moved rows twice: a view whose rewrite does not settle within
+``read_wait_s`` is left, change records and all, to the next pass.
 """
 
 from __future__ import annotations
@@ -30,11 +32,10 @@ import pyarrow as pa
 
 from pipelines.segments import (
     HOUR_MS,
+    RewriteUnsettled,
     change_records,
-    parse_hour_label,
     read_parquet,
-    realtime_prefix,
-    view_prefix,
+    read_realtime,
 )
 from pipelines.serving.query import realtime_table
 from pipelines.storage import ObjectStore
@@ -76,6 +77,7 @@ class RealtimePublisher:
         realtime_retention_ms: int = HOUR_MS,
         expire_every_s: float = EXPIRE_EVERY_S,
         leading: Callable[[], bool] | None = None,
+        read_wait_s: float = 5.0,
     ) -> None:
         self.store = store
         self.tables = tables
@@ -92,6 +94,9 @@ class RealtimePublisher:
         self.expire_every_s = expire_every_s
         self.next_expiry = time.monotonic() + expire_every_s
         self.leading = leading
+        self.read_wait_s = read_wait_s
+        """How long a pass's read of a view waits out a split or merge before it skips the
+        view until the next pass."""
         """Asked just before each commit: False once another agent leads (a former leader's
         pass, paused and resumed, then commits nothing and leaves the records)."""
 
@@ -136,40 +141,28 @@ class RealtimePublisher:
             except Exception:
                 log.exception("expiring %s's snapshots failed; retried later", view.name)
 
-    def _all_segments(self, view: View) -> dict[int, list[str]]:
-        """Segment start -> its realtime files, for every segment with any."""
-        found: dict[int, list[str]] = {}
-        for key in self.store.list(view_prefix(view.name)):
-            parts = key.split("/")  # segments/<view>/<segment>/realtime/<task>.parquet
-            if len(parts) != 5 or parts[3] != "realtime":
-                continue
-            try:
-                segment = parse_hour_label(parts[2])
-            except ValueError:
-                continue
-            found.setdefault(segment, []).append(key)
-        return found
-
-    def _segments(self, view: View, named: set[int]) -> dict[int, list[str]]:
-        """Segment start -> its realtime files, for the segments worth looking at: all of them
-        on the view's first pass, else those the change log names."""
+    def _segments(self, view: View, named: set[int]) -> dict[int, list[tuple[str, bytes]]]:
+        """Segment start -> its realtime files (key, bytes), for the segments worth looking
+        at: all of them on the view's first pass, else those the change log names. Read in
+        one :func:`~pipelines.segments.read_realtime`: a split or merge under way is seen
+        whole or not at all (:class:`RewriteUnsettled` past ``read_wait_s``)."""
         if (view.name, view.fingerprint) not in self.scanned:
-            found = self._all_segments(view)
+            found = read_realtime(self.store, view.name, wait_s=self.read_wait_s)
         else:
-            found = {s: self.store.list(realtime_prefix(view.name, s)) for s in sorted(named)}
-        return {s: keys for s, keys in found.items() if (view.name, s) not in self.corrected}
+            found = read_realtime(self.store, view.name, named, wait_s=self.read_wait_s)
+        return {s: files for s, files in found.items() if (view.name, s) not in self.corrected}
 
     def _publish_view(self, view: View, result: PublishPass) -> None:
         records = change_records(self.store, view.name)
         named = {s for r in records for s in r.segments}
         changed: dict[int, tuple[str, list[pa.Table]]] = {}
-        for segment, keys in sorted(self._segments(view, named).items()):
-            blobs = []
-            for key in sorted(keys):
-                try:
-                    blobs.append((key, self.store.get(key)))
-                except FileNotFoundError:  # a split or merge removed it since the listing
-                    continue
+        try:
+            segments = self._segments(view, named)
+        except RewriteUnsettled as exc:  # its hours stay in the change log for the next pass
+            log.info("%s: %s; published at the next pass", view.name, exc)
+            result.deferred.append(view.name)
+            return
+        for segment, blobs in sorted(segments.items()):
             if not blobs:
                 continue
             digest = hashlib.blake2b(digest_size=16)

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from pipelines.exceptions import QueryError
 from pipelines.kinds import kind_of
-from pipelines.segments import read_parquet, state_column
+from pipelines.segments import state_column
 from pipelines.serving.sources import SOURCE, check_prefer, segment_sources
 from pipelines.serving.windows import merge_realtime
 from pipelines.storage import ObjectStore
@@ -58,8 +58,7 @@ def window_states(
         for source in segment_sources(store, view, start_ms, end_ms):
             if source.segment_start_ms in done:
                 continue
-            files = (read_parquet(store.get(key)) for key in source.files)
-            for key, states in merge_realtime(view, files).items():
+            for key, states in merge_realtime(view, source.tables()).items():
                 out[key] = (source.label, states)
     return {k: v for k, v in out.items() if start_ms <= k[0] < end_ms}
 

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines.exceptions import QueryError
-from pipelines.segments import read_parquet, state_column, written_for
+from pipelines.segments import state_column, written_for
 from pipelines.serving.sources import SOURCE, check_prefer, require_table, segment_sources
 from pipelines.storage import ObjectStore
 from pipelines.tables import AsOf, Tables, read_rows
@@ -173,9 +173,7 @@ def query_sessions(
         return _table_sessions(view, found, start_ms, end_ms, match)
     realtime: list[pa.Table] = []
     for source in segment_sources(store, view, first, end_ms):
-        found = realtime_sessions_table(
-            view, [read_parquet(store.get(key)) for key in source.files]
-        )
+        found = realtime_sessions_table(view, source.tables())
         realtime.append(found.append_column(SOURCE, pa.repeat(source.label, found.num_rows)))
     return _realtime_answer(view, realtime, start_ms, end_ms, match)
 

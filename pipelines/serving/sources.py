@@ -1,12 +1,16 @@
 """Where a query reads: the view's table (corrections and the realtime rows the publisher
-committed), or the stream's per-task partial states of each segment (``prefer="realtime"``)."""
+committed), or the stream's per-task partial states of each segment (``prefer="realtime"``),
+read through :func:`pipelines.segments.read_realtime` so that a split's or merge's rewrite is
+seen whole."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pyarrow as pa
+
 from pipelines.exceptions import QueryError
-from pipelines.segments import HOUR_MS, parse_hour_label, realtime_prefix, view_prefix
+from pipelines.segments import HOUR_MS, read_parquet, read_realtime, view_prefix
 from pipelines.storage import ObjectStore
 from pipelines.tables import AsOf, Tables, batch_hours
 from pipelines.views.model import View
@@ -29,10 +33,15 @@ MAX_PROBED_SEGMENTS = 2000
 
 @dataclass(frozen=True)
 class SegmentSource:
-    """The stream's partial-state files of one segment."""
+    """The stream's partial-state files of one segment, as read together."""
 
     segment_start_ms: int
     files: tuple[str, ...]
+    data: tuple[bytes, ...]
+    """Each file's bytes, in the order of ``files``."""
+
+    def tables(self) -> list[pa.Table]:
+        return [read_parquet(blob) for blob in self.data]
 
     @property
     def label(self) -> str:
@@ -68,23 +77,18 @@ def require_table(store: ObjectStore, tables: Tables, view: View) -> None:
 def segment_sources(
     store: ObjectStore, view: View, start_ms: int, end_ms: int
 ) -> list[SegmentSource]:
-    """Per segment in range that has any, the stream's partial-state files of every task."""
-    sources = []
-    for segment in _segments_in_range(store, view, start_ms, end_ms):
-        files = tuple(store.list(realtime_prefix(view.name, segment)))
-        if files:
-            sources.append(SegmentSource(segment, files))
-    return sources
-
-
-def _segments_in_range(store: ObjectStore, view: View, start_ms: int, end_ms: int) -> list[int]:
-    """Segment starts overlapping the range: probed one by one for short ranges, listed for long."""
+    """Per segment in range that has any, the stream's partial-state files of every task, all
+    read in one :func:`~pipelines.segments.read_realtime` (segments probed one by one for
+    short ranges, the view listed for long)."""
     first = view.segment_start(start_ms)
     if (end_ms - first) // view.segment_ms <= MAX_PROBED_SEGMENTS:
-        return list(range(first, end_ms, view.segment_ms))
-    labels = {key.split("/")[2] for key in store.list(view_prefix(view.name))}
-    starts = sorted(parse_hour_label(label) for label in labels)
-    return [s for s in starts if first <= s < end_ms]
+        found = read_realtime(store, view.name, range(first, end_ms, view.segment_ms))
+    else:
+        found = {s: f for s, f in read_realtime(store, view.name).items() if first <= s < end_ms}
+    return [
+        SegmentSource(segment, tuple(k for k, _ in files), tuple(d for _, d in files))
+        for segment, files in sorted(found.items())
+    ]
 
 
 def corrected_segments(tables: Tables, view: View, segments: list[int]) -> dict[int, int]:

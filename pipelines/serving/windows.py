@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from pipelines.exceptions import QueryError
-from pipelines.segments import read_parquet, state_column, written_for
+from pipelines.segments import state_column, written_for
 from pipelines.serving.sources import SOURCE, check_prefer, require_table, segment_sources
 from pipelines.storage import ObjectStore
 from pipelines.tables import AsOf, Tables, read_rows
@@ -25,10 +25,6 @@ from pipelines.views.model import WINDOW_END, WINDOW_START, View
 __all__ = ["merge_realtime", "query_windows", "realtime_rows", "realtime_windows_table"]
 
 log = logging.getLogger(__name__)
-
-
-def _read(store: ObjectStore, key: str) -> pa.Table:
-    return read_parquet(store.get(key))
 
 
 def merge_realtime(view: View, tables: Iterable[pa.Table]) -> dict[tuple, list[Any]]:
@@ -103,7 +99,7 @@ def query_windows(
     schema = view.output_schema().append(pa.field(SOURCE, pa.string()))
     rows: list[dict[str, Any]] = []
     for source in segment_sources(store, view, start_ms, end_ms):
-        for row in realtime_rows(view, (_read(store, key) for key in source.files)):
+        for row in realtime_rows(view, source.tables()):
             row[SOURCE] = source.label
             rows.append(row)
     rows = [r for r in rows if start_ms <= r[WINDOW_START] < end_ms]

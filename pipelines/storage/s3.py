@@ -1,4 +1,5 @@
-"""S3 backend through boto3: one PUT per object is already atomic.
+"""S3 backend through boto3: one PUT per object is already atomic, and a conditional PUT
+(``If-Match`` an ETag, ``If-None-Match: *``) is S3's compare-and-swap on one object.
 
 Every request has a deadline: ``timeout_s`` to connect and for each read of the answer, and
 one retry (boto3's defaults are 60 s each and up to five attempts in legacy mode: minutes
@@ -43,6 +44,24 @@ class S3ObjectStore(ObjectStore):
 
     def put(self, key: str, data: bytes) -> None:
         self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data)
+
+    def get_versioned(self, key: str) -> tuple[bytes, str] | None:
+        try:
+            found = self.client.get_object(Bucket=self.bucket, Key=self._key(key))
+        except self.client.exceptions.NoSuchKey:
+            return None
+        return found["Body"].read(), found["ETag"]
+
+    def put_if(self, key: str, data: bytes, version: str | None) -> bool:
+        condition = {"IfNoneMatch": "*"} if version is None else {"IfMatch": version}
+        try:
+            self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data, **condition)
+        except self.client.exceptions.ClientError as exc:
+            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if status in (409, 412):  # 409: a concurrent conditional write is under way
+                return False
+            raise
+        return True
 
     def get(self, key: str) -> bytes:
         try:

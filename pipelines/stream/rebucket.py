@@ -8,29 +8,43 @@ Split ``b`` of ``F`` into ``b`` and ``b + F`` of ``2F``: each child starts at th
 offset and watermark; state goes as :mod:`pipelines.stream.buckets` says (a view grouped by
 the key field by its groups' hashes, any other view's to the first child); the first child
 keeps the parent's counters. Merge the two back: the merged task starts at the *lower* of
-their offsets with the *higher* of their watermarks, their states and counters merged, and a
-skip ``(bucket, 2F, until)`` for the child that was ahead, so the records it had counted are
-not counted again.
+their offsets with the watermark of the child that was there (a bucket's watermark is its
+partition's, :mod:`pipelines.stream.task`, so that is the partition's at that offset), their
+states and counters merged, and a skip ``(bucket, 2F, until)`` for the child that was ahead,
+so the records it had counted are not counted again (their event times still move the
+watermark as the merged task reads them again).
 
-Realtime segments: the segments still open in the old tasks' state are rewritten under the
-new tasks' names, then the old tasks' files of those segments are removed (a query in that
-instant may count those rows twice; it never misses one), and the segments are recorded in the
-change log so the publisher reads them again once settled. Closed segments' files stay where
-they are: every file holds partials the query merges, so it does not matter who wrote them.
-Session views are not split: a session must stay whole in one task.
+Realtime segments: the segments still open in the old tasks' state move from the old tasks'
+files to the new tasks', one :class:`~pipelines.segments.RealtimeRewrite` per view: the new
+files are staged, made visible by one write of the view's rewrite record (fenced by the
+coordinator's lease ``term``: a former leader's rewrite is refused with
+:class:`~pipelines.segments.RewriteFenced`), then published and the old ones removed. Every
+reader sees all of a segment's files from before or all from after
+(:mod:`pipelines.segments.rewrites`). The segments are then recorded in the change log so the
+publisher reads them again. Closed segments' files stay where they are: every file holds
+partials the query merges, so it does not matter who wrote them. Session views are not split:
+a session must stay whole in one task.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import pyarrow as pa
 
 from pipelines.exceptions import SluiceError
 from pipelines.kinds import kind_of
-from pipelines.segments import read_parquet, realtime_key, record_change, to_parquet
+from pipelines.segments import (
+    RealtimeRewrite,
+    RewriteFenced,
+    read_parquet,
+    read_rewrite_record,
+    realtime_key,
+    record_change,
+    to_parquet,
+)
 from pipelines.storage import ObjectStore
 from pipelines.stream.buckets import children, value_hashes
 from pipelines.stream.checkpoint import TaskCheckpoint, load_checkpoint, save_checkpoint
@@ -87,15 +101,18 @@ def _rows_of(view: View, table: pa.Table, segment: int) -> pa.Table:
 
 
 def split_task(
-    store: ObjectStore, views: Sequence[View], key_field: str, task: TaskId
+    store: ObjectStore, views: Sequence[View], key_field: str, task: TaskId, term: int = 0
 ) -> tuple[TaskId, TaskId]:
     """Split ``task`` (stopped at its checkpoint) into its two children; their ids. With no
-    checkpoint there is nothing to carry: the children start where a new task would."""
+    checkpoint there is nothing to carry: the children start where a new task would.
+    ``term``: the coordinator's lease term (:class:`~pipelines.segments.RewriteFenced` if a
+    higher one rewrote these views)."""
     low_id, high_id = (TaskId(task.topic, task.partition, b, f) for b, f in children(*task.where))
     parent = load_checkpoint(store, task.topic, task.partition, *task.where)
     if parent is None:
         return low_id, high_id
     current = _current_views(parent, views)
+    _check_term(store, current.values(), term)
     if any(parent.pending.values()):
         raise RebucketError(f"{task} holds session events: it is not split")
     low_states: dict[str, bytes] = {}
@@ -141,25 +158,29 @@ def split_task(
         bucket=high_id.bucket,
         factor=high_id.factor,
     )
-    save_checkpoint(store, low)
-    save_checkpoint(store, high)
     for name, (table, low_table, high_table) in tables.items():
         view = current[name]
+        rewrite = RealtimeRewrite(store, view.name, term)
         for segment in _segments(view, table).tolist():
+            new = {}
             for child, rows in ((low_id, low_table), (high_id, high_table)):
                 part = _rows_of(view, rows, segment)
                 if part.num_rows:
-                    store.put(_realtime(view, segment, child), to_parquet(part))
-            store.delete(_realtime(view, segment, task))
+                    new[_realtime(view, segment, child)] = to_parquet(part)
+            rewrite.move(segment, [_realtime(view, segment, task)], new)
+        rewrite.commit()
         _record(store, view, _segments(view, table).tolist(), low_id, parent.generation)
+    save_checkpoint(store, low)  # after the rewrites: a refused one leaves no checkpoint either
+    save_checkpoint(store, high)
     log.info("split %s at offset %d into %s and %s", task, parent.next_offset, low_id, high_id)
     return low_id, high_id
 
 
 def merge_tasks(
-    store: ObjectStore, views: Sequence[View], low_id: TaskId, high_id: TaskId
+    store: ObjectStore, views: Sequence[View], low_id: TaskId, high_id: TaskId, term: int = 0
 ) -> TaskId:
-    """Merge two sibling tasks (both stopped at their checkpoints) into their parent; its id."""
+    """Merge two sibling tasks (both stopped at their checkpoints) into their parent; its id.
+    ``term``: the coordinator's lease term, as for :func:`split_task`."""
     if low_id.factor != high_id.factor or high_id.bucket != low_id.bucket + low_id.factor // 2:
         raise RebucketError(f"{low_id} and {high_id} are not the two children of one task")
     merged_id = TaskId(low_id.topic, low_id.partition, low_id.bucket, low_id.factor // 2)
@@ -176,6 +197,7 @@ def merge_tasks(
         if checkpoint.next_offset > start:
             skips.add((child.bucket, child.factor, checkpoint.next_offset))
     currents = [_current_views(c, views) for c in pair]
+    _check_term(store, [*currents[0].values(), *currents[1].values()], term)
     names = sorted(set(currents[0]) | set(currents[1]))
     states: dict[str, bytes] = {}
     counters: dict[str, dict] = {}
@@ -190,15 +212,21 @@ def merge_tasks(
                 counters[name]["late"] += checkpoint.views[name]["late"]
         table = state.all_table()
         states[name] = to_parquet(table)
-        moved = set(_segments(view, table).tolist())
-        for segment in _segments(view, table).tolist():
-            store.put(_realtime(view, segment, merged_id), to_parquet(state.segment_table(segment)))
+        new = {
+            segment: {_realtime(view, segment, merged_id): to_parquet(state.segment_table(segment))}
+            for segment in _segments(view, table).tolist()
+        }
+        old: dict[int, list[str]] = {}
         for child, checkpoint, current in zip((low_id, high_id), pair, currents, strict=True):
             if name in current:
                 for segment in _segments(view, read_parquet(checkpoint.states[name])).tolist():
-                    store.delete(_realtime(view, segment, child))
-                    moved.add(segment)
-        _record(store, view, sorted(moved), merged_id, max(low.generation, high.generation))
+                    old.setdefault(segment, []).append(_realtime(view, segment, child))
+        rewrite = RealtimeRewrite(store, view.name, term)
+        for segment in sorted(set(new) | set(old)):
+            rewrite.move(segment, old.get(segment, []), new.get(segment, {}))
+        rewrite.commit()
+        moved = sorted(set(new) | set(old))
+        _record(store, view, moved, merged_id, max(low.generation, high.generation))
     dead = dict(low.dead_lettered)
     for reason, n in high.dead_lettered.items():
         dead[reason] = dead.get(reason, 0) + n
@@ -206,7 +234,7 @@ def merge_tasks(
         topic=merged_id.topic,
         partition=merged_id.partition,
         next_offset=start,
-        watermark=max(low.watermark, high.watermark),
+        watermark=max(c.watermark for c in pair if c.next_offset == start),
         consumed=low.consumed + high.consumed,
         dead_lettered=dead,
         type_errors=(
@@ -241,6 +269,15 @@ def _record(
         record_change(
             store, view.name, segments, task.topic, task.partition, generation, *task.where
         )
+
+
+def _check_term(store: ObjectStore, views: Iterable[View], term: int) -> None:
+    """Refuse early, before any checkpoint is written, a rewrite a higher term has fenced
+    (an early answer only: the rewrite's commit is what the fence is checked on)."""
+    for view in views:
+        record, _ = read_rewrite_record(store, view.name)
+        if record is not None and record.term > term:
+            raise RewriteFenced(view.name, term, record.term)
 
 
 def _realtime(view: View, segment: int, task: TaskId) -> str:

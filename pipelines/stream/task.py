@@ -2,13 +2,16 @@
 aggregated into every view on that topic.
 
 Its output is a deterministic function of the partition's contents: windows and lateness
-follow event time and the task's own watermark, so a replay after a crash rewrites
-identical segments. At-least-once delivery plus idempotent writes give exactly-once results.
+follow event time and the partition's watermark, so a replay after a crash rewrites
+identical segments and splits and merges change no result. At-least-once delivery plus idempotent writes give exactly-once results.
 
 A virtual task (bucket ``b`` of factor ``F``, :mod:`pipelines.stream.buckets`) sees every
-record of its partition but keeps only its bucket's, hashing keys before decoding anything,
-and skips what a merge said was counted already. Its watermark is its own records'; its
-checkpoint, realtime segments and archive ranges carry its bucket in their names.
+record of its partition and decodes them all, its siblings' too, so its watermark before each
+event is the partition's: what is late, or too far in the future, is decided as if the
+partition were one task, wherever splits and merges fell. It keeps only its bucket's events,
+dead letters and archive rows, and skips what a merge said was counted already (whose event
+times still move the watermark). Its checkpoint, realtime segments and archive ranges carry
+its bucket in their names.
 
 Under a job model a task carries its owner's generation: it asks ``fence`` before every write
 (raising :class:`TaskFenced` once a newer generation owns it), its checkpoints are written
@@ -27,6 +30,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -148,7 +152,7 @@ class StreamTask:
         self.seconds: Counter[str] = Counter()
         """Wall seconds spent hashing keys, decoding, aggregating and buffering the archive."""
         self.seen = 0
-        """Records read from the partition (a virtual task's siblings' included)."""
+        """Records read from the partition and decoded (a virtual task's siblings' included)."""
         self.kept = 0
         """Records this task kept: its bucket's, not skipped."""
         self.replay_until = 0
@@ -333,25 +337,23 @@ class StreamTask:
             records = RecordBatch.of(records)
         end = records.offsets[-1] + 1
         if end <= self.next_offset:
-            return  # a sibling on this reader is behind: all of it was ours before
-        self.processing = (max(records.offsets[0], self.next_offset), end, None)
+            return  # a sibling on this reader is behind: all of it was read before
+        mine = None
         if self.filters or records.offsets[0] < self.next_offset:
-            records = self._own(records, hashes)
-            if not records:
-                self.next_offset = end
-                self.archive.advance(end)
-                return
+            records, mine = self._own(records, hashes)
         else:
             self.seen += len(records)
             self.kept += len(records)
-        if self.plan:
-            self._process_guarded(records, end)
-            return
         self.processing = (records.offsets[0], end, None)
-        self._fold(records, end)
+        if self.plan:
+            self._process_guarded(records, mine, end)
+            return
+        self._fold(records, mine, end)
 
-    def _fold(self, records: RecordBatch, end: int) -> None:
-        """Decode ``records`` and fold them into every view; ``end`` is where the task is then."""
+    def _fold(self, records: RecordBatch, mine: np.ndarray | None, end: int) -> None:
+        """Decode ``records`` and fold the events of those ``mine`` marks (None: all) into
+        every view; ``end`` is where the task is then. Every record is decoded, so the
+        watermark follows all of them."""
         started = time.perf_counter()
         batch = self.decode(
             records,
@@ -359,6 +361,8 @@ class StreamTask:
             max_message_bytes=self.settings.max_message_bytes,
             max_future_ms=int(self.settings.max_future_s * 1000),
         )
+        if mine is not None:
+            batch = batch.only(np.asarray(records.offsets, dtype=np.int64)[mine])
         batch.next_offset = end
         for letter in batch.dead_letters:
             self.sink.send(self.topic, self.partition, letter)
@@ -380,17 +384,17 @@ class StreamTask:
         self.next_offset = batch.next_offset
         self.last_processed_ts = records.timestamps[-1]
 
-    def _process_guarded(self, records: RecordBatch, end: int) -> None:
+    def _process_guarded(self, records: RecordBatch, mine: np.ndarray | None, end: int) -> None:
         """:meth:`process` under a crash plan: suspect offsets one record at a time,
-        quarantined ones dead-lettered, the records between them as one batch."""
+        quarantined ones dead-lettered, the records between them as one batch. A quarantined
+        record of a sibling bucket is not this task's to dead-letter: it is only passed over."""
         plan = self.plan
         if records.offsets[0] >= max(
             [e for _, e in plan.suspects] + [o + 1 for o in plan.quarantined]
         ):
             self.plan = CrashPlan()  # past every crash: back on the whole-batch path
             log.info("%s: past the offsets it crashed on", self.name)
-            self.processing = (records.offsets[0], end, None)
-            self._fold(records, end)
+            self._fold(records, mine, end)
             return
         start = 0
         for i, offset in enumerate(records.offsets):
@@ -399,21 +403,23 @@ class StreamTask:
             if not quarantined and not plan.suspect(offset):
                 continue
             if start < i:
-                self._fold_slice(records, start, i, offset)
-            if quarantined:
+                self._fold_slice(records, mine, start, i, offset)
+            if not quarantined:
+                self._fold_slice(records, mine, i, i + 1, offset + 1)
+            elif mine is None or mine[i]:
                 self._quarantine(records, i, crash.detail())
-            else:
-                self._fold_slice(records, i, i + 1, offset + 1)
             start = i + 1
         if start < len(records):
-            self._fold_slice(records, start, len(records), end)
+            self._fold_slice(records, mine, start, len(records), end)
         self.next_offset = end
         self.archive.advance(end)
 
-    def _fold_slice(self, records: RecordBatch, lo: int, hi: int, end: int) -> None:
+    def _fold_slice(
+        self, records: RecordBatch, mine: np.ndarray | None, lo: int, hi: int, end: int
+    ) -> None:
         part = records.slice(lo, hi)
         self.processing = (part.offsets[0], end, part.timestamps[0] if hi - lo == 1 else None)
-        self._fold(part, end)
+        self._fold(part, None if mine is None else mine[lo:hi], end)
 
     def _quarantine(self, records: RecordBatch, i: int, detail: str) -> None:
         """Dead-letter record ``i`` as ``crashed_task`` without processing it."""
@@ -430,27 +436,34 @@ class StreamTask:
         self.next_offset = offset + 1
         self.last_processed_ts = records.timestamps[i]
 
-    def _own(self, records: RecordBatch, hashes: np.ndarray | None) -> RecordBatch:
-        """The records of the batch that are this task's to count."""
+    def _own(
+        self, records: RecordBatch, hashes: np.ndarray | None
+    ) -> tuple[RecordBatch, np.ndarray | None]:
+        """The records of the batch not read yet (from ``next_offset``: those before it are in
+        the watermark already), and which of them are this task's to count (None: all)."""
         started = time.perf_counter()
-        offsets = np.asarray(records.offsets, dtype=np.int64)
-        keep = offsets >= self.next_offset
-        self.seen += int(keep.sum())
+        first = bisect_left(records.offsets, self.next_offset)
+        if first:
+            records = records.slice(first, len(records))
+            hashes = None if hashes is None else hashes[first:]
+        self.seen += len(records)
+        mine = None
         if self.filters:
+            offsets = np.asarray(records.offsets, dtype=np.int64)
             if hashes is None:
                 hashes = key_hashes(records.keys, records.offsets)
+            mine = np.ones(len(records), dtype=bool)
             if self.factor > 1:
-                keep &= hashes % np.uint64(self.factor) == np.uint64(self.bucket)
+                mine &= hashes % np.uint64(self.factor) == np.uint64(self.bucket)
             for bucket, factor, until in self.skips:
-                keep &= ~((hashes % np.uint64(factor) == np.uint64(bucket)) & (offsets < until))
+                mine &= ~((hashes % np.uint64(factor) == np.uint64(bucket)) & (offsets < until))
             if self.skips and offsets[-1] + 1 >= max(until for *_, until in self.skips):
                 self.skips = ()  # every record the merged tasks had counted is behind us
-        index = np.flatnonzero(keep).tolist()
-        self.kept += len(index)
+            if mine.all():
+                mine = None
+        self.kept += len(records) if mine is None else int(mine.sum())
         self.seconds["hash"] += time.perf_counter() - started
-        if len(index) == len(offsets):
-            return records
-        return records.take(index)
+        return records, mine
 
     # --- durability ----------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from tests.fixtures.agents import (
     PARTITIONS,
     Agents,
     Fleet,
-    windowed_views_that_drop_nothing,
+    windowed_views,
 )
 from tests.fixtures.chaos import CHAOS_SEED, replay_hint
 from tests.fixtures.imds import FakeImds
@@ -332,7 +332,7 @@ def rebucket_stream(broker, tmp_path_factory):
         BUCKET_EVENTS,
         BUCKET_PARTITIONS,
         seed=CHAOS_SEED,
-        edit_views=windowed_views_that_drop_nothing,
+        edit_views=windowed_views,
     )
 
 

@@ -18,7 +18,7 @@ import time
 import pytest
 
 from quality.lineage import check_nothing_lost
-from tests.fixtures.agents import Agents, Fleet, windowed_views_that_drop_nothing
+from tests.fixtures.agents import Agents, Fleet, windowed_views
 from tests.fixtures.chaos import CHAOS_SEED, replay_hint
 from tests.fixtures.processes import wait_until
 from tests.fixtures.stream import check_against_oracle, make_stream, tables_of, wait_for_tables
@@ -40,7 +40,7 @@ def bucket_stream(broker, tmp_path_factory):
         EVENTS,
         PARTITIONS,
         seed=CHAOS_SEED,
-        edit_views=windowed_views_that_drop_nothing,
+        edit_views=windowed_views,
         hold_back=HOLD_BACK,
     )
 

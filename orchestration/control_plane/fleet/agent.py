@@ -297,7 +297,7 @@ class Agent:
             COORDINATOR_LEASE, self.agent_id, ttl
         )
         if leader:
-            changes = self.coordinator.reconcile()
+            changes = self.coordinator.reconcile(term=int(leader))
         elif state != "running":
             self.jobs.release_lease(COORDINATOR_LEASE, self.agent_id)
         self.publisher.tick(leader)

@@ -6,7 +6,8 @@ Any agent may hold the ``coordinator`` lease (a row in the control store with a 
 expiry); it renews it every tick and loses it if it stops renewing, so when the leader dies
 another agent takes over within one lease. Every change is conditional on the generation it
 was planned from: a change planned on a stale view of the model, or by a leader that lost its
-lease while paused, matches no row and is dropped.
+lease while paused, matches no row and is dropped. Storage rewrites (splits and merges) carry
+the lease's term as a fencing token (:mod:`orchestration.control_plane.fleet.rebucketing`).
 
 The watchdog: while a running agent exists, no task stays Waiting longer than
 ``waiting_max_s`` (``SLUICE_TASK_WAITING_MAX_S``). A Waiting task without a mark is scheduled
@@ -64,8 +65,9 @@ class Coordinator:
         self.known_partitions: list[int] = []
         self.next_partition_check = 0.0
 
-    def reconcile(self) -> list[str]:
-        """One pass: make sure every partition has a task, then apply the plan; what changed."""
+    def reconcile(self, term: int | None = None) -> list[str]:
+        """One pass: make sure every partition has a task, then apply the plan; what changed.
+        ``term``: the lease's term, the fencing token of the pass's storage rewrites."""
         now = time.time()
         if now >= self.next_partition_check or not self.known_partitions:
             self.known_partitions = sorted(self.partitions())
@@ -74,11 +76,15 @@ class Coordinator:
         assignments = self.jobs.assignments(self.topic)
         agents = self.jobs.agents()
         live = live_agents(agents, now, self.loss_after_s)
-        done = self._watchdog(assignments, live, now)
+        # a former leader (a newer term fenced the rewrites) touches no split or merge
+        fenced_off = self.rebucketer is not None and not self.rebucketer.fence(term, assignments)
+        done = [] if fenced_off else self._watchdog(assignments, live, now)
         if done:
             assignments = self.jobs.assignments(self.topic)
-        if self.rebucketer is not None:
-            rebucketed = self.rebucketer.step(assignments, live, len(self.known_partitions))
+        if self.rebucketer is not None and not fenced_off:
+            rebucketed = self.rebucketer.step(
+                assignments, live, len(self.known_partitions), term=term
+            )
             if rebucketed:
                 done += rebucketed
                 assignments = self.jobs.assignments(self.topic)

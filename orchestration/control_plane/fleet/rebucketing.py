@@ -25,6 +25,14 @@ holds the lease next (with nothing in memory) does the same:
 - a step refused by the rewrite (:class:`RebucketError`, raised before anything is written):
   cancelled, and the partition is not rebucketed again for ``retry_after_s``;
 - a task retired (replaced) whose status row and checkpoints were not removed yet: removed.
+
+Fencing: the storage rewrite carries the coordinator's lease term. Before its first decision of
+a term about a marked task (a step, a cancel, the watchdog's), the coordinator raises every
+view's rewrite record to that term (:func:`pipelines.segments.fence`, which also finishes a
+rewrite a predecessor made visible but left unfinished), so a former leader, paused and resumed,
+has its rewrite refused (:class:`~pipelines.segments.RewriteFenced`): it writes nothing readers
+see. A refused step is logged and left to the leader of the newer
+term (by the rules above); this coordinator starts no step under its old term again.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ from orchestration.control_plane.autoscaling.capacity import bucket_factor
 from orchestration.control_plane.fleet.scheduling import MERGE, SPLIT
 from pipelines.control import AgentRecord, Assignment, ControlStore
 from pipelines.kinds import kind_of
+from pipelines.segments import RewriteFenced, fence
 from pipelines.storage import ObjectStore
 from pipelines.stream import TaskId
 from pipelines.stream.checkpoint import delete_checkpoints
@@ -75,6 +84,12 @@ class Rebucketer:
         self._lower_since: float | None = None
         """Since when the target factor has been below the finest one running."""
         self._warned: set[str] = set()
+        self.term = 0
+        """The lease term this coordinator's rewrites carry (0 outside a leased fleet)."""
+        self._fenced_term: int | None = None
+        """The term whose fence was written (None: not yet)."""
+        self._refused_term = -1
+        """The highest term a newer coordinator fenced off: no step runs under it."""
 
     def target(self, running_agents: int, partitions: int) -> int:
         """The factor the fleet should run at."""
@@ -99,8 +114,12 @@ class Rebucketer:
         assignments: Sequence[Assignment],
         live: dict[str, AgentRecord],
         partitions: int,
+        term: int | None = None,
     ) -> list[str]:
-        """Finish the splits and merges whose tasks stopped, start the next ones; what it did."""
+        """Finish the splits and merges whose tasks stopped, start the next ones; what it did.
+        ``term``: the coordinator lease's term this pass runs under (None: no lease, no fence)."""
+        if not self.fence(term, assignments):
+            return []
         running = sum(1 for a in live.values() if a.state == "running")
         target = self._steady(self.target(running, partitions), assignments, time.monotonic())
         by_partition: dict[int, list[tuple[TaskId, Assignment]]] = defaultdict(list)
@@ -110,6 +129,33 @@ class Rebucketer:
         for _, tasks in sorted(by_partition.items()):
             done += self._partition(tasks, target)
         return done + self._forget_retired({a.task for a in assignments})
+
+    def fence(self, term: int | None, assignments: Sequence[Assignment]) -> bool:
+        """Before this pass decides anything about a split or merge under way: raise the views'
+        rewrite records to ``term``, once per term, if any task is marked for a step (only
+        then can a former leader be part-way through its rewrite). False if a newer term
+        already did: this coordinator is a former leader and leaves every step alone."""
+        if term is None:
+            return True
+        if term <= self._refused_term:
+            return False
+        self.term = term
+        if self._fenced_term == term or not any(
+            a.handoff_to in (SPLIT, MERGE) for a in assignments
+        ):
+            return True
+        names = [v.name for v in self.views() if v.topic == self.topic]
+        try:
+            fence(self.store, names, term)
+        except RewriteFenced as exc:
+            self._fenced_off(exc)
+            return False
+        self._fenced_term = term
+        return True
+
+    def _fenced_off(self, exc: RewriteFenced) -> None:
+        self._refused_term = max(self._refused_term, exc.term)
+        log.warning("%s; this coordinator leaves the step to the newer one", exc)
 
     def _forget_retired(self, known: set[str]) -> list[str]:
         """Finish what a coordinator that died after replacing rows left undone: a task that
@@ -206,9 +252,12 @@ class Rebucketer:
 
     def _split(self, task: TaskId, a: Assignment) -> list[str]:
         try:
-            low, high = split_task(self.store, self.views(), self.key_field, task)
+            low, high = split_task(self.store, self.views(), self.key_field, task, self.term)
         except RebucketError as exc:
             return self._refuse(task, [a], exc)
+        except RewriteFenced as exc:
+            self._fenced_off(exc)
+            return []
         reason = f"split from {task}"
         new = [(str(low), task.partition), (str(high), task.partition)]
         if not self.jobs.replace_tasks(self.topic, {a.task: a.generation}, new, reason):
@@ -221,9 +270,12 @@ class Rebucketer:
 
     def _merge(self, low: TaskId, a: Assignment, high: TaskId, b: Assignment) -> list[str]:
         try:
-            merged = merge_tasks(self.store, self.views(), low, high)
+            merged = merge_tasks(self.store, self.views(), low, high, self.term)
         except RebucketError as exc:
             return self._refuse(low, [a, b], exc)
+        except RewriteFenced as exc:
+            self._fenced_off(exc)
+            return []
         reason = f"merged from {low} and {high}"
         old = {a.task: a.generation, b.task: b.generation}
         if not self.jobs.replace_tasks(self.topic, old, [(str(merged), low.partition)], reason):

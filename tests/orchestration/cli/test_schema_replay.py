@@ -84,9 +84,12 @@ def test_infer_from_a_topic(bootstrap, capsys) -> None:
         line for line in out.out.splitlines() if "name: flex" in line
     )
     assert "1 not JSON objects" in out.out
-    # --sample bounds the read
+    # --sample bounds the read: 5 messages, of which "sampled" counts the JSON objects (the
+    # garbage, last on a partition chosen at random, is among the first 5 read when that
+    # partition holds few and is read first)
     assert main(["schema", "infer", "--topic", topic, "--sample", "5", "--format", "json"]) == 0
-    assert json.loads(capsys.readouterr().out)["sampled"] == 5
+    bounded = json.loads(capsys.readouterr().out)
+    assert bounded["sampled"] + bounded["not_objects"] == 5
 
 
 def test_infer_from_a_file_and_clear_errors(bootstrap, tmp_path, capsys) -> None:

@@ -92,3 +92,26 @@ def test_failed_deliveries_fail_one_flush_and_are_then_forgotten() -> None:
     with pytest.raises(BrokerUnavailable, match="2 messages not delivered: Local: Message timed"):
         failures.raise_any()
     failures.raise_any()  # nothing failed since
+
+
+def test_the_input_end_is_exact_or_an_error(broker, monkeypatch) -> None:
+    """What ``sluice replay`` records as where its input ended: every partition's count of
+    messages written (the listed end may be short on the embedded broker), and an error, not
+    the listed end, when no fetch confirms it."""
+    from pipelines.kafka import client as kafka_client
+
+    topic = f"ends-{uuid.uuid4().hex[:8]}"
+    ensure_topics(broker.bootstrap, {topic: PARTITIONS})
+    writer = kafka_client.producer(broker.bootstrap)
+    written = {p: 0 for p in range(PARTITIONS)}
+    for i in range(1, 400):  # batches of varied sizes per partition
+        partition = i % PARTITIONS if i % 7 else 0
+        writer.send(topic, value=f'{{"n": {i}}}'.encode(), partition=partition)
+        written[partition] += 1
+    writer.flush()
+    writer.close()
+    assert kafka_client.exact_end_offsets(broker.bootstrap, None, topic) == written
+
+    monkeypatch.setattr(kafka_client, "fetched_log_end", lambda *a, **k: None)
+    with pytest.raises(BrokerUnavailable, match=f"the end of {topic}-0: no fetch answered"):
+        kafka_client.exact_end_offsets(broker.bootstrap, KafkaSettings(timeout_s=1), topic)

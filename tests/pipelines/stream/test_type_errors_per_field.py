@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from rich.console import Console
+from xxhash import xxh64_intdigest
 
 from orchestration.cli.status import render_type_errors
 from orchestration.control_plane.lag import TaskLag
@@ -137,7 +138,7 @@ def _as_json(dead: Counter, nulled: Counter) -> dict:
     return out
 
 
-def _task(tmp_path, declaration: TopicDeclaration) -> StreamTask:
+def _task(tmp_path, declaration: TopicDeclaration, bucket: int = 0, factor: int = 1) -> StreamTask:
     views_file = tmp_path / "views.yaml"
     views_file.write_text(
         yaml.safe_dump(
@@ -171,7 +172,8 @@ def _task(tmp_path, declaration: TopicDeclaration) -> StreamTask:
     views = load_views(views_file)
     settings = SluiceSettings(state_dir=tmp_path / "state")
     store = LocalObjectStore(settings.resolved_storage_root)
-    return StreamTask(TOPIC, 0, views, store, CollectingDeadLetters(), settings)
+    sink = CollectingDeadLetters()
+    return StreamTask(TOPIC, 0, views, store, sink, settings, bucket=bucket, factor=factor)
 
 
 @pytest.mark.parametrize("mode", ["dead_letter", "null"])
@@ -343,3 +345,36 @@ def test_the_archive_check_reads_dead_letters_written_before_the_field_column(tm
     older = table.drop_columns(["field"])
     assert validate_dead_letters(older)["field"].isna().all()
     assert validate_dead_letters(older.to_pandas())["field"].isna().all()
+
+
+@pytest.mark.parametrize("mode", ["dead_letter", "null"])
+def test_each_key_bucket_counts_the_type_errors_of_its_own_records(tmp_path, mode: str) -> None:
+    """A key bucket decodes its siblings' records too (for the partition's watermark) but
+    dead-letters and counts only its own: per bucket, the counts of the messages whose key
+    hashes (XXH64, computed here) to it."""
+    soft = mode == "null"
+    factor = 4
+    messages = _messages(3_000, seed=47)
+    keys = [f"k{i % 13}".encode() for i in range(len(messages))]
+    records = [
+        Rec(i, HOUR + i, json.dumps(m).encode(), key)
+        for i, (m, key) in enumerate(zip(messages, keys, strict=True))
+    ]
+    buckets = []
+    for b in range(factor):
+        (tmp_path / str(b)).mkdir()
+        buckets.append(_task(tmp_path / str(b), _declaration(mode), b, factor))
+        buckets[-1].start_at(0)
+    for lo in range(0, len(records), 500):
+        for task in buckets:
+            task.process(records[lo : lo + 500])
+    for b, task in enumerate(buckets):
+        own = [
+            m for m, key in zip(messages, keys, strict=True) if xxh64_intdigest(key) % factor == b
+        ]
+        assert own
+        dead, nulled = _oracle(own, soft)
+        assert bool(nulled) == soft
+        assert task.type_errors.as_json() == _as_json(dead, nulled)
+        assert Counter((d.field, d.reason) for _, _, d in task.sink.letters) == dead
+        assert task.consumed == len(own)

@@ -5,11 +5,13 @@ from the records with the same documented rules gives."""
 
 from __future__ import annotations
 
+import random
 import re
 from collections import Counter
 
 import pytest
 import xxhash
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,7 +26,8 @@ from pipelines.stream.rebucket import RebucketError, merge_tasks, split_task
 from pipelines.stream.task import StreamTask
 from pipelines.testing import CollectingDeadLetters, Record
 from pipelines.views import load_views
-from pipelines.views.model import WINDOW_START
+from pipelines.views.loader import parse_views
+from pipelines.views.model import WINDOW_START, View
 from quality.lineage import check_nothing_lost
 from tests.fixtures.oracle import Truth, compare_view
 from tests.fixtures.tables import query_realtime
@@ -32,12 +35,6 @@ from tests.fixtures.tables import query_realtime
 FACTORS = [1, 2, 4, 8, 16, 32]
 DEFAULTS = SluiceSettings()
 LIMITS = (DEFAULTS.max_message_bytes, int(DEFAULTS.max_future_s * 1000))
-
-
-def _bucket(record: Record, factor: int) -> int:
-    """The documented rule, computed here independently: XXH64 of the key, else the offset."""
-    h = xxhash.xxh64_intdigest(record.key) if record.key is not None else record.offset
-    return h % factor
 
 
 @settings(max_examples=60, deadline=None)
@@ -88,9 +85,23 @@ RECORDS = _records(9_000, 3)
 VIEWS = [v for v in load_views(PROJECT_ROOT / "data" / "views.yaml") if not v.is_session]
 
 
-def _task(store, sink, tmp_path, task: TaskId) -> StreamTask:
+def _tight_views() -> list[View]:
+    """The example windowed views with no allowed lateness: every one drops hundreds of
+    the generator's late events, so where a split falls would show in what is dropped."""
+    example = PROJECT_ROOT / "data" / "views.yaml"
+    document = yaml.safe_load(example.read_text())
+    document["views"] = [v for v in document["views"] if v.get("kind") != "session"]
+    for view in document["views"]:
+        view["allowed_lateness"] = "0s"
+    return parse_views(document, source=str(example))
+
+
+TIGHT = _tight_views()
+
+
+def _task(store, sink, tmp_path, task: TaskId, views: list[View] = VIEWS) -> StreamTask:
     settings = SluiceSettings(state_dir=tmp_path)
-    t = StreamTask(task.topic, task.partition, VIEWS, store, sink, settings, 0, None, *task.where)
+    t = StreamTask(task.topic, task.partition, views, store, sink, settings, 0, None, *task.where)
     if t.restore() is None:
         t.start_at(0)
     return t
@@ -156,7 +167,8 @@ def _results(view, state: bytes) -> dict[tuple, list]:
 def test_split_then_uneven_children_then_merge_equal_the_oracle(tmp_path):
     """A partition runs whole to offset 2500, splits; bucket 0 gets to 5000 and bucket 1 to
     7000; they merge at 5000 with bucket 1's records up to 7000 skipped, and the merged task
-    reads to the end. Served windows, late drops and dead letters equal the oracle's."""
+    reads to the end. Served windows, late drops and dead letters equal the oracle's of the
+    whole partition."""
     store = LocalObjectStore(tmp_path / "store")
     sink = CollectingDeadLetters()
     whole = _task(store, sink, tmp_path, TaskId("events", 0))
@@ -181,17 +193,8 @@ def test_split_then_uneven_children_then_merge_equal_the_oracle(tmp_path):
     assert (merged.next_offset, merged.skips) == (5000, ((1, 2, 7000),))
     _run(merged, RECORDS[5000:])
 
-    truth = Truth(VIEWS)
-    values = [r.value for r in RECORDS]
-    wm = truth.add_partition(values[:2500], *LIMITS)
-    wa = truth.add_partition(
-        [r.value for r in RECORDS[2500:5000] if _bucket(r, 2) == 0], *LIMITS, wm
-    )
-    wb = truth.add_partition(
-        [r.value for r in RECORDS[2500:7000] if _bucket(r, 2) == 1], *LIMITS, wm
-    )
-    rest = [r.value for r in RECORDS[5000:] if not (_bucket(r, 2) == 1 and r.offset < 7000)]
-    truth.add_partition(rest, *LIMITS, max(wa, wb))
+    truth = Truth(VIEWS)  # the partition's watermark, as if it had been one task throughout
+    truth.add_partition([r.value for r in RECORDS], *LIMITS)
     assert truth.late and truth.dead  # the replay has both, so both paths ran
     problems = []
     for view in VIEWS:
@@ -254,3 +257,132 @@ def test_a_checkpoint_written_before_buckets_loads_as_the_whole_partition(tmp_pa
     assert (restored.bucket, restored.factor, restored.skips) == (0, 1, ())
     again = _task(store, CollectingDeadLetters(), tmp_path, TaskId("events", 0))
     assert again.next_offset == 800 and not again.filters
+
+
+def _advance(store, sink, tmp_path, task: TaskId, to: int, rng) -> None:
+    """Restore ``task`` from its checkpoint, read up to offset ``to`` in random batches (some
+    starting before its offset, as a reader shared with a sibling behind it hands them) and
+    checkpoint it."""
+    t = _task(store, sink, tmp_path, task, TIGHT)
+    at = t.next_offset
+    while at < to:
+        end = min(to, at + rng.randint(1, 900))
+        first = max(0, at - rng.choice([0, 0, 0, rng.randint(1, 300)]))
+        t.process(RECORDS[first:end])
+        at = end
+    t.checkpoint()
+
+
+def _schedule(store, sink, tmp_path, seed: int) -> tuple[list[TaskId], Counter]:
+    """Run the partition under a random schedule of splits (up to factor 4) and merges at
+    random offsets, the tasks reading at their own pace between them; the tasks at the end
+    and how many splits and merges were done."""
+    rng = random.Random(seed)
+    n = len(RECORDS)
+    root = TaskId("events", 0)
+    _advance(store, sink, tmp_path, root, rng.randint(0, n // 4), rng)
+    tasks = [root]
+    done: Counter = Counter()
+    for _ in range(rng.randint(4, 9)):
+        task = rng.choice(tasks)
+        offset = load_checkpoint(store, "events", 0, *task.where).next_offset
+        _advance(store, sink, tmp_path, task, min(n, offset + rng.randint(0, n // 5)), rng)
+        siblings = [
+            (a, b)
+            for a in tasks
+            for b in tasks
+            if a.factor == b.factor > 1 and b.bucket == a.bucket + a.factor // 2
+        ]
+        if siblings and (task.factor == 4 or rng.random() < 0.4):
+            a, b = rng.choice(siblings)
+            tasks = [t for t in tasks if t not in (a, b)] + [merge_tasks(store, TIGHT, a, b)]
+            done["merge"] += 1
+        elif task.factor < 4:
+            tasks = [t for t in tasks if t != task] + list(split_task(store, TIGHT, "org", task))
+            done["split"] += 1
+    for task in tasks:
+        _advance(store, sink, tmp_path, task, n, rng)
+    return tasks, done
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5, 6])
+def test_splits_and_merges_change_no_result(tmp_path, seed):
+    """The partition read by one task, and by tasks split and merged at random offsets, serve
+    the same windows and drop the same late events per view: exactly what the oracle of the
+    partition's own watermark gives, with events really dropped late."""
+    whole_store = LocalObjectStore(tmp_path / "whole")
+    whole_sink = CollectingDeadLetters()
+    _advance(
+        whole_store, whole_sink, tmp_path / "w", TaskId("events", 0), len(RECORDS), random.Random()
+    )
+    store = LocalObjectStore(tmp_path / "split")
+    sink = CollectingDeadLetters()
+    tasks, done = _schedule(store, sink, tmp_path / "s", seed)
+    assert done["split"] and done["merge"], done
+
+    truth = Truth(TIGHT)
+    truth.add_partition([r.value for r in RECORDS], *LIMITS)
+    assert all(truth.late[v.name] for v in TIGHT), truth.late  # every view drops some
+    checkpoints = [load_checkpoint(store, "events", 0, *t.where) for t in tasks]
+    late = {v.name: sum(c.views[v.name]["late"] for c in checkpoints) for v in TIGHT}
+    assert late == {v.name: truth.late[v.name] for v in TIGHT}
+    whole = load_checkpoint(whole_store, "events", 0)
+    assert {v.name: whole.views[v.name]["late"] for v in TIGHT} == late
+    assert sum(c.consumed for c in checkpoints) == whole.consumed == len(RECORDS)
+    problems = []
+    for view in TIGHT:
+        rows = query_realtime(store, view).to_pylist()
+        problems += compare_view(view, rows, truth.expected(view))
+        assert _by_group(view, rows) == _by_group(view, query_realtime(whole_store, view))
+    assert not problems, "\n".join(problems[:20])
+    offsets = sorted(letter.offset for _, _, letter in sink.letters)
+    assert len(offsets) == len(set(offsets)) == truth.dead
+    assert offsets == sorted(letter.offset for _, _, letter in whole_sink.letters)
+    assert {c.watermark for c in checkpoints} == {whole.watermark}
+
+
+def _by_group(view, rows) -> dict[tuple, dict]:
+    """Served rows by (window, groups), the exact aggregations' values (a sketch's bytes may
+    depend on the order its partials were merged in)."""
+    if not isinstance(rows, list):
+        rows = rows.to_pylist()
+    exact = [
+        s.aggregated_col_name
+        for s in view.aggregations
+        if s.aggregation not in ("approx_count_distinct", "theta_distinct", "quantiles")
+    ]
+    keys = [WINDOW_START, *view.grouping_cols]
+    return {tuple(r[k] for k in keys): {c: r[c] for c in exact} for r in rows}
+
+
+def test_a_bucket_taking_records_one_at_a_time_keeps_the_partitions_watermark(tmp_path):
+    """A bucket restarted after crashes reads the offsets they covered one record at a time
+    (:class:`CrashPlan`): its watermark still follows every record, its sibling's too, so the
+    two buckets drop exactly what the whole partition drops, and end at its watermark."""
+    from pipelines.control.crashes import CrashPlan
+
+    n = 4_000
+    whole = _task(
+        LocalObjectStore(tmp_path / "w"),
+        CollectingDeadLetters(),
+        tmp_path,
+        TaskId("events", 0),
+        TIGHT,
+    )
+    store = LocalObjectStore(tmp_path / "s")
+    low, high = (
+        _task(store, CollectingDeadLetters(), tmp_path, TaskId("events", 0, b, 2), TIGHT)
+        for b in (0, 1)
+    )
+    low.guard(CrashPlan(suspects=((300, 1_700),)))
+    for i in range(0, n, 500):
+        for task in (whole, low, high):
+            task.process(RECORDS[i : i + 500])
+    assert not low.plan  # past the crashes: back on the whole-batch path
+    assert low.watermark == high.watermark == whole.watermark
+    truth = Truth(TIGHT)
+    truth.add_partition([r.value for r in RECORDS[:n]], *LIMITS)
+    for view in TIGHT:
+        assert low.states[view.name].late + high.states[view.name].late == truth.late[view.name]
+        assert whole.states[view.name].late == truth.late[view.name]
+    assert low.consumed + high.consumed == whole.consumed == n

@@ -128,27 +128,36 @@ class MctsPolicy:
         return 0.0
 
     def worker_rate(self, metrics: FleetMetrics, history: Sequence[FleetMetrics]) -> float:
-        """What one worker carries, msg per busy-second: the latest reading taken while the
-        fleet was busy (utilisation >= LOADED_UTILISATION), else the latest finite one, else
-        the configured rate. A nearly idle worker's fixed costs (polls, small batches,
-        flushes) read as a rate several times too low, and a plan sized on it both scales up
-        too far and holds the extra workers back from a scale-down. The first snapshot after
-        a change of worker count is no reading at all: its busy time is the moved tasks'
-        restore, which would size one worker's traffic as several workers' work."""
-        latest = math.nan
+        """What one worker carries, msg per busy-second: the busy-time-weighted mean of the
+        true-rate readings of the last RATE_LOOKBACK snapshots taken while the fleet was busy
+        (utilisation >= LOADED_UTILISATION), else of every finite one, else the configured rate.
+
+        One reading covers a worker's last status interval (seconds), shorter than its flush
+        and checkpoint intervals: a reading that caught a checkpoint shows a worker busy with
+        few records, one that missed it a worker that never pays for it. Weighted by the busy
+        worker-seconds they cover, readings add up to records over busy time, so those costs
+        count at their share and one stalled interval cannot resize the fleet (as Flink's
+        autoscaler averages the true rate over its metrics window). A nearly idle worker's
+        fixed costs (polls, small batches) read as a rate several times too low, so loaded
+        readings come first. The first snapshot after a change of worker count is no reading
+        at all: its busy time is the moved tasks' restore, which would size one worker's
+        traffic as several workers' work."""
         recent = [*history[-RATE_LOOKBACK - 1 :], metrics]
-        for i in range(len(recent) - 1, -1, -1):
-            snapshot = recent[i]
-            rate = snapshot.true_processing_rate
-            if not math.isfinite(rate) or rate <= 0:
+        loaded: list[tuple[float, float]] = []  # (rate, busy worker-seconds per second)
+        finite: list[tuple[float, float]] = []
+        for i, snapshot in enumerate(recent):
+            rate, busy = snapshot.true_processing_rate, snapshot.utilisation * snapshot.workers
+            if not math.isfinite(rate) or rate <= 0 or not math.isfinite(busy) or busy <= 0:
                 continue
             if i > 0 and recent[i - 1].workers != snapshot.workers:
                 continue  # the hand-off's restore, not the traffic
+            finite.append((rate, busy))
             if snapshot.utilisation >= LOADED_UTILISATION:
-                return rate
-            if math.isnan(latest):
-                latest = rate
-        return latest if math.isfinite(latest) else self.settings.fleet.worker_rate
+                loaded.append((rate, busy))
+        readings = loaded or finite
+        if not readings:
+            return self.settings.fleet.worker_rate
+        return sum(rate * busy for rate, busy in readings) / sum(busy for _, busy in readings)
 
     def task_pause_s(self) -> float:
         """How long a moved task stands still: the fleet's pause model at its state per task."""

@@ -11,6 +11,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from autoscale_builders import snapshot
+from closed_loop_settings import AUTOSCALE_ENV
 
 from orchestration.control_plane.autoscaling.capacity import efficient_count
 from orchestration.control_plane.autoscaling.config import AutoscaleSettings, MctsSettings
@@ -28,6 +29,7 @@ from orchestration.control_plane.autoscaling.pause import (
     tasks_moved,
 )
 from orchestration.control_plane.autoscaling.policies import MctsPolicy
+from pipelines.settings import load_settings
 
 
 def problem(
@@ -382,6 +384,78 @@ def test_the_worker_rate_comes_from_a_loaded_reading_not_an_idle_one() -> None:
     assert policy.worker_rate(unknown, []) == AutoscaleSettings().fleet.worker_rate
     # the plan is sized on it
     assert policy.problem(idle[-1], [loaded, idle[0]]).worker_rate == 500.0
+
+
+def test_the_worker_rate_is_records_over_busy_time_across_the_loaded_readings() -> None:
+    # one worker's 2 s status windows as (records, busy seconds): steady ones, and one that
+    # caught a checkpoint slowed by a loaded disk (few records, mostly busy)
+    windows = [(980, 1.96), (990, 1.98), (870, 1.95), (23, 1.58)]
+    readings = [
+        snapshot(time=2.0 * i, workers=1, true_processing_rate=n / busy, utilisation=busy / 2.0)
+        for i, (n, busy) in enumerate(windows)
+    ]
+    policy = MctsPolicy(AutoscaleSettings())
+    records, busy = sum(n for n, _ in windows), sum(b for _, b in windows)
+    assert policy.worker_rate(readings[-1], readings[:-1]) == pytest.approx(records / busy)
+    # the stalled window alone would say 14.6 msg per busy-second; with the others, 383
+    assert policy.worker_rate(readings[-1], readings[:-1]) > 0.75 * 980 / 1.96
+
+
+NAN = math.nan
+STALLED_RUN = [  # (at, workers, input, processing, true rate, utilisation, backlog, growth, lag)
+    (7.3, 1, 0, 0, NAN, 0, 0, NAN, 0),
+    (9.33, 1, 59.6, 59.6, 500, 0.119, 0, 0, 0),
+    (11.45, 1, 57.4, 57.4, 180, 0.319, 0, 0, 0),
+    (13.52, 1, 59.8, 59.8, 500, 0.12, 0, 0, 0),
+    (15.57, 1, 58.7, 58.7, 500, 0.117, 0, 0, 0),
+    (17.61, 1, 62.2, 62.2, 461.2, 0.135, 0, 0, 0),
+    (19.65, 1, 660, 476.8, 500, 0.954, 376, 183.2, NAN),
+    (21.71, 1, 594.2, 494.2, 500, 0.988, 579, 100, NAN),
+    (23.82, 1, 730.8, 490.6, 500, 0.981, 1080, 240.2, NAN),
+    (25.86, 1, 794.1, 486.8, 500, 0.974, 1721, 307.3, NAN),
+    (27.95, 1, 594.7, 435.2, 437.9, 0.994, 2049, 159.4, NAN),
+    (29.98, 1, 677.6, 495.4, 500, 0.991, 2426, 182.2, NAN),
+    (32.05, 1, 711.2, 496.6, 500, 0.993, 2863, 214.6, NAN),
+    (38.88, 1, 656.6, 424.2, 500, 0.848, 4449, 232.4, NAN),
+    (40.92, 2, 963.7, 985.3, 500, 0.985, 4404, -21.7, NAN),
+    (43.01, 2, 731.3, 983.5, 500, 0.984, 3888, -252.2, NAN),
+    (45.04, 2, 717.4, 992.8, 500, 0.993, 3314, -275.4, NAN),
+    (47.11, 2, 648.9, 887.1, 445.6, 0.995, 2831, -238.2, NAN),
+    (49.17, 2, 699.5, 991.3, 500, 0.991, 2227, -291.8, NAN),
+    (51.34, 2, 703.2, 971.2, 500, 0.971, 1676, -268, NAN),
+    (53.39, 2, 720.3, 951.3, 500, 0.951, 1173, -231, NAN),
+    (55.43, 2, 794.2, 909.2, 500, 0.909, 938, -115, NAN),
+    (57.55, 2, 571.3, 791.8, 462.3, 0.863, 483, -220.5, 0),
+    (59.59, 2, 698.7, 840, 500, 0.84, 186, -141.3, 0),
+    (61.64, 2, 0, 62.2, 500, 0.062, 0, -91.5, 0),
+    (63.66, 2, 59.9, 59.9, 165.6, 0.201, 0, 0, 0),
+    (65.71, 2, 58.6, 58.6, 500, 0.059, 0, 0, 0),
+    (67.8, 2, 59.4, 57.5, 292.3, 0.129, 4, 1.9, 0),
+    (70.42, 1, 29, 30.5, 500, 0.061, 0, -1.5, 0),
+    (72.47, 1, 30.3, 30.3, 217.6, 0.139, 0, 0, 0),
+    (74.61, 1, 83.7, 83.7, 500, 0.167, 0, 0, 0),
+    (76.66, 1, 59.4, 58, 500, 0.116, 3, 1.4, 0),
+    (78.73, 1, 36.8, 11.5, 14.5, 0.791, 55, 25.3, NAN),
+]
+"""The sensor's snapshots of a closed-loop run (test_autoscale_closed_loop.py) on a loaded
+machine: 60 msg/s, a step to 700, 1 -> 2 workers, back to 60, 2 -> 1; then, 8 s after the
+scale-down, the one worker's last status second was mostly a checkpoint of its six tasks (0.8 s,
+one task's 0.54 s): 11.5 msg/s at utilisation 0.79, a true rate of 14.5 msg per busy-second."""
+
+
+def test_one_stalled_status_interval_does_not_scale_the_fleet_back_up(monkeypatch) -> None:
+    """Taken alone as the worker's rate, that reading made the plan 1 -> 3 (predicted cost 520
+    against 0.03): the run failed "scaled back up". Weighted by busy time it is one of many."""
+    for key, value in AUTOSCALE_ENV.items():
+        monkeypatch.setenv(key, value)
+    policy = MctsPolicy(load_settings(AutoscaleSettings))
+    snapshots = [FleetMetrics(at, workers, 6, *figures) for at, workers, *figures in STALLED_RUN]
+    *history, stalled = snapshots
+    before = policy.worker_rate(history[-1], history[:-1])
+    assert stalled.utilisation >= 0.5 and stalled.true_processing_rate < 0.05 * before
+    assert policy.worker_rate(stalled, history) > 0.9 * before
+    decision = policy.decide(stalled, history)
+    assert decision.target == 1, decision.reason
 
 
 def test_the_planner_goes_past_the_partitions_only_when_they_can_be_split() -> None:
