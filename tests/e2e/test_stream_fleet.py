@@ -199,10 +199,23 @@ class Publishing:
         self.interval_s = interval_s
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
+        self.passes: list = []
+        """Each pass's :class:`~pipelines.serving.publisher.PublishPass`."""
 
     def _run(self) -> None:
         while not self.stopping.wait(self.interval_s):
-            self.publisher.publish_once()
+            self.passes.append(self.publisher.publish_once())
+
+    def summary(self) -> str:
+        """The passes' count and the slowest one's wall and CPU seconds (what a slow wait for
+        the tables should be read against)."""
+        slowest = max(self.passes, key=lambda p: p.seconds, default=None)
+        if slowest is None:
+            return "no pass yet"
+        return (
+            f"{len(self.passes)} passes, slowest {slowest.seconds:.1f} s "
+            f"({slowest.cpu_seconds:.1f} s CPU)"
+        )
 
     def __enter__(self) -> Publishing:
         self.thread.start()
@@ -256,7 +269,10 @@ def test_sigkill_three_times_loses_nothing_and_counts_nothing_twice(
         caught_up_at = time.monotonic()
         assert fleet.alive(), "a worker died"
         took = wait_for_tables(stream, publishing.tables, fleet.env, caught_up_at)
-        print(f"tables equal the oracle {took:.1f} s after catch-up ({replay_hint()})")
+        print(
+            f"tables equal the oracle {took:.1f} s after catch-up ({replay_hint()}; "
+            f"publisher: {publishing.summary()})"
+        )
         assert fleet.stop_all() == {"w0": 0, "w1": 0}
         wait_for_tables(stream, publishing.tables, fleet.env)  # after the final flushes
     fleet.check_against_oracle()
