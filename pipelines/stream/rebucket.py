@@ -34,16 +34,19 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import pyarrow as pa
 
+from pipelines.archive import discard_uncommitted
 from pipelines.exceptions import SluiceError
 from pipelines.kinds import kind_of
 from pipelines.segments import (
     RealtimeRewrite,
     RewriteFenced,
+    parse_hour_label,
     read_parquet,
     read_rewrite_record,
     realtime_key,
     record_change,
     to_parquet,
+    view_prefix,
 )
 from pipelines.storage import ObjectStore
 from pipelines.stream.buckets import children, value_hashes
@@ -158,18 +161,23 @@ def split_task(
         bucket=high_id.bucket,
         factor=high_id.factor,
     )
+    _discard_ahead(store, task, parent)
     for name, (table, low_table, high_table) in tables.items():
         view = current[name]
         rewrite = RealtimeRewrite(store, view.name, term)
-        for segment in _segments(view, table).tolist():
+        held = _segments(view, table).tolist()
+        for segment in held:
             new = {}
             for child, rows in ((low_id, low_table), (high_id, high_table)):
                 part = _rows_of(view, rows, segment)
                 if part.num_rows:
                     new[_realtime(view, segment, child)] = to_parquet(part)
             rewrite.move(segment, [_realtime(view, segment, task)], new)
+        ahead = _files_ahead(store, view, task, parent, set(held))
+        for segment, key in ahead.items():
+            rewrite.move(segment, [key], {})
         rewrite.commit()
-        _record(store, view, _segments(view, table).tolist(), low_id, parent.generation)
+        _record(store, view, sorted({*held, *ahead}), low_id, parent.generation)
     save_checkpoint(store, low)  # after the rewrites: a refused one leaves no checkpoint either
     save_checkpoint(store, high)
     log.info("split %s at offset %d into %s and %s", task, parent.next_offset, low_id, high_id)
@@ -198,7 +206,10 @@ def merge_tasks(
             skips.add((child.bucket, child.factor, checkpoint.next_offset))
     currents = [_current_views(c, views) for c in pair]
     _check_term(store, [*currents[0].values(), *currents[1].values()], term)
+    for child, checkpoint in ((low_id, low), (high_id, high)):
+        _discard_ahead(store, child, checkpoint)
     names = sorted(set(currents[0]) | set(currents[1]))
+    watermark = max(c.watermark for c in pair if c.next_offset == start)
     states: dict[str, bytes] = {}
     counters: dict[str, dict] = {}
     for name in names:
@@ -219,8 +230,11 @@ def merge_tasks(
         old: dict[int, list[str]] = {}
         for child, checkpoint, current in zip((low_id, high_id), pair, currents, strict=True):
             if name in current:
-                for segment in _segments(view, read_parquet(checkpoint.states[name])).tolist():
+                held = _segments(view, read_parquet(checkpoint.states[name])).tolist()
+                for segment in held:
                     old.setdefault(segment, []).append(_realtime(view, segment, child))
+                for segment, key in _files_ahead(store, view, child, checkpoint, set(held)).items():
+                    old.setdefault(segment, []).append(key)
         rewrite = RealtimeRewrite(store, view.name, term)
         for segment in sorted(set(new) | set(old)):
             rewrite.move(segment, old.get(segment, []), new.get(segment, {}))
@@ -234,7 +248,7 @@ def merge_tasks(
         topic=merged_id.topic,
         partition=merged_id.partition,
         next_offset=start,
-        watermark=max(c.watermark for c in pair if c.next_offset == start),
+        watermark=watermark,
         consumed=low.consumed + high.consumed,
         dead_lettered=dead,
         type_errors=(
@@ -269,6 +283,35 @@ def _record(
         record_change(
             store, view.name, segments, task.topic, task.partition, generation, *task.where
         )
+
+
+def _discard_ahead(store: ObjectStore, task: TaskId, checkpoint: TaskCheckpoint) -> None:
+    """Remove the archive ranges ``task`` wrote past its checkpoint (an owner that died
+    after a flush and before its next checkpoint): the new tasks archive those records again
+    from the checkpoint, and a range left behind would name files a later task of the same
+    name overwrites."""
+    discard_uncommitted(store, task.topic, task.partition, checkpoint.next_offset, *task.where)
+
+
+def _files_ahead(
+    store: ObjectStore, view: View, task: TaskId, checkpoint: TaskCheckpoint, held: set[int]
+) -> dict[int, str]:
+    """``task``'s realtime files of ``view`` that only events past its checkpoint made: of
+    segments its checkpoint's state does not hold and its watermark has not closed (a closed
+    segment's file holds partials no new task counts again; an open one's, the events the new
+    tasks count again from the checkpoint, so it must go or they count twice)."""
+    name = realtime_key(view.name, 0, task.topic, task.partition, *task.where).rsplit("/", 1)[1]
+    limit = checkpoint.watermark - view.allowed_lateness_ms
+    ahead = {}
+    for key in store.list(view_prefix(view.name)):
+        parts = key[len(view_prefix(view.name)) :].split("/")
+        if len(parts) != 3 or parts[1:] != ["realtime", name]:
+            continue
+        segment = parse_hour_label(parts[0])
+        closed = segment + view.segment_ms + view.reach_ms <= limit
+        if segment not in held and not closed:
+            ahead[segment] = key
+    return ahead
 
 
 def _check_term(store: ObjectStore, views: Iterable[View], term: int) -> None:
