@@ -7,6 +7,7 @@ from pipelines.archive.schema import archive_schema
 from pipelines.archive.writer import (
     DEAD_LETTER_SCHEMA,
     ArchiveBuffer,
+    counted_until,
     discard_uncommitted,
 )
 
@@ -14,5 +15,6 @@ __all__ = [
     "DEAD_LETTER_SCHEMA",
     "ArchiveBuffer",
     "archive_schema",
+    "counted_until",
     "discard_uncommitted",
 ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+from collections.abc import Iterable
 from concurrent.futures import Future
 
 import numpy as np
@@ -284,12 +285,29 @@ class ArchiveBuffer:
         )
 
 
+def counted_until(bucket: int, factor: int, skips: Iterable[tuple[int, int, int]]) -> int:
+    """The offset below which a merge's skips cover every record of bucket ``bucket`` of
+    ``factor`` (0: none do): a skip ``(b, f, until)`` covers the bucket when ``f`` divides
+    ``factor`` and the bucket's records hash to ``b`` modulo ``f``."""
+    return max((u for b, f, u in skips if f <= factor and bucket % f == b), default=0)
+
+
 def discard_uncommitted(
-    store: ObjectStore, topic: str, partition: int, offset: int, bucket: int = 0, factor: int = 1
+    store: ObjectStore,
+    topic: str,
+    partition: int,
+    offset: int,
+    bucket: int = 0,
+    factor: int = 1,
+    counted_until: int = 0,
 ) -> int:
     """Remove the task's ranges starting at or after ``offset`` (written after its last
     checkpoint); a virtual task removes only its own bucket's. Returns the end of the last
-    range removed (how far the task had flushed before it stopped), or ``offset`` if none."""
+    range removed (how far the task had flushed before it stopped), or ``offset`` if none.
+
+    Ranges ending at or before ``counted_until`` are kept: a task whose every record below it
+    a merge's skip says was counted already (:func:`counted_until`) can bear the name of the
+    bucket that counted them, whose ranges those are, committed by its checkpoint."""
     removed = 0
     flushed = offset
     suffix = bucket_suffix(bucket, factor) + ".json"
@@ -297,8 +315,8 @@ def discard_uncommitted(
         name = key.rsplit("/", 1)[1]
         if not name.endswith(suffix) or (factor == 1 and "-b" in name):
             continue
-        first = int(name.split("-")[0])
-        if first < offset:
+        first, end = (int(part) for part in name.removesuffix(".json").split("-")[:2])
+        if first < offset or end <= counted_until:
             continue
         try:
             record = json.loads(store.get(key))

@@ -24,6 +24,13 @@ reader sees all of a segment's files from before or all from after
 publisher reads them again. Closed segments' files stay where they are: every file holds
 partials the query merges, so it does not matter who wrote them. Session views are not split:
 a session must stay whole in one task.
+
+What an owner wrote past its last checkpoint before it died goes with the rewrite (its archive
+ranges, its files of segments the state does not hold and has not closed): the new tasks count
+those records again from the checkpoint. A step that could not stay exact is refused before
+anything is written (:class:`RebucketError`, tried again later): a task whose checkpoint was
+taken while it still held such files, and a merge whose lower watermark would open again a
+sliding view's segment that the child ahead had closed (its panes left, its file final).
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import pyarrow as pa
 
-from pipelines.archive import discard_uncommitted
+from pipelines.archive import counted_until, discard_uncommitted
 from pipelines.exceptions import SluiceError
 from pipelines.kinds import kind_of
 from pipelines.segments import (
@@ -83,13 +90,43 @@ def _current_views(checkpoint: TaskCheckpoint, views: Sequence[View]) -> dict[st
     return out
 
 
-def _segments(view: View, table: pa.Table) -> np.ndarray:
-    """Segments whose realtime files the state's rows make (a sliding view's panes also
-    make the earlier segment's windows that reach them)."""
+def _segments(view: View, table: pa.Table, watermark: int) -> np.ndarray:
+    """Segments whose realtime files the state's rows make. A sliding view's panes also make
+    the earlier segment's windows that reach them, unless that segment closed under
+    ``watermark``: its own panes left the state then, so its windows can no longer be built
+    from the state, and its file is final (no task counts into it again)."""
     starts = table.column(WINDOW_START).to_numpy()
-    if view.is_sliding:
-        starts = np.concatenate([starts, starts - view.reach_ms])
-    return np.unique(starts - starts % view.segment_ms)
+    own = np.unique(starts - starts % view.segment_ms)
+    if not view.is_sliding:
+        return own
+    return np.union1d(own, [s for s in _earlier(view, starts) if not _closed(view, s, watermark)])
+
+
+def _earlier(view: View, starts: np.ndarray) -> list[int]:
+    """The earlier segments whose sliding windows reach panes starting at ``starts``."""
+    reach = starts - view.reach_ms
+    return np.unique(reach - reach % view.segment_ms).tolist()
+
+
+def _closed(view: View, segment: int, watermark: int) -> bool:
+    """No in-time event reaches ``segment``'s windows under ``watermark`` (as the state's
+    eviction decides it)."""
+    return segment + view.segment_ms + view.reach_ms <= watermark - view.allowed_lateness_ms
+
+
+def _reopened(view: View, checkpoint: TaskCheckpoint, watermark: int) -> list[int]:
+    """Segments of a sliding view that a child closed (its file of them final, their own
+    panes gone from its state) but that the merged task's lower ``watermark`` opens again,
+    while the child's state still holds panes reaching into them: the merged task would
+    build those windows again from those panes, so their events would count twice."""
+    if not view.is_sliding or checkpoint.watermark <= watermark:
+        return []
+    starts = read_parquet(checkpoint.states[view.name]).column(WINDOW_START).to_numpy()
+    return [
+        s
+        for s in _earlier(view, starts)
+        if _closed(view, s, checkpoint.watermark) and not _closed(view, s, watermark)
+    ]
 
 
 def _rows_of(view: View, table: pa.Table, segment: int) -> pa.Table:
@@ -116,6 +153,7 @@ def split_task(
         return low_id, high_id
     current = _current_views(parent, views)
     _check_term(store, current.values(), term)
+    _check_not_holding(task, parent)
     if any(parent.pending.values()):
         raise RebucketError(f"{task} holds session events: it is not split")
     low_states: dict[str, bytes] = {}
@@ -165,7 +203,7 @@ def split_task(
     for name, (table, low_table, high_table) in tables.items():
         view = current[name]
         rewrite = RealtimeRewrite(store, view.name, term)
-        held = _segments(view, table).tolist()
+        held = _segments(view, table, parent.watermark).tolist()
         for segment in held:
             new = {}
             for child, rows in ((low_id, low_table), (high_id, high_table)):
@@ -206,6 +244,18 @@ def merge_tasks(
             skips.add((child.bucket, child.factor, checkpoint.next_offset))
     currents = [_current_views(c, views) for c in pair]
     _check_term(store, [*currents[0].values(), *currents[1].values()], term)
+    watermark = max(c.watermark for c in pair if c.next_offset == start)
+    for child, checkpoint in ((low_id, low), (high_id, high)):
+        _check_not_holding(child, checkpoint)
+    for child, checkpoint, current in zip((low_id, high_id), pair, currents, strict=True):
+        for view in current.values():
+            reopened = _reopened(view, checkpoint, watermark)
+            if reopened:
+                raise RebucketError(
+                    f"cannot merge into {merged_id} yet: {child} is ahead in event time and "
+                    f"closed {len(reopened)} segment(s) of sliding view {view.name} that the "
+                    "merged task would open again; merged once the buckets are closer"
+                )
     for child, checkpoint in ((low_id, low), (high_id, high)):
         _discard_ahead(store, child, checkpoint)
     names = sorted(set(currents[0]) | set(currents[1]))
@@ -225,12 +275,14 @@ def merge_tasks(
         states[name] = to_parquet(table)
         new = {
             segment: {_realtime(view, segment, merged_id): to_parquet(state.segment_table(segment))}
-            for segment in _segments(view, table).tolist()
+            for segment in _segments(view, table, watermark).tolist()
         }
         old: dict[int, list[str]] = {}
         for child, checkpoint, current in zip((low_id, high_id), pair, currents, strict=True):
             if name in current:
-                held = _segments(view, read_parquet(checkpoint.states[name])).tolist()
+                held = _segments(
+                    view, read_parquet(checkpoint.states[name]), checkpoint.watermark
+                ).tolist()
                 for segment in held:
                     old.setdefault(segment, []).append(_realtime(view, segment, child))
                 for segment, key in _files_ahead(store, view, child, checkpoint, set(held)).items():
@@ -285,12 +337,32 @@ def _record(
         )
 
 
+def _check_not_holding(task: TaskId, checkpoint: TaskCheckpoint) -> None:
+    """Refuse, before anything is written, a task whose checkpoint was taken while it held
+    realtime files an earlier owner wrote past it: segments that closed meanwhile keep files
+    with events past the checkpoint, which new tasks would count again. Once the task's
+    replay passes those offsets, its files match its state and it can be split or merged."""
+    if checkpoint.replay_until > checkpoint.next_offset:
+        raise RebucketError(
+            f"{task} holds realtime files written past its checkpoint (to offset "
+            f"{checkpoint.replay_until}, checkpoint at {checkpoint.next_offset}): it is split "
+            "or merged once its replay passes them"
+        )
+
+
 def _discard_ahead(store: ObjectStore, task: TaskId, checkpoint: TaskCheckpoint) -> None:
     """Remove the archive ranges ``task`` wrote past its checkpoint (an owner that died
     after a flush and before its next checkpoint): the new tasks archive those records again
     from the checkpoint, and a range left behind would name files a later task of the same
     name overwrites."""
-    discard_uncommitted(store, task.topic, task.partition, checkpoint.next_offset, *task.where)
+    discard_uncommitted(
+        store,
+        task.topic,
+        task.partition,
+        checkpoint.next_offset,
+        *task.where,
+        counted_until(*task.where, checkpoint.skips),
+    )
 
 
 def _files_ahead(
@@ -301,15 +373,13 @@ def _files_ahead(
     segment's file holds partials no new task counts again; an open one's, the events the new
     tasks count again from the checkpoint, so it must go or they count twice)."""
     name = realtime_key(view.name, 0, task.topic, task.partition, *task.where).rsplit("/", 1)[1]
-    limit = checkpoint.watermark - view.allowed_lateness_ms
     ahead = {}
     for key in store.list(view_prefix(view.name)):
         parts = key[len(view_prefix(view.name)) :].split("/")
         if len(parts) != 3 or parts[1:] != ["realtime", name]:
             continue
         segment = parse_hour_label(parts[0])
-        closed = segment + view.segment_ms + view.reach_ms <= limit
-        if segment not in held and not closed:
+        if segment not in held and not _closed(view, segment, checkpoint.watermark):
             ahead[segment] = key
     return ahead
 

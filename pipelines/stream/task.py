@@ -38,7 +38,7 @@ from functools import partial
 import numpy as np
 import pyarrow as pa
 
-from pipelines.archive import ArchiveBuffer, discard_uncommitted
+from pipelines.archive import ArchiveBuffer, counted_until, discard_uncommitted
 from pipelines.config import SluiceSettings
 from pipelines.control.crashes import CrashPlan
 from pipelines.control.store import TaskStatus
@@ -224,7 +224,12 @@ class StreamTask:
         )
         self._check_fence()
         flushed = discard_uncommitted(
-            self.store, self.topic, self.partition, checkpoint.next_offset, *self.id.where
+            self.store,
+            self.topic,
+            self.partition,
+            checkpoint.next_offset,
+            *self.id.where,
+            counted_until(*self.id.where, checkpoint.skips),
         )
         self.replay_until = max(checkpoint.replay_until, flushed)
         if self.replay_until > self.next_offset:
