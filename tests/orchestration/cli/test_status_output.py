@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from pipelines.control import ControlStore, TaskStatus
 from pipelines.segments import record_change
@@ -15,8 +16,8 @@ from pipelines.views import load_views
 from tests.fixtures.processes import PROJECT
 
 
-def test_status_into_a_pipe_prints_the_tables_once_and_exits(tmp_path) -> None:
-    state = tmp_path / "state"
+def _one_task_reported(state: Path) -> Path:
+    """A state directory whose control store has one live task, events:0, on agent a0."""
     store = ControlStore(f"sqlite:///{state / 'control.db'}")
     store.report_tasks(
         [
@@ -31,6 +32,11 @@ def test_status_into_a_pipe_prints_the_tables_once_and_exits(tmp_path) -> None:
         ]
     )
     store.close()
+    return state
+
+
+def test_status_into_a_pipe_prints_the_tables_once_and_exits(tmp_path) -> None:
+    state = _one_task_reported(tmp_path / "state")
     done = subprocess.run(
         [sys.executable, "-m", "orchestration.cli", "status"],
         env={
@@ -82,21 +88,7 @@ def test_status_shows_each_views_table_lag(tmp_path) -> None:
 def test_status_json_carries_each_views_table_lag(tmp_path) -> None:
     """A task's row in ``--json`` carries the table lag of each view of its topic: what the
     Views table shows."""
-    state = tmp_path / "state"
-    store = ControlStore(f"sqlite:///{state / 'control.db'}")
-    store.report_tasks(
-        [
-            TaskStatus(
-                task="events:0",
-                topic="events",
-                partition=0,
-                worker_id="a0",
-                pid=1,
-                heartbeat_at=time.time(),
-            )
-        ]
-    )
-    store.close()
+    state = _one_task_reported(tmp_path / "state")
     storage = LocalObjectStore(state / "storage")
     old = int((time.time() - 900) * 1000)  # a flush 15 minutes ago the publisher never took
     record_change(storage, "traffic_by_org", [0], "events", 0, 1, at_ms=old)

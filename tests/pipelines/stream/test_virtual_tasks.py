@@ -388,6 +388,20 @@ def test_a_bucket_taking_records_one_at_a_time_keeps_the_partitions_watermark(tm
     assert low.consumed + high.consumed == whole.consumed == n
 
 
+def _oracle_problems(store, views: list[View], records: list[Record]) -> list[str]:
+    """How the served views differ from the oracle of the partition's ``records`` (read as one
+    task with the partition's watermark would read them)."""
+    truth = Truth(views)
+    truth.add_partition([r.value for r in records], *LIMITS)
+    return [
+        problem
+        for view in views
+        for problem in compare_view(
+            view, query_realtime(store, view).to_pylist(), truth.expected(view)
+        )
+    ]
+
+
 HOURS = _records(9_000, 5, peak_rate=400, speedup=600)
 """Events over about ten hours of event time: an owner that reads on past its checkpoint
 writes realtime files of hours its checkpoint's state never held."""
@@ -441,14 +455,12 @@ def test_an_owner_that_died_past_its_checkpoint_makes_no_split_or_merge_count_tw
     merged = merge_tasks(store, TIGHT, low_id, high_id)
     _advance_hours(store, sink, tmp_path / "s", merged, 9_000)
 
-    truth = Truth(TIGHT)
-    truth.add_partition([r.value for r in HOURS], *LIMITS)
-    problems = []
-    for view in TIGHT:
-        rows = query_realtime(store, view).to_pylist()
-        problems += compare_view(view, rows, truth.expected(view))
-        assert _by_group(view, rows) == _by_group(view, query_realtime(whole_store, view))
+    problems = _oracle_problems(store, TIGHT, HOURS)
     assert not problems, "\n".join(problems[:20])
+    for view in TIGHT:
+        assert _by_group(view, query_realtime(store, view)) == _by_group(
+            view, query_realtime(whole_store, view)
+        )
     lineage = check_nothing_lost(store, topic="events")
     assert lineage and all(hour.passed for hour in lineage), [h.failures for h in lineage][:3]
 
@@ -475,11 +487,5 @@ def test_a_bucket_made_again_below_where_it_was_keeps_what_it_had_archived(tmp_p
 
     lineage = check_nothing_lost(store, topic="events")
     assert lineage and all(hour.passed for hour in lineage), [h.failures for h in lineage][:3]
-    truth = Truth(TIGHT)
-    truth.add_partition([r.value for r in RECORDS], *LIMITS)
-    problems = []
-    for view in TIGHT:
-        problems += compare_view(
-            view, query_realtime(store, view).to_pylist(), truth.expected(view)
-        )
+    problems = _oracle_problems(store, TIGHT, RECORDS)
     assert not problems, "\n".join(problems[:20])
