@@ -30,7 +30,7 @@ ranges, its files of segments the state does not hold and has not closed): the n
 those records again from the checkpoint. A step that could not stay exact is refused before
 anything is written (:class:`RebucketError`, tried again later): a task whose checkpoint was
 taken while it still held such files, and a merge whose lower watermark would open again a
-sliding view's segment that the child ahead had closed (its panes left, its file final).
+segment that the child ahead in event time had closed (its state of it gone, its file final).
 """
 
 from __future__ import annotations
@@ -114,19 +114,25 @@ def _closed(view: View, segment: int, watermark: int) -> bool:
     return segment + view.segment_ms + view.reach_ms <= watermark - view.allowed_lateness_ms
 
 
-def _reopened(view: View, checkpoint: TaskCheckpoint, watermark: int) -> list[int]:
-    """Segments of a sliding view that a child closed (its file of them final, their own
-    panes gone from its state) but that the merged task's lower ``watermark`` opens again,
-    while the child's state still holds panes reaching into them: the merged task would
-    build those windows again from those panes, so their events would count twice."""
-    if not view.is_sliding or checkpoint.watermark <= watermark:
+def _reopened(
+    store: ObjectStore, view: View, task: TaskId, checkpoint: TaskCheckpoint, watermark: int
+) -> list[int]:
+    """Segments a child ahead in event time closed (its file of them final, their own state
+    gone) that the merged task's lower ``watermark`` opens again: the merged task would write
+    them again without the child's part (or, for a sliding view, with the child's panes that
+    reach into them counted twice), and a task made again later under the child's name would
+    overwrite the child's final file."""
+    if checkpoint.watermark <= watermark:
         return []
-    starts = read_parquet(checkpoint.states[view.name]).column(WINDOW_START).to_numpy()
-    return [
+    segments = set(_task_files(store, view, task))
+    if view.is_sliding:
+        starts = read_parquet(checkpoint.states[view.name]).column(WINDOW_START).to_numpy()
+        segments.update(_earlier(view, starts))
+    return sorted(
         s
-        for s in _earlier(view, starts)
+        for s in segments
         if _closed(view, s, checkpoint.watermark) and not _closed(view, s, watermark)
-    ]
+    )
 
 
 def _rows_of(view: View, table: pa.Table, segment: int) -> pa.Table:
@@ -249,12 +255,12 @@ def merge_tasks(
         _check_not_holding(child, checkpoint)
     for child, checkpoint, current in zip((low_id, high_id), pair, currents, strict=True):
         for view in current.values():
-            reopened = _reopened(view, checkpoint, watermark)
+            reopened = _reopened(store, view, child, checkpoint, watermark)
             if reopened:
                 raise RebucketError(
                     f"cannot merge into {merged_id} yet: {child} is ahead in event time and "
-                    f"closed {len(reopened)} segment(s) of sliding view {view.name} that the "
-                    "merged task would open again; merged once the buckets are closer"
+                    f"closed {len(reopened)} segment(s) of view {view.name} that the merged "
+                    "task would open again; merged once the buckets are closer"
                 )
     for child, checkpoint in ((low_id, low), (high_id, high)):
         _discard_ahead(store, child, checkpoint)
@@ -372,16 +378,22 @@ def _files_ahead(
     segments its checkpoint's state does not hold and its watermark has not closed (a closed
     segment's file holds partials no new task counts again; an open one's, the events the new
     tasks count again from the checkpoint, so it must go or they count twice)."""
+    return {
+        segment: key
+        for segment, key in _task_files(store, view, task).items()
+        if segment not in held and not _closed(view, segment, checkpoint.watermark)
+    }
+
+
+def _task_files(store: ObjectStore, view: View, task: TaskId) -> dict[int, str]:
+    """``task``'s realtime files of ``view``, by segment."""
     name = realtime_key(view.name, 0, task.topic, task.partition, *task.where).rsplit("/", 1)[1]
-    ahead = {}
+    files = {}
     for key in store.list(view_prefix(view.name)):
         parts = key[len(view_prefix(view.name)) :].split("/")
-        if len(parts) != 3 or parts[1:] != ["realtime", name]:
-            continue
-        segment = parse_hour_label(parts[0])
-        if segment not in held and not _closed(view, segment, checkpoint.watermark):
-            ahead[segment] = key
-    return ahead
+        if len(parts) == 3 and parts[1:] == ["realtime", name]:
+            files[parse_hour_label(parts[0])] = key
+    return files
 
 
 def _check_term(store: ObjectStore, views: Iterable[View], term: int) -> None:
