@@ -268,13 +268,17 @@ def test_sigkill_three_times_loses_nothing_and_counts_nothing_twice(
         )
         caught_up_at = time.monotonic()
         assert fleet.alive(), "a worker died"
-        took = wait_for_tables(stream, publishing.tables, fleet.env, caught_up_at)
+        # not the minute the agent fleets meet: after the crashes this publisher commits a day
+        # of hours of five views from inside the test's own process; measured 13.9 to 69 s
+        # (slowest pass 24 s), so the product's aim is not what this deadline holds
+        took = wait_for_tables(stream, publishing.tables, fleet.env, caught_up_at, deadline_s=180)
         print(
             f"tables equal the oracle {took:.1f} s after catch-up ({replay_hint()}; "
             f"publisher: {publishing.summary()})"
         )
         assert fleet.stop_all() == {"w0": 0, "w1": 0}
-        wait_for_tables(stream, publishing.tables, fleet.env)  # after the final flushes
+        # after the final flushes
+        wait_for_tables(stream, publishing.tables, fleet.env, deadline_s=180)
     fleet.check_against_oracle()
 
 
