@@ -1,10 +1,13 @@
-"""`sluice tables`: the views' Iceberg tables: list them, a view's snapshot history, migrate
-an older store into them, and run their maintenance now (docs/serving.md)."""
+"""`sluice tables`: the views' Iceberg tables: list them, a view's snapshot history, publish
+the realtime hours (for `sluice worker` fleets, which have no leader to), migrate an older
+store into them, and run their maintenance now (docs/serving.md)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
+import threading
 import time
 from datetime import UTC, datetime
 
@@ -14,6 +17,7 @@ from rich.table import Table
 from orchestration.control_plane.runtime import Runtime
 from pipelines.segments import HOUR_MS
 from pipelines.serving.migrate import migrate_store
+from pipelines.serving.publisher import PublishPass, RealtimePublisher
 from pipelines.tables.maintenance import files_per_hour, maintain
 
 __all__ = ["register"]
@@ -31,6 +35,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     history.add_argument("--views", default=None, help="view definitions")
     history.add_argument("--json", action="store_true", help="one JSON object per snapshot")
     history.set_defaults(func=run_history)
+    publish = sub.add_parser(
+        "publish",
+        help="commit the realtime hours the tasks flushed to the views' tables (an agent fleet's "
+        "leader does this itself; run it beside `sluice worker` processes)",
+    )
+    publish.add_argument("--views", default=None, help="view definitions")
+    publish.add_argument(
+        "--follow",
+        action="store_true",
+        help="pass every SLUICE_PUBLISH_INTERVAL_S until SIGTERM or SIGINT, then a last pass",
+    )
+    publish.set_defaults(func=run_publish)
     migrate = sub.add_parser(
         "migrate",
         help="commit an older store's corrections (_published.json, batch/v<N>/) and realtime "
@@ -124,6 +140,45 @@ def run_history(args: argparse.Namespace) -> int:
         out.add_row(*row.values())
     console.print(out)
     return 0
+
+
+def run_publish(args: argparse.Namespace) -> int:
+    runtime = Runtime.from_env()
+    settings = runtime.settings
+    publisher = RealtimePublisher(
+        runtime.store,
+        runtime.tables,
+        runtime.active_views(args.views),
+        settings.publish_interval_s,
+        retention_ms=int(settings.tables_snapshot_retention_h * HOUR_MS),
+        realtime_retention_ms=int(settings.tables_realtime_snapshot_retention_m * 60_000),
+    )
+    console = Console()
+    stop = threading.Event()
+    if args.follow:
+        for signum in (signal.SIGTERM, signal.SIGINT):  # the pass under way ends first
+            signal.signal(signum, lambda *_: stop.set())
+        while not stop.is_set():
+            _print_pass(console, publisher.publish_once(), quiet=True)
+            stop.wait(max(0.0, publisher.next_pass - time.monotonic()))
+    result = publisher.publish_once()  # once, or the last pass: the workers' final flushes
+    _print_pass(console, result, quiet=False)
+    return 0
+
+
+def _print_pass(console: Console, result: PublishPass, quiet: bool) -> None:
+    """One line per pass that committed or left a view for later (``quiet``: nothing for a
+    pass that found nothing to do)."""
+    parts = [f"{view}: {len(hours)} hour(s)" for view, hours in result.committed.items()]
+    parts += [f"{view}: left for the next pass" for view in result.deferred]
+    if not parts and quiet:
+        return
+    console.print(
+        f"published {', '.join(parts) or 'nothing (no hour changed)'} in {result.seconds:.2f} s "
+        f"({result.cpu_seconds:.2f} s CPU)",
+        highlight=False,
+        soft_wrap=True,  # one line per pass, as a log reads
+    )
 
 
 def run_migrate(args: argparse.Namespace) -> int:

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.exceptions import CommitFailedException, ValidationException
@@ -40,9 +41,15 @@ from pyiceberg.expressions import (
     LessThan,
     Or,
 )
-from pyiceberg.io.pyarrow import parquet_file_to_data_file
-from pyiceberg.manifest import DataFile, ManifestFile
+from pyiceberg.io.pyarrow import (
+    compute_statistics_plan,
+    data_file_statistics_from_parquet_metadata,
+    parquet_file_to_data_file,
+    parquet_path_to_id_mapping,
+)
+from pyiceberg.manifest import DataFile, DataFileContent, FileFormat, ManifestFile
 from pyiceberg.table import Table, Transaction
+from pyiceberg.table.metadata import TableMetadata
 from sqlalchemy.exc import OperationalError
 
 from pipelines.exceptions import SluiceError
@@ -255,7 +262,7 @@ def _attempts(
             **{f"{SUMMARY_PREFIX}{k}": str(v) for k, v in (summary or {}).items()},
         }
         written = _write_hour_files(table, view, data, todo, f"{source}-v{version}")
-        files = list(written.values())
+        files = [w.path for w in written.values()]
         try:
             tx = table.transaction()
             if not by_filter:
@@ -265,10 +272,8 @@ def _attempts(
                 with _overwrite(tx, props) as overwrite:
                     for data_file in hour_files(table, view, todo):
                         overwrite.delete_data_file(data_file)
-                    for path in files:
-                        overwrite.append_data_file(
-                            parquet_file_to_data_file(table.io, metadata, path)
-                        )
+                    for data_file in _data_files(table, metadata, list(written.values())):
+                        overwrite.append_data_file(data_file)
             else:  # two snapshots (a delete, then the files), still one catalog commit
                 if table.current_snapshot() is not None:
                     tx.delete(hours_filter(view, todo), snapshot_properties=props)
@@ -301,7 +306,7 @@ def _attempts(
             attempt,
             tuple(files),
             versions=tuple(versions),
-            file_of_hour=written,
+            file_of_hour={hour: w.path for hour, w in written.items()},
         )
     raise TableConflictError(
         f"{view.name}: {MAX_ATTEMPTS} commits of {source} rows for "
@@ -388,27 +393,82 @@ def write_hour_files(
     table: Table, view: View, rows: pa.Table, hours: Iterable[int], prefix: str
 ) -> list[str]:
     """``rows`` of each of ``hours`` as one Parquet file under the table's ``data/``."""
-    return list(_write_hour_files(table, view, rows, hours, prefix).values())
+    return [w.path for w in _write_hour_files(table, view, rows, hours, prefix).values()]
+
+
+@dataclass(frozen=True)
+class _Written:
+    """A data file just written: its path, its Parquet footer and its size in bytes."""
+
+    path: str
+    footer: pq.FileMetaData
+    size: int
 
 
 def _write_hour_files(
     table: Table, view: View, rows: pa.Table, hours: Iterable[int], prefix: str
-) -> dict[int, str]:
+) -> dict[int, _Written]:
+    """Hour -> the file written for each of ``hours`` that has rows.
+
+    The rows are sorted by hour once and sliced (a filter per hour read the whole table once
+    per hour); each file is built in memory, so its footer and size are known without
+    reading it back."""
     col = partition_field(view)
     starts = rows.column(col).cast(pa.timestamp("ms", tz="UTC")).cast(pa.int64()).to_numpy()
-    paths = {}
+    of_row = starts - starts % HOUR_MS
+    order = np.argsort(of_row, kind="stable")
+    ordered = rows.take(pa.array(order))
+    sorted_hours = of_row[order]
+    written = {}
     for hour in hours:
-        part = rows.filter(pa.array((starts >= hour) & (starts < hour + HOUR_MS)))
-        if part.num_rows == 0:
+        first, last = np.searchsorted(sorted_hours, [hour, hour + HOUR_MS])
+        if first == last:
             continue
+        sink = pa.BufferOutputStream()
+        pq.write_table(ordered.slice(first, last - first), sink, compression="zstd")
+        data = sink.getvalue()
         path = (
             f"{table.location().rstrip('/')}/data/{col}_hour={hour_label(hour)}/"
             f"{prefix}-{uuid.uuid4().hex}.parquet"
         )
         with table.io.new_output(path).create(overwrite=True) as out:
-            pq.write_table(part, out, compression="zstd")
-        paths[hour] = path
-    return paths
+            out.write(data.to_pybytes())
+        written[hour] = _Written(path, pq.read_metadata(pa.BufferReader(data)), data.size)
+    return written
+
+
+def _data_files(table: Table, metadata: TableMetadata, written: list[_Written]) -> list[DataFile]:
+    """The Iceberg entries of files just written, from their footers (pyiceberg's
+    ``parquet_file_to_data_file`` reads each file back and checks its schema: done once here,
+    for the first file, as every file of a commit holds slices of one table)."""
+    if not written:
+        return []
+    schema = metadata.schema()
+    first = parquet_file_to_data_file(table.io, metadata, written[0].path)
+    stats_columns = compute_statistics_plan(schema, metadata.properties)
+    mapping = parquet_path_to_id_mapping(schema)
+    files = [first]
+    for file in written[1:]:
+        statistics = data_file_statistics_from_parquet_metadata(
+            parquet_metadata=file.footer,
+            stats_columns=stats_columns,
+            parquet_column_mapping=mapping,
+        )
+        files.append(
+            DataFile.from_args(
+                content=DataFileContent.DATA,
+                file_path=file.path,
+                file_format=FileFormat.PARQUET,
+                partition=statistics.partition(metadata.spec(), schema),
+                file_size_in_bytes=file.size,
+                sort_order_id=None,
+                spec_id=metadata.default_spec_id,
+                equality_ids=None,
+                key_metadata=None,
+                **statistics.to_serialized_dict(),
+            )
+        )
+    return files
 
 
 def _discard(table: Table, files: list[str]) -> None:

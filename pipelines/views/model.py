@@ -61,7 +61,7 @@ class SessionSpec:
     kept_fields: tuple[str, ...] = ()
     max_kept_events: int = 100
 
-    @property
+    @cached_property
     def fingerprint(self) -> str:
         kept = ",".join(self.kept_fields)
         return f"{self.key}/{self.gap_ms}/{self.max_duration_ms}/{kept}/{self.max_kept_events}"
@@ -190,7 +190,7 @@ class View:
     def metric_columns(self) -> list[str]:
         return [f.name for agg in self.aggregators for f in agg.output_fields()]
 
-    @property
+    @cached_property
     def fingerprint(self) -> str:
         """Changes whenever the windowing, any aggregation's state or the topic's declaration
         (how its messages read) would change meaning: a declaration change redeploys every

@@ -130,3 +130,36 @@ def test_migrate_query_as_of_history_and_maintenance(older_store, capsys, contro
     )
     assert "has no snapshot" in capsys.readouterr().err
     tables.close()
+
+
+def test_publish_commits_what_the_tasks_flushed(tmp_path, monkeypatch, control_url, capsys):
+    """`sluice tables publish` (a `sluice worker` fleet's publisher): the views' tables, read by
+    DuckDB through pyiceberg, then hold what the stream's partial states say, row for row."""
+    from tests.fixtures.tables import query_realtime
+
+    views = [v for v in load_views(VIEWS_FILE) if v.name in ("traffic_by_org", "sessions")]
+    run = run_stream(tmp_path / "storage", views, options=GeneratorOptions(max_events=1500))
+    monkeypatch.setenv("SLUICE_STORAGE_ROOT", run.store.root)
+    monkeypatch.setenv("SLUICE_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("SLUICE_CONTROL_STORE_URL", control_url)
+    views_file = tmp_path / "views.yaml"
+    document = yaml.safe_load(VIEWS_FILE.read_text())
+    document["views"] = [v for v in document["views"] if v["name"] in {v.name for v in views}]
+    views_file.write_text(yaml.safe_dump(document))
+    get_settings.cache_clear()
+    try:
+        assert main(["tables", "publish", "--views", str(views_file)]) == 0
+        out = capsys.readouterr().out
+        assert "traffic_by_org: " in out and "sessions: " in out, out
+        tables = ViewTables(TablesConfig.from_settings(get_settings(), run.store.root))
+        for view in views:
+            served = tables.find(view.name).scan().to_duckdb("t").sql("SELECT * FROM t")
+            keys = view.key_columns
+            got = sorted(
+                tuple(str(r[k]) for k in keys) for r in served.to_arrow_table().to_pylist()
+            )
+            want = query_realtime(run.store, view)
+            assert got and got == sorted(tuple(str(r[k]) for k in keys) for r in want.to_pylist())
+        tables.close()
+    finally:
+        get_settings.cache_clear()

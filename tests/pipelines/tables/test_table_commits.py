@@ -374,3 +374,39 @@ def test_a_correction_renews_its_claim_on_the_next_commit_at_a_later_attempt(
     assert claim_stands == [True, True], "the second attempt ran without the claim"
     assert not commit._batch_waiting(tables.load(view)), "released once committed"
     tables.close()
+
+
+def test_each_data_file_entry_equals_what_pyiceberg_reads_from_the_file(
+    control_url, tmp_path, views
+) -> None:
+    """A commit builds its files' entries (partition, counts, bounds, size) from the footers it
+    wrote rather than reading every file back: each equals pyiceberg's own entry of the file,
+    nulls and several hours included."""
+    from pyiceberg.io.pyarrow import parquet_file_to_data_file
+
+    view = views["traffic_by_org"]
+    tables = _tables(control_url, tmp_path / "root")
+    hours = [H, H + HOUR_MS, H + 3 * HOUR_MS]
+    parts = [_window_rows(view, h, 3 + i, orgs=("a", "b", None)) for i, h in enumerate(hours)]
+    rows = table_rows(view, pa.concat_tables(parts[::-1]), REALTIME, 0)  # hours out of order
+    outcome = replace_hours(tables, view, hours, rows, source=REALTIME)
+    table = tables.load(view)
+    entries = {t.file.file_path: t.file for t in table.scan().plan_files()}
+    assert sorted(entries) == sorted(outcome.file_of_hour.values()) and len(entries) == 3
+    fields = (
+        "partition",
+        "record_count",
+        "file_size_in_bytes",
+        "column_sizes",
+        "value_counts",
+        "null_value_counts",
+        "nan_value_counts",
+        "lower_bounds",
+        "upper_bounds",
+        "split_offsets",
+    )
+    for path, entry in entries.items():
+        expected = parquet_file_to_data_file(table.io, table.metadata, path)
+        for name in fields:
+            assert getattr(entry, name) == getattr(expected, name), (path, name)
+    assert sum(e.record_count for e in entries.values()) == rows.num_rows
