@@ -93,7 +93,8 @@ def test_chaos_sigkills_lose_nothing_and_every_task_ends_running(
 
 def test_a_paused_agent_is_fenced_when_it_comes_back(agents_factory, pg_url, agents_stream):
     """SIGSTOP an agent past the loss threshold: its tasks move to a newer generation; after
-    SIGCONT it writes nothing for them (Fenced), and the results still equal the oracle."""
+    SIGCONT it writes nothing for them (Fenced), and the results, the views' tables too,
+    still equal the oracle."""
     agents = agents_factory(pg_url, SLUICE_WORKER_MAX_RATE="4000")
     agents.start("a0")
     agents.start("a1")
@@ -151,12 +152,20 @@ def test_a_paused_agent_is_fenced_when_it_comes_back(agents_factory, pg_url, age
         lambda: fenced() == set(held), 30, "a0 to see it is fenced for every moved task", "a0"
     )
     wait_until(lambda: agents.caught_up() and agents.all_running(), 240, "the fleet to catch up")
+    caught_up_at = time.monotonic()
     for task, generation in newer.items():  # the stale owner's writes never won
         partition = int(task.rpartition(":")[2])
         assert load_checkpoint(agents.store, agents.topic, partition).generation >= generation
         row = next(t for t in agents.control.tasks() if t.task == task)
         assert row.generation >= generation
-    assert agents.stop_all() == {"a0": 0, "a1": 0}
+    tables = tables_of(agents.env)  # whichever agent led, the PostgreSQL catalog's tables
+    try:
+        took = wait_for_tables(agents_stream, tables, agents.env, caught_up_at)
+        print(f"tables equal the oracle {took:.1f} s after catch-up")
+        assert agents.stop_all() == {"a0": 0, "a1": 0}
+        wait_for_tables(agents_stream, tables, agents.env)  # the stop's last flush and pass
+    finally:
+        tables.close()
     check_against_oracle(agents_stream, agents.store, agents.control)
 
 
@@ -198,6 +207,17 @@ def test_the_leader_is_killed_and_another_agent_takes_over(agents_factory, tmp_p
     assert time.monotonic() - killed_at < LOSS_AFTER_S + 15
     leaders = [e for e in agents.jobs.events() if e.state == "leader"]
     assert leaders[-1].agent_id != leader and "from " + leader in leaders[-1].reason
+    # the new leader's publisher: its first pass looks at every hour, the old leader's
+    # unpublished changes included
+    alive = [a for a in ("a0", "a1", "a2") if a != leader]
+    wait_until(lambda: agents.caught_up() and agents.all_running(alive), 240, "catch-up")
+    caught_up_at = time.monotonic()
+    tables = tables_of(agents.env)
+    try:
+        took = wait_for_tables(agents_stream, tables, agents.env, caught_up_at)
+        print(f"tables equal the oracle {took:.1f} s after catch-up under the new leader")
+    finally:
+        tables.close()
 
 
 def test_a_view_that_keeps_crashing_is_disabled_on_its_task_only(
