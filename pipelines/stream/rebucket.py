@@ -115,7 +115,7 @@ def _closed(view: View, segment: int, watermark: int) -> bool:
 
 
 def _reopened(
-    store: ObjectStore, view: View, task: TaskId, checkpoint: TaskCheckpoint, watermark: int
+    view: View, files: dict[int, str], checkpoint: TaskCheckpoint, watermark: int
 ) -> list[int]:
     """Segments a child ahead in event time closed (its file of them final, their own state
     gone) that the merged task's lower ``watermark`` opens again: the merged task would write
@@ -124,7 +124,7 @@ def _reopened(
     overwrite the child's final file."""
     if checkpoint.watermark <= watermark:
         return []
-    segments = set(_task_files(store, view, task))
+    segments = set(files)
     if view.is_sliding:
         starts = read_parquet(checkpoint.states[view.name]).column(WINDOW_START).to_numpy()
         segments.update(_earlier(view, starts))
@@ -206,6 +206,7 @@ def split_task(
         factor=high_id.factor,
     )
     _discard_ahead(store, task, parent)
+    listing = _RealtimeFiles(store)
     for name, (table, low_table, high_table) in tables.items():
         view = current[name]
         rewrite = RealtimeRewrite(store, view.name, term)
@@ -217,7 +218,7 @@ def split_task(
                 if part.num_rows:
                     new[_realtime(view, segment, child)] = to_parquet(part)
             rewrite.move(segment, [_realtime(view, segment, task)], new)
-        ahead = _files_ahead(store, view, task, parent, set(held))
+        ahead = _files_ahead(view, listing.of(view, task), parent, set(held))
         for segment, key in ahead.items():
             rewrite.move(segment, [key], {})
         rewrite.commit()
@@ -253,9 +254,10 @@ def merge_tasks(
     watermark = max(c.watermark for c in pair if c.next_offset == start)
     for child, checkpoint in ((low_id, low), (high_id, high)):
         _check_not_holding(child, checkpoint)
+    listing = _RealtimeFiles(store)
     for child, checkpoint, current in zip((low_id, high_id), pair, currents, strict=True):
         for view in current.values():
-            reopened = _reopened(store, view, child, checkpoint, watermark)
+            reopened = _reopened(view, listing.of(view, child), checkpoint, watermark)
             if reopened:
                 raise RebucketError(
                     f"cannot merge into {merged_id} yet: {child} is ahead in event time and "
@@ -291,7 +293,8 @@ def merge_tasks(
                 ).tolist()
                 for segment in held:
                     old.setdefault(segment, []).append(_realtime(view, segment, child))
-                for segment, key in _files_ahead(store, view, child, checkpoint, set(held)).items():
+                ahead = _files_ahead(view, listing.of(view, child), checkpoint, set(held))
+                for segment, key in ahead.items():
                     old.setdefault(segment, []).append(key)
         rewrite = RealtimeRewrite(store, view.name, term)
         for segment in sorted(set(new) | set(old)):
@@ -372,7 +375,7 @@ def _discard_ahead(store: ObjectStore, task: TaskId, checkpoint: TaskCheckpoint)
 
 
 def _files_ahead(
-    store: ObjectStore, view: View, task: TaskId, checkpoint: TaskCheckpoint, held: set[int]
+    view: View, files: dict[int, str], checkpoint: TaskCheckpoint, held: set[int]
 ) -> dict[int, str]:
     """``task``'s realtime files of ``view`` that only events past its checkpoint made: of
     segments its checkpoint's state does not hold and its watermark has not closed (a closed
@@ -380,20 +383,31 @@ def _files_ahead(
     tasks count again from the checkpoint, so it must go or they count twice)."""
     return {
         segment: key
-        for segment, key in _task_files(store, view, task).items()
+        for segment, key in files.items()
         if segment not in held and not _closed(view, segment, checkpoint.watermark)
     }
 
 
-def _task_files(store: ObjectStore, view: View, task: TaskId) -> dict[int, str]:
-    """``task``'s realtime files of ``view``, by segment."""
-    name = realtime_key(view.name, 0, task.topic, task.partition, *task.where).rsplit("/", 1)[1]
-    files = {}
-    for key in store.list(view_prefix(view.name)):
-        parts = key[len(view_prefix(view.name)) :].split("/")
-        if len(parts) == 3 and parts[1:] == ["realtime", name]:
-            files[parse_hour_label(parts[0])] = key
-    return files
+class _RealtimeFiles:
+    """The tasks' realtime files of each view, by segment, listed once per view and split or
+    merge (a listing covers every hour of every task of the view)."""
+
+    def __init__(self, store: ObjectStore) -> None:
+        self.store = store
+        self.listed: dict[str, dict[str, dict[int, str]]] = {}
+
+    def of(self, view: View, task: TaskId) -> dict[int, str]:
+        """``task``'s realtime files of ``view``, by segment."""
+        if view.name not in self.listed:
+            prefix = view_prefix(view.name)
+            by_name: dict[str, dict[int, str]] = {}
+            for key in self.store.list(prefix):
+                parts = key[len(prefix) :].split("/")
+                if len(parts) == 3 and parts[1] == "realtime":
+                    by_name.setdefault(parts[2], {})[parse_hour_label(parts[0])] = key
+            self.listed[view.name] = by_name
+        name = realtime_key(view.name, 0, task.topic, task.partition, *task.where)
+        return self.listed[view.name].get(name.rsplit("/", 1)[1], {})
 
 
 def _check_term(store: ObjectStore, views: Iterable[View], term: int) -> None:
