@@ -113,19 +113,29 @@ def control_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return url
 
 
-LONGEST_FILES = ("test_dagster_e2e.py", "test_agents.py", "test_deadlines.py", "test_up.py")
-"""The files of 2-5 minutes each (one process, quiet VM), started first of all."""
+TESTS = Path(__file__).resolve().parent
+LONGEST_FILES = (
+    "e2e/test_up_example.py",
+    "orchestration/dagster/test_dagster_e2e.py",
+    "e2e/test_agents.py",
+    "e2e/test_deadlines.py",
+    "e2e/test_up.py",
+)
+"""The files of 2-10 minutes each (one process), longest first, started first of all: the
+flights example is one test, but the longest file of all under the suite's load."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The longest files first, then the other end-to-end files, then the rest (stable within
-    each): with two workers taking a file at a time (scripts/run.sh), a minutes-long file
-    started last would run alone at the end."""
+    """The longest files first, then the other end-to-end and Spark files (a minute or two
+    each), then the rest (stable within each): with workers taking a file at a time
+    (scripts/run.sh), a minutes-long file started last would run alone at the end."""
 
     def rank(item: pytest.Item) -> int:
-        if item.path.name in LONGEST_FILES:
-            return LONGEST_FILES.index(item.path.name)
-        if item.get_closest_marker("e2e") or item.path.parent.name == "e2e":
+        path = item.path.relative_to(TESTS).as_posix() if item.path.is_relative_to(TESTS) else ""
+        if path in LONGEST_FILES:
+            return LONGEST_FILES.index(path)
+        slow = item.get_closest_marker("e2e") or item.get_closest_marker("spark")
+        if slow or item.path.parent.name == "e2e":
             return len(LONGEST_FILES)
         return len(LONGEST_FILES) + 1
 

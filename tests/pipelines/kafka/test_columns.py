@@ -22,7 +22,7 @@ def _messages(draw, topics: list[str]) -> list[ck.Message]:
     for _ in range(draw(st.integers(0, 8))):
         topic = draw(st.sampled_from(topics))
         partition = draw(st.integers(0, 3))
-        for _ in range(draw(st.integers(1, 20))):
+        for _ in range(draw(st.integers(1, 4))):
             if draw(st.integers(0, 30)) == 0:
                 out.append(ck.Message(topic=topic, partition=partition, error=_ERROR))
                 continue

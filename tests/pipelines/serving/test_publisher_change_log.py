@@ -46,7 +46,7 @@ def test_a_lagging_partition_fills_its_old_hours_in_the_table(
     broker, control_url, tmp_path
 ) -> None:
     stream = make_stream(
-        broker.bootstrap, tmp_path, f"lag-{uuid.uuid4().hex[:8]}", 20_000, 2, rate=(2_000, 3_600)
+        broker.bootstrap, tmp_path, f"lag-{uuid.uuid4().hex[:8]}", 8_000, 2, rate=(800, 3_600)
     )
     views = stream["views"]
     records = read_records(broker.bootstrap, stream["topic"], 2)
