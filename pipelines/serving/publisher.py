@@ -17,7 +17,9 @@ deleted once its commit succeeded; a failed pass leaves them for the next. A fil
 not its record, says whether it changed (a replay after a crash rewrites identical files:
 nothing to commit). Files are read through :func:`pipelines.segments.read_realtime`, so a pass
 never commits a split's or merge's moved rows twice: a view whose rewrite does not settle within
-``read_wait_s`` is left, change records and all, to the next pass.
+``read_wait_s`` is left, change records and all, to the next pass. A leader's commits carry its
+lease term (``term``): a former leader's commit after a newer leader's is refused
+(:class:`pipelines.tables.PublisherFenced`), its records left to the new leader.
 """
 
 from __future__ import annotations
@@ -39,7 +41,14 @@ from pipelines.segments import (
 )
 from pipelines.serving.query import realtime_table
 from pipelines.storage import ObjectStore
-from pipelines.tables import REALTIME, TableBusyError, ViewTables, replace_hours, table_rows
+from pipelines.tables import (
+    REALTIME,
+    PublisherFenced,
+    TableBusyError,
+    ViewTables,
+    replace_hours,
+    table_rows,
+)
 from pipelines.tables.maintenance import expire_snapshots
 from pipelines.views.model import WINDOW_END, View
 
@@ -78,6 +87,7 @@ class RealtimePublisher:
         expire_every_s: float = EXPIRE_EVERY_S,
         leading: Callable[[], bool] | None = None,
         read_wait_s: float = 5.0,
+        term: Callable[[], int | None] | None = None,
     ) -> None:
         self.store = store
         self.tables = tables
@@ -94,11 +104,15 @@ class RealtimePublisher:
         self.expire_every_s = expire_every_s
         self.next_expiry = time.monotonic() + expire_every_s
         self.leading = leading
+        """Asked just before each commit: False once another agent leads (a former leader's
+        pass, paused and resumed, then commits nothing and leaves the records)."""
+        self.term = term
+        """The coordinator lease term the commits carry: a commit under a lower term than one
+        that committed is refused (the gap between ``leading`` and the commit); None, or
+        returning None: unfenced (a publisher without a lease)."""
         self.read_wait_s = read_wait_s
         """How long a pass's read of a view waits out a split or merge before it skips the
         view until the next pass."""
-        """Asked just before each commit: False once another agent leads (a former leader's
-        pass, paused and resumed, then commits nothing and leaves the records)."""
 
     def due(self, now: float | None = None) -> bool:
         return (time.monotonic() if now is None else now) >= self.next_pass
@@ -184,6 +198,10 @@ class RealtimePublisher:
                 log.info("%s: a correction holds the table; published at the next pass", view.name)
                 result.deferred.append(view.name)
                 return
+            except PublisherFenced as exc:  # a newer leader publishes; the records are its
+                log.info("%s", exc)
+                result.deferred.append(view.name)
+                return
         self.scanned.add((view.name, view.fingerprint))
         for record in records:  # published (or unchanged): consumed
             self.store.delete(record.key)
@@ -195,7 +213,8 @@ class RealtimePublisher:
         merged = realtime_table(view, segments, _row_schema(view))
         data = table_rows(view, merged, REALTIME, 0)
         hours = [h for s in changed for h in range(s, s + view.segment_ms, HOUR_MS)]
-        outcome = replace_hours(self.tables, view, hours, data, source=REALTIME)
+        term = self.term() if self.term is not None else None
+        outcome = replace_hours(self.tables, view, hours, data, source=REALTIME, term=term)
         for segment, (text, _) in changed.items():
             self.digests[(view.name, view.fingerprint, segment)] = text
         for hour in outcome.skipped:

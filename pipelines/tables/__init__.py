@@ -21,8 +21,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pipelines.tables.catalog import CATALOG_KINDS, TableLocationError, TablesConfig, ViewTables
     from pipelines.tables.commit import (
+        PUBLISHER_TERM,
         SUMMARY_PREFIX,
         CommitOutcome,
+        PublisherFenced,
         TableBusyError,
         TableConflictError,
         batch_hours,
@@ -50,11 +52,13 @@ __all__ = [
     "BATCH",
     "BATCH_VERSION",
     "CATALOG_KINDS",
+    "PUBLISHER_TERM",
     "REALTIME",
     "SOURCE",
     "SUMMARY_PREFIX",
     "AsOf",
     "CommitOutcome",
+    "PublisherFenced",
     "TableBusyError",
     "TableConflictError",
     "TableLocationError",
@@ -86,6 +90,8 @@ _EXPORTS = {
     "ViewTables": "pipelines.tables.catalog",
     "CommitOutcome": "pipelines.tables.commit",
     "SUMMARY_PREFIX": "pipelines.tables.commit",
+    "PUBLISHER_TERM": "pipelines.tables.commit",
+    "PublisherFenced": "pipelines.tables.commit",
     "TableBusyError": "pipelines.tables.commit",
     "TableConflictError": "pipelines.tables.commit",
     "batch_hours": "pipelines.tables.commit",

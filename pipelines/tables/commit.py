@@ -15,6 +15,12 @@ realtime commit that finds a live claim gives way (:class:`TableBusyError`; the 
 again at its next pass). A correction whose commit lost to a realtime commit already under way
 thus commits at its next attempt; one that died mid-commit holds the realtime commits back no
 longer than :data:`BATCH_TURN_S`.
+
+A realtime commit made under the fleet's coordinator lease carries its term (``term``): the
+commit records it in the table property :data:`PUBLISHER_TERM`, and a commit whose term is lower
+than the one recorded there is refused (:class:`PublisherFenced`). The check is made on the
+snapshot the commit goes on top of, so a former leader's pass, paused between its last look at
+the lease and its commit, cannot put an older read over the new leader's commit.
 """
 
 from __future__ import annotations
@@ -67,8 +73,10 @@ from pipelines.views.model import View
 
 __all__ = [
     "BATCH_TURN_S",
+    "PUBLISHER_TERM",
     "SUMMARY_PREFIX",
     "CommitOutcome",
+    "PublisherFenced",
     "TableBusyError",
     "TableConflictError",
     "batch_hours",
@@ -95,6 +103,22 @@ class TableConflictError(SluiceError, RuntimeError):
 
 class TableBusyError(SluiceError, RuntimeError):
     """A realtime commit gave way to a correction that claimed the table's next turn."""
+
+
+class PublisherFenced(SluiceError, RuntimeError):
+    """A realtime commit carried a coordinator term lower than one that committed already."""
+
+    def __init__(self, view: str, term: int, newer: int) -> None:
+        super().__init__(
+            f"{view}: realtime commit under coordinator term {term} refused: term {newer} "
+            "committed after it (a newer leader publishes)"
+        )
+        self.term = term
+        self.newer = newer
+
+
+PUBLISHER_TERM = "sluice.publisher-term"
+"""The table property holding the highest coordinator term a realtime commit carried."""
 
 
 @dataclass(frozen=True)
@@ -169,6 +193,7 @@ def replace_hours(
     source: str,
     summary: Mapping[str, str] | None = None,
     force_version: int | None = None,
+    term: int | None = None,
 ) -> CommitOutcome:
     """Replace ``hours`` of ``view``'s table with ``rows`` in one snapshot, retrying conflicts.
 
@@ -178,11 +203,15 @@ def replace_hours(
     hour; the commit is one ``overwrite`` snapshot removing the hours' files and adding these.
     A realtime commit leaves out the hours that hold batch rows. ``force_version`` sets the
     batch version if it is above the hours' (a migration keeps the older layout's numbers).
+    ``term``: a realtime commit's coordinator lease term (:class:`PublisherFenced` if a higher
+    one committed); None commits unfenced (a publisher without a lease).
     """
     if source not in (BATCH, REALTIME):
         raise ValueError(f"source must be {BATCH} or {REALTIME}")
+    if term is not None and source != REALTIME:
+        raise ValueError("only realtime commits carry a coordinator term")
     made = rows if not callable(rows) else (lambda versions: rows(versions[0]))
-    return _replace([sorted(set(hours))], view, tables, made, source, summary, force_version)
+    return _replace([sorted(set(hours))], view, tables, made, source, summary, force_version, term)
 
 
 def replace_segments(
@@ -197,7 +226,8 @@ def replace_segments(
     gets its own next version (highest batch version of its hours + 1), and ``rows`` makes
     every segment's rows from the list of versions. A correction of a day publishes its 24
     hours in one commit, not 24 (each commit re-reads the table's metadata)."""
-    return _replace([sorted(set(s)) for s in segments], view, tables, rows, BATCH, summary, None)
+    groups = [sorted(set(s)) for s in segments]
+    return _replace(groups, view, tables, rows, BATCH, summary, None, None)
 
 
 def _replace(
@@ -208,10 +238,11 @@ def _replace(
     source: str,
     summary: Mapping[str, str] | None,
     force_version: int | None,
+    term: int | None,
 ) -> CommitOutcome:
     claimed: list[tuple[Table, float]] = []
     try:
-        return _attempts(groups, view, tables, rows, source, summary, force_version, claimed)
+        return _attempts(groups, view, tables, rows, source, summary, force_version, term, claimed)
     finally:
         for table, _ in claimed[:1]:
             _release_turn(table)
@@ -225,6 +256,7 @@ def _attempts(
     source: str,
     summary: Mapping[str, str] | None,
     force_version: int | None,
+    term: int | None,
     claimed: list[tuple[Table, float]],
 ) -> CommitOutcome:
     wanted = sorted({h for group in groups for h in group})
@@ -239,6 +271,9 @@ def _attempts(
                 claimed[:] = [(table, time.monotonic())]
         elif _batch_waiting(table):
             raise TableBusyError(f"{view.name}: a correction holds the table's next commit")
+        committed_term = int(table.properties.get(PUBLISHER_TERM, "0"))
+        if term is not None and committed_term > term:
+            raise PublisherFenced(view.name, term, committed_term)
         corrected = batch_hours(table, view, wanted)
         if source == REALTIME:
             todo = [h for h in wanted if h not in corrected]
@@ -265,6 +300,8 @@ def _attempts(
         files = [w.path for w in written.values()]
         try:
             tx = table.transaction()
+            if term is not None and term > committed_term:  # in the commit's own transaction
+                tx.set_properties({PUBLISHER_TERM: str(term)})
             if not by_filter:
                 # the transaction's metadata, built once: each read of it applies the pending
                 # updates to a deep copy

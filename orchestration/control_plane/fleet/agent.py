@@ -152,28 +152,29 @@ class Agent:
             return False
         return lease is None or lease["holder"] == self.agent_id
 
-    def lead_the_last_pass(self, deadline: float) -> bool:
-        """Asked at a graceful stop of an agent that did not lead: whether it takes the
-        coordinator lease to publish what is left. Yes once no one holds it (the fleet's last
+    def lead_the_last_pass(self, deadline: float) -> int | None:
+        """Asked at a graceful stop of an agent that did not lead: the term of the coordinator
+        lease it takes to publish what is left, or None. Taken once no one holds it (the fleet's last
         agent; a stopping leader releases it after its own last pass, which may have come before
-        this agent's final flush). No once the holder renews it: a live leader publishes the
-        rest. No at ``deadline`` (monotonic) or when the control store is away."""
+        this agent's final flush). None once the holder renews it: a live leader publishes the
+        rest. None at ``deadline`` (monotonic) or when the control store is away."""
         seen = None
         while time.monotonic() < deadline:
             try:
                 ttl = self.settings.agent_loss_after_s
-                if self.jobs.acquire_lease(COORDINATOR_LEASE, self.agent_id, ttl):
+                term = self.jobs.acquire_lease(COORDINATOR_LEASE, self.agent_id, ttl)
+                if term:
                     log.info("agent %s leads the last publish pass of its stop", self.agent_id)
-                    return True
+                    return term
                 lease = self.jobs.lease(COORDINATOR_LEASE)
             except SQLAlchemyError:
-                return False
+                return None
             expires = lease["expires_at"] if lease else None
             if seen is not None and expires is not None and expires > seen:
-                return False
+                return None
             seen = expires
             time.sleep(min(self.settings.agent_heartbeat_interval_s, 0.5))
-        return False
+        return None
 
     def _partitions(self) -> list[int]:
         return partitions_of(self.runtime.bootstrap(), self.runtime.kafka, self.topic)

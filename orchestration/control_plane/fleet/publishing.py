@@ -56,6 +56,7 @@ class PublisherRunner:
                 retention_ms=int(settings.tables_snapshot_retention_h * HOUR_MS),
                 realtime_retention_ms=int(settings.tables_realtime_snapshot_retention_m * 60_000),
                 leading=leading,
+                term=lambda: self.term,
             )
 
         self._open = open_publisher
@@ -64,12 +65,16 @@ class PublisherRunner:
         self.last: PublishPass | None = None
         self.leading = False
         """Whether the last tick held the coordinator lease."""
+        self.term: int | None = None
+        """The lease term of the last tick that held it: the publisher's commits carry it."""
 
-    def tick(self, leader: bool) -> None:
+    def tick(self, leader: int | None) -> None:
         """Start a pass if this agent leads, none is running and one is due (the first pass
         also opens the publisher, in its thread: importing pyiceberg and opening the tables
         takes seconds, which in the heartbeat's thread can cost a new leader its lease)."""
-        self.leading = leader
+        self.leading = bool(leader)
+        if leader:
+            self.term = int(leader)
         if not leader or (self.thread is not None and self.thread.is_alive()):
             return
         if self.publisher is not None and not self.publisher.due():
@@ -93,19 +98,24 @@ class PublisherRunner:
         if self.thread is not None:
             self.thread.join(timeout_s)
 
-    def final(self, timeout_s: float, take_over: Callable[[float], bool] | None = None) -> None:
+    def final(
+        self, timeout_s: float, take_over: Callable[[float], int | None] | None = None
+    ) -> None:
         """A graceful stop's last pass, once the worker's tasks flushed: wait for a pass under
         way, then run one more if this agent led, or if ``take_over(until)`` (asked of an
         agent that did not lead; it may wait until half the time left, the pass needs the
-        rest) says it took the lease from no live leader; all within ``timeout_s``."""
+        rest) gives the term of the lease it took from no live leader; all within
+        ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
         self.join(timeout_s)
         if self.thread is not None and self.thread.is_alive():
             return
         if not self.leading:
             now = time.monotonic()
-            if take_over is None or not take_over(now + (deadline - now) / 2):
+            term = take_over(now + (deadline - now) / 2) if take_over is not None else None
+            if not term:
                 return
+            self.term = term
         self.thread = threading.Thread(target=self._run, name="realtime-publisher", daemon=True)
         self.thread.start()
         self.thread.join(max(0.0, deadline - time.monotonic()))

@@ -118,3 +118,46 @@ def test_a_former_leaders_pass_commits_nothing_and_leaves_the_records(tmp_path) 
     assert set(publisher.publish_once().committed) == {v.name for v in views}
     assert not any(change_records(store, v.name) for v in views)
     tables.close()
+
+
+def test_a_former_leaders_commit_after_the_new_leaders_is_refused_by_its_term(tmp_path) -> None:
+    """The gap a look at the lease leaves: a former leader (term 1), past that look, commits
+    after the new leader (term 2) did. Its commit is refused on the snapshot it would go on
+    top of, the table keeps the new leader's rows, and its records stay for the new leader;
+    a publisher without a lease (``sluice tables publish``) commits unfenced."""
+    from pipelines.tables import PUBLISHER_TERM
+
+    views = [v for v in load_views(PROJECT_ROOT / "data" / "views.yaml") if not v.is_session]
+    store = LocalObjectStore(tmp_path / "root")
+    tables = ViewTables(
+        TablesConfig(warehouse=store.root, catalog_url=f"sqlite:///{tmp_path / 'c.db'}")
+    )
+    options = GeneratorOptions(max_events=2_000, peak_rate=20_000, speedup=60, warmup_events=0)
+    records = [
+        Rec(i, 1_000 + i, m.value)
+        for i, m in enumerate(synthesize(load_trace("nyc_taxi"), options))
+    ]
+    task = StreamTask(
+        "events", 0, views, store, CollectingDeadLetters(), SluiceSettings(state_dir=tmp_path)
+    )
+    task.start_at(0)
+    task.process(records[:1_000])
+    task.flush()
+    new_leader = RealtimePublisher(store, tables, views, term=lambda: 2)
+    assert set(new_leader.publish_once().committed) == {v.name for v in views}
+    snapshots = {v.name: tables.find(v.name).current_snapshot().snapshot_id for v in views}
+    assert all(tables.find(v.name).properties[PUBLISHER_TERM] == "2" for v in views)
+    task.process(records[1_000:])
+    task.flush()
+    former = RealtimePublisher(store, tables, views, term=lambda: 1)
+    passed = former.publish_once()
+    assert passed.committed == {} and set(passed.deferred) == {v.name for v in views}
+    assert {v.name: tables.find(v.name).current_snapshot().snapshot_id for v in views} == snapshots
+    assert all(change_records(store, v.name) for v in views), "its records were consumed"
+    assert set(new_leader.publish_once().committed) == {v.name for v in views}
+    assert not any(change_records(store, v.name) for v in views)
+    task.process([Rec(len(records), 1_000 + len(records), records[-1].value)])
+    task.flush()
+    unfenced = RealtimePublisher(store, tables, views)
+    assert unfenced.publish_once().committed, "a publisher without a lease commits"
+    tables.close()
