@@ -199,7 +199,7 @@ class RealtimePublisher:
                 result.deferred.append(view.name)
                 return
             except PublisherFenced as exc:  # a newer leader publishes; the records are its
-                log.info("%s", exc)
+                log.warning("%s", exc)
                 result.deferred.append(view.name)
                 return
         self.scanned.add((view.name, view.fingerprint))
