@@ -144,14 +144,9 @@ def run_history(args: argparse.Namespace) -> int:
 
 def run_publish(args: argparse.Namespace) -> int:
     runtime = Runtime.from_env()
-    settings = runtime.settings
-    publisher = RealtimePublisher(
-        runtime.store,
-        runtime.tables,
-        runtime.active_views(args.views),
-        settings.publish_interval_s,
-        retention_ms=int(settings.tables_snapshot_retention_h * HOUR_MS),
-        realtime_retention_ms=int(settings.tables_realtime_snapshot_retention_m * 60_000),
+    views = runtime.active_views(args.views)
+    publisher = RealtimePublisher.from_settings(
+        runtime.store, runtime.tables, views, runtime.settings
     )
     console = Console()
     stop = threading.Event()

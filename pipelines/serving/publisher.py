@@ -29,9 +29,11 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 
+from pipelines.config import SluiceSettings
 from pipelines.segments import (
     HOUR_MS,
     RewriteUnsettled,
@@ -113,6 +115,27 @@ class RealtimePublisher:
         self.read_wait_s = read_wait_s
         """How long a pass's read of a view waits out a split or merge before it skips the
         view until the next pass."""
+
+    @classmethod
+    def from_settings(
+        cls,
+        store: ObjectStore,
+        tables: ViewTables,
+        views: Callable[[], Sequence[View]] | Sequence[View],
+        settings: SluiceSettings,
+        **options: Any,
+    ) -> RealtimePublisher:
+        """At the settings' interval and snapshot retentions (``options``: the other
+        arguments): the fleet leader's publisher and ``sluice tables publish``'s."""
+        return cls(
+            store,
+            tables,
+            views,
+            settings.publish_interval_s,
+            retention_ms=int(settings.tables_snapshot_retention_h * HOUR_MS),
+            realtime_retention_ms=int(settings.tables_realtime_snapshot_retention_m * 60_000),
+            **options,
+        )
 
     def due(self, now: float | None = None) -> bool:
         return (time.monotonic() if now is None else now) >= self.next_pass

@@ -22,7 +22,6 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from pipelines.config import SluiceSettings
-from pipelines.segments import HOUR_MS
 from pipelines.storage import ObjectStore
 from pipelines.views import View
 
@@ -48,15 +47,8 @@ class PublisherRunner:
         def open_publisher() -> RealtimePublisher:
             from pipelines.serving.publisher import RealtimePublisher
 
-            return RealtimePublisher(
-                store,
-                tables(),
-                views,
-                settings.publish_interval_s,
-                retention_ms=int(settings.tables_snapshot_retention_h * HOUR_MS),
-                realtime_retention_ms=int(settings.tables_realtime_snapshot_retention_m * 60_000),
-                leading=leading,
-                term=lambda: self.term,
+            return RealtimePublisher.from_settings(
+                store, tables(), views, settings, leading=leading, term=lambda: self.term
             )
 
         self._open = open_publisher
