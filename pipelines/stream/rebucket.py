@@ -267,7 +267,6 @@ def merge_tasks(
     for child, checkpoint in ((low_id, low), (high_id, high)):
         _discard_ahead(store, child, checkpoint)
     names = sorted(set(currents[0]) | set(currents[1]))
-    watermark = max(c.watermark for c in pair if c.next_offset == start)
     states: dict[str, bytes] = {}
     counters: dict[str, dict] = {}
     for name in names:
